@@ -1,0 +1,182 @@
+/* The CPU backend: host memory, OpenMP threads, float32 arithmetic. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_matmul.h"
+#include "backend/cpu/cpu_moe.h"
+
+static void cpu_destroy(g4_backend *be) { free(be); }
+
+static void *cpu_alloc(g4_backend *be, size_t bytes) {
+    (void)be;
+    /* 64-byte alignment for SIMD loads; round the size up as aligned_alloc wants. */
+    size_t padded = (bytes + 63) & ~(size_t)63;
+    return aligned_alloc(64, padded ? padded : 64);
+}
+
+static void cpu_release(g4_backend *be, void *ptr) {
+    (void)be;
+    free(ptr);
+}
+
+static void cpu_memcpy(g4_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static g4_status cpu_prepare_matrix(g4_backend *be, g4_matrix *m) {
+    (void)be;
+    (void)m; /* weights are used in place in the memory map */
+    return G4_OK;
+}
+
+static void cpu_synchronize(g4_backend *be) { (void)be; }
+
+static void cpu_matmul_op(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w) {
+    (void)be;
+    cpu_matmul(out, x, n_tokens, w);
+}
+
+static void cpu_embed(g4_backend *be, float *out, const g4_matrix *table, const int32_t *ids, int n,
+                      float scale) {
+    (void)be;
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int i = 0; i < n; i++) cpu_matrix_row(table, ids[i], scale, out + (size_t)i * (size_t)table->cols);
+}
+
+static void cpu_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim,
+                        float eps) {
+    (void)be;
+#pragma omp parallel for schedule(static) if (rows > 8)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *yr = out + (size_t)r * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
+        float inv = (float)(1.0 / sqrt(ss / dim + (double)eps));
+        if (w)
+            for (int i = 0; i < dim; i++) yr[i] = xr[i] * inv * w[i];
+        else
+            for (int i = 0; i < dim; i++) yr[i] = xr[i] * inv;
+    }
+}
+
+static void cpu_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos,
+                     float theta, int n_pairs) {
+    (void)be;
+    const int half = head_dim / 2;
+    if (n_pairs > half) n_pairs = half;
+    /* inv_freq exactly as PyTorch builds it in float32. */
+    float *inv_freq = malloc((size_t)(n_pairs > 0 ? n_pairs : 1) * sizeof *inv_freq);
+    if (!inv_freq) return;
+    for (int j = 0; j < n_pairs; j++)
+        inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+#pragma omp parallel for schedule(static) if (n_tokens > 1)
+    for (int t = 0; t < n_tokens; t++) {
+        float cs[1024], sn[1024]; /* n_pairs <= head_dim/2 <= 1024 */
+        for (int j = 0; j < n_pairs && j < 1024; j++) {
+            double angle = (double)pos[t] * (double)inv_freq[j];
+            cs[j] = (float)cos(angle);
+            sn[j] = (float)sin(angle);
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * head_dim;
+            for (int j = 0; j < n_pairs && j < 1024; j++) {
+                float a = v[j], b = v[j + half];
+                v[j] = a * cs[j] - b * sn[j];
+                v[j + half] = b * cs[j] + a * sn[j];
+            }
+        }
+    }
+    free(inv_freq);
+}
+
+static float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n) {
+    (void)be;
+#pragma omp parallel for schedule(static) if (n > 4096)
+    for (size_t i = 0; i < n; i++) out[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+static void cpu_add(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void cpu_scale(g4_backend *be, float *out, const float *a, float s, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * s;
+}
+
+static void cpu_mul_rows(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim) {
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < dim; c++) out[(size_t)r * dim + c] = a[(size_t)r * dim + c] * v[c];
+}
+
+static void cpu_mul(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+
+static void cpu_softcap(g4_backend *be, float *x, size_t n, float cap) {
+    (void)be;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
+static void cpu_gather_rows(g4_backend *be, float *dst, const float *src, const int32_t *rows, int n, int dim) {
+    (void)be;
+    for (int i = 0; i < n; i++)
+        memmove(dst + (size_t)i * dim, src + (size_t)rows[i] * dim, (size_t)dim * sizeof *dst);
+}
+
+static const g4_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .to_device = cpu_memcpy,
+    .to_host = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .prepare_matrix = cpu_prepare_matrix,
+    .synchronize = cpu_synchronize,
+    .matmul = cpu_matmul_op,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .gelu_mul = cpu_gelu_mul,
+    .add = cpu_add,
+    .scale = cpu_scale,
+    .mul_rows = cpu_mul_rows,
+    .mul = cpu_mul,
+    .softcap = cpu_softcap,
+    .gather_rows = cpu_gather_rows,
+    .kv_alloc = cpu_kv_alloc,
+    .kv_free = cpu_kv_free,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .moe_route = cpu_moe_route,
+    .moe_experts = cpu_moe_experts,
+};
+
+g4_status g4_backend_cpu_create(int threads, g4_backend **out) {
+    g4_backend *be = calloc(1, sizeof *be);
+    if (!be) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    be->ops = &cpu_ops;
+    if (threads > 0) omp_set_num_threads(threads);
+    *out = be;
+    return G4_OK;
+}
+
+void g4_backend_destroy(g4_backend *be) {
+    if (be) be->ops->destroy(be);
+}

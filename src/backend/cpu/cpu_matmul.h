@@ -1,0 +1,21 @@
+/* CPU matrix kernels over g4_matrix in any stored format. */
+#ifndef G4_BACKEND_CPU_MATMUL_H
+#define G4_BACKEND_CPU_MATMUL_H
+
+#include <stdint.h>
+
+#include "tensor/matrix.h"
+
+/* out[t][r] = sum_c W[r][c] x[t][c] for t < n_tokens (float32 accumulation),
+ * threaded with OpenMP. Decode (n_tokens small) streams each weight row once;
+ * prefill works on tiles dequantised into cache-resident scratch. */
+void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w);
+
+/* out[c] = W[r][c] * scale: one row, dequantised (embedding lookup). */
+void cpu_matrix_row(const g4_matrix *w, int64_t r, float scale, float *out);
+
+/* The SIMD level chosen at run time ("avx512", "avx2" or "scalar"); G4_CPU_ISA
+ * in the environment can force a lower one. */
+const char *cpu_isa_name(void);
+
+#endif

@@ -1,0 +1,499 @@
+#include "io/config.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+
+/* ---- small JSON accessors: absent or null keys give the default ---------- */
+
+static const cJSON *field(const cJSON *obj, const char *key) {
+    const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+static int get_int(const cJSON *obj, const char *key, int def) {
+    const cJSON *v = field(obj, key);
+    if (!v) return def;
+    if (cJSON_IsBool(v)) return cJSON_IsTrue(v);
+    if (!cJSON_IsNumber(v) || fabs(v->valuedouble) > 2147483647.0) return def;
+    return (int)v->valuedouble;
+}
+
+static float get_float(const cJSON *obj, const char *key, float def) {
+    const cJSON *v = field(obj, key);
+    return (v && cJSON_IsNumber(v)) ? (float)v->valuedouble : def;
+}
+
+static int get_bool(const cJSON *obj, const char *key, int def) {
+    const cJSON *v = field(obj, key);
+    if (!v) return def;
+    if (cJSON_IsBool(v)) return cJSON_IsTrue(v);
+    if (cJSON_IsNumber(v)) return v->valuedouble != 0;
+    return def;
+}
+
+static const char *get_string(const cJSON *obj, const char *key) {
+    const cJSON *v = field(obj, key);
+    return (v && cJSON_IsString(v)) ? v->valuestring : NULL;
+}
+
+/* eos_token_id may be a number or an array of numbers. */
+static void get_id_list(const cJSON *obj, const char *key, int *ids, int *n) {
+    const cJSON *v = field(obj, key);
+    if (!v) return;
+    if (cJSON_IsNumber(v)) {
+        ids[0] = (int)v->valuedouble;
+        *n = 1;
+    } else if (cJSON_IsArray(v)) {
+        int k = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) {
+            if (cJSON_IsNumber(e) && k < G4_MAX_EOS_IDS) ids[k++] = (int)e->valuedouble;
+        }
+        *n = k;
+    }
+}
+
+/* ---- text config ---------------------------------------------------------- */
+
+static g4_status parse_rope(const cJSON *text, const char *kind, float *theta, float *partial,
+                            int *proportional, const char *label) {
+    const cJSON *rp = field(text, "rope_parameters");
+    const cJSON *r = rp ? field(rp, kind) : NULL;
+    int full = !strcmp(kind, "full_attention");
+    *theta = full ? 1e6f : 1e4f;
+    *partial = full ? 0.25f : 1.0f;
+    *proportional = full;
+    if (!r) return G4_OK;
+    *theta = get_float(r, "rope_theta", *theta);
+    const char *type = get_string(r, "rope_type");
+    if (type) {
+        if (!strcmp(type, "default")) {
+            *proportional = 0;
+            *partial = get_float(r, "partial_rotary_factor", 1.0f);
+        } else if (!strcmp(type, "proportional")) {
+            *proportional = 1;
+            *partial = get_float(r, "partial_rotary_factor", 1.0f);
+        } else {
+            return g4_fail(G4_ERR_UNSUPPORTED, "%s: rope_type '%s' for %s layers is not supported", label,
+                           type, kind);
+        }
+    }
+    if (get_float(r, "factor", 1.0f) != 1.0f)
+        return g4_fail(G4_ERR_UNSUPPORTED, "%s: RoPE scaling factor != 1 is not supported", label);
+    return G4_OK;
+}
+
+static g4_status parse_text(const cJSON *t, const char *label, g4_text_config *tc) {
+    tc->vocab_size = get_int(t, "vocab_size", 262144);
+    tc->hidden_size = get_int(t, "hidden_size", 2304);
+    tc->intermediate_size = get_int(t, "intermediate_size", 9216);
+    tc->n_layers = get_int(t, "num_hidden_layers", 30);
+    tc->n_heads = get_int(t, "num_attention_heads", 8);
+    tc->n_kv_heads = get_int(t, "num_key_value_heads", 4);
+    tc->head_dim = get_int(t, "head_dim", 256);
+    tc->rms_eps = get_float(t, "rms_norm_eps", 1e-6f);
+    tc->sliding_window = get_int(t, "sliding_window", 512);
+    tc->final_softcap = get_float(t, "final_logit_softcapping", 0.0f);
+    tc->ple_dim = get_int(t, "hidden_size_per_layer_input", 0);
+    tc->ple_vocab = get_int(t, "vocab_size_per_layer_input", tc->vocab_size);
+    tc->n_kv_shared = get_int(t, "num_kv_shared_layers", 0);
+    tc->moe = get_bool(t, "enable_moe_block", 0);
+    tc->n_experts = get_int(t, "num_experts", 0);
+    tc->top_k_experts = get_int(t, "top_k_experts", get_int(t, "num_experts_per_tok", 0));
+    tc->moe_width = get_int(t, "moe_intermediate_size", get_int(t, "expert_intermediate_size", 0));
+    tc->max_position = get_int(t, "max_position_embeddings", 131072);
+    const char *bidir = get_string(t, "use_bidirectional_attention");
+    tc->bidirectional_vision = bidir && !strcmp(bidir, "vision");
+    tc->bidirectional_all = bidir && !strcmp(bidir, "all");
+    if (tc->bidirectional_all)
+        return g4_fail(G4_ERR_UNSUPPORTED,
+                       "%s: use_bidirectional_attention=\"all\" (encoder-style) is not supported", label);
+    int k_eq_v = get_bool(t, "attention_k_eq_v", 0);
+    int global_head_dim = get_int(t, "global_head_dim", 0);
+    int global_kv = get_int(t, "num_global_key_value_heads", 0);
+    int double_wide = get_bool(t, "use_double_wide_mlp", 0);
+
+    const int L = tc->n_layers;
+    if (L <= 0 || L > 4096 || tc->hidden_size <= 0 || tc->vocab_size <= 0 || tc->n_heads <= 0 ||
+        tc->n_kv_heads <= 0 || tc->head_dim <= 0 || tc->intermediate_size <= 0)
+        return g4_fail(G4_ERR_FORMAT,
+                       "%s: text config needs positive num_hidden_layers, hidden_size, vocab_size, "
+                       "num_attention_heads, num_key_value_heads, head_dim, intermediate_size",
+                       label);
+    if (tc->hidden_size > 65536 || tc->head_dim > 4096 || tc->n_heads > 1024 || tc->vocab_size > (1 << 24))
+        return g4_fail(G4_ERR_FORMAT, "%s: text config sizes are implausibly large", label);
+    if (tc->n_kv_shared < 0 || tc->n_kv_shared >= L)
+        return g4_fail(G4_ERR_FORMAT, "%s: num_kv_shared_layers=%d must be in [0, %d)", label,
+                       tc->n_kv_shared, L);
+    if (tc->sliding_window <= 0)
+        return g4_fail(G4_ERR_FORMAT, "%s: sliding_window must be positive", label);
+    if (tc->moe && (tc->n_experts <= 0 || tc->top_k_experts <= 0 || tc->top_k_experts > tc->n_experts ||
+                    tc->moe_width <= 0))
+        return g4_fail(G4_ERR_FORMAT,
+                       "%s: enable_moe_block needs num_experts > 0, 0 < top_k_experts <= num_experts and "
+                       "moe_intermediate_size > 0",
+                       label);
+
+    tc->layers = calloc((size_t)L, sizeof *tc->layers);
+    if (!tc->layers) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+
+    /* Layer kinds: explicit layer_types, else every 6th layer is full and the
+     * last is always full (transformers' __post_init__). */
+    const cJSON *types = field(t, "layer_types");
+    if (types) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != L)
+            return g4_fail(G4_ERR_FORMAT, "%s: layer_types must list %d entries", label, L);
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, types) {
+            if (!cJSON_IsString(e))
+                return g4_fail(G4_ERR_FORMAT, "%s: layer_types[%d] is not a string", label, i);
+            if (!strcmp(e->valuestring, "sliding_attention"))
+                tc->layers[i].kind = G4_LAYER_SLIDING;
+            else if (!strcmp(e->valuestring, "full_attention"))
+                tc->layers[i].kind = G4_LAYER_FULL;
+            else
+                return g4_fail(G4_ERR_UNSUPPORTED, "%s: layer_types[%d] = '%s' is not supported", label, i,
+                               e->valuestring);
+            i++;
+        }
+    } else {
+        for (int i = 0; i < L; i++) tc->layers[i].kind = ((i + 1) % 6) ? G4_LAYER_SLIDING : G4_LAYER_FULL;
+        tc->layers[L - 1].kind = G4_LAYER_FULL;
+    }
+
+    float theta_s, theta_f, partial_s, partial_f;
+    int prop_s, prop_f;
+    g4_status st = parse_rope(t, "sliding_attention", &theta_s, &partial_s, &prop_s, label);
+    if (st == G4_OK) st = parse_rope(t, "full_attention", &theta_f, &partial_f, &prop_f, label);
+    if (st != G4_OK) return st;
+
+    const cJSON *plc = field(t, "per_layer_config");
+    const int first_shared = L - tc->n_kv_shared;
+    for (int i = 0; i < L; i++) {
+        g4_layer_config *lc = &tc->layers[i];
+        int full = lc->kind == G4_LAYER_FULL;
+        lc->head_dim = tc->head_dim;
+        lc->n_kv_heads = tc->n_kv_heads;
+        lc->k_eq_v = k_eq_v && full;
+        if (plc) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", i);
+            const cJSON *entry = field(plc, key);
+            if (entry) {
+                lc->head_dim = get_int(entry, "head_dim", lc->head_dim);
+                lc->n_kv_heads = get_int(entry, "num_key_value_heads", lc->n_kv_heads);
+            }
+        } else if (full) {
+            if (global_head_dim > 0) lc->head_dim = global_head_dim;
+            if (lc->k_eq_v && global_kv > 0) lc->n_kv_heads = global_kv;
+        }
+        if (lc->head_dim <= 0 || lc->head_dim % 2 || lc->n_kv_heads <= 0 || tc->n_heads % lc->n_kv_heads)
+            return g4_fail(G4_ERR_FORMAT,
+                           "%s: layer %d: head_dim %d must be even and positive and num_attention_heads %d a "
+                           "multiple of its %d KV heads",
+                           label, i, lc->head_dim, tc->n_heads, lc->n_kv_heads);
+        float partial = full ? partial_f : partial_s;
+        lc->rope_theta = full ? theta_f : theta_s;
+        lc->rope_proportional = full ? prop_f : prop_s;
+        /* Proportional RoPE: int(partial * head_dim / 2) frequencies, exponent
+         * over the full head_dim; default RoPE with a partial factor rotates
+         * only the first partial*head_dim channels (none of the released
+         * models do this; refused below). */
+        lc->rope_pairs = (int)(partial * (float)lc->head_dim / 2.0f);
+        if (!lc->rope_proportional && lc->rope_pairs != lc->head_dim / 2)
+            return g4_fail(G4_ERR_UNSUPPORTED, "%s: partial rotary factor on default RoPE is not supported",
+                           label);
+        lc->kv_donor = -1;
+        if (tc->n_kv_shared > 0 && i >= first_shared) {
+            for (int j = first_shared - 1; j >= 0; j--)
+                if (tc->layers[j].kind == lc->kind) {
+                    lc->kv_donor = j;
+                    break;
+                }
+            if (lc->kv_donor < 0)
+                return g4_fail(G4_ERR_FORMAT, "%s: KV-shared layer %d has no earlier %s layer to share with",
+                               label, i, full ? "full" : "sliding");
+        }
+        lc->mlp_width = tc->intermediate_size * ((double_wide && lc->kv_donor >= 0) ? 2 : 1);
+    }
+    for (int i = 0; i < L; i++) {
+        const g4_layer_config *lc = &tc->layers[i];
+        if (lc->kv_donor >= 0) {
+            const g4_layer_config *d = &tc->layers[lc->kv_donor];
+            if (d->head_dim != lc->head_dim || d->n_kv_heads != lc->n_kv_heads)
+                return g4_fail(G4_ERR_FORMAT, "%s: layer %d shares KV with layer %d but their geometry differs",
+                               label, i, lc->kv_donor);
+        }
+    }
+    return G4_OK;
+}
+
+/* ---- vision / audio ------------------------------------------------------- */
+
+static void parse_vision(const cJSON *v, g4_vision_config *vc) {
+    vc->present = v != NULL;
+    if (!v) return;
+    vc->hidden_size = get_int(v, "hidden_size", 768);
+    vc->intermediate_size = get_int(v, "intermediate_size", 3072);
+    vc->n_layers = get_int(v, "num_hidden_layers", 16);
+    vc->n_heads = get_int(v, "num_attention_heads", 12);
+    vc->n_kv_heads = get_int(v, "num_key_value_heads", vc->n_heads);
+    vc->head_dim = get_int(v, "head_dim", 64);
+    vc->patch_size = get_int(v, "patch_size", 16);
+    vc->pooling_kernel = get_int(v, "pooling_kernel_size", 3);
+    vc->position_embedding_size = get_int(v, "position_embedding_size", 10240);
+    vc->default_output_length = get_int(v, "default_output_length", 280);
+    vc->rms_eps = get_float(v, "rms_norm_eps", 1e-6f);
+    vc->standardize = get_bool(v, "standardize", 0);
+    vc->clipped_linears = get_bool(v, "use_clipped_linears", 0);
+    const cJSON *rp = field(v, "rope_parameters");
+    vc->rope_theta = get_float(rp, "rope_theta", 100.0f);
+}
+
+static void parse_audio(const cJSON *a, g4_audio_config *ac) {
+    ac->present = a != NULL;
+    if (!a) return;
+    ac->hidden_size = get_int(a, "hidden_size", 1024);
+    ac->n_layers = get_int(a, "num_hidden_layers", 12);
+    ac->n_heads = get_int(a, "num_attention_heads", 8);
+    ac->conv_channels[0] = 128;
+    ac->conv_channels[1] = 32;
+    const cJSON *ch = field(a, "subsampling_conv_channels");
+    if (cJSON_IsArray(ch) && cJSON_GetArraySize(ch) == 2) {
+        ac->conv_channels[0] = (int)cJSON_GetArrayItem(ch, 0)->valuedouble;
+        ac->conv_channels[1] = (int)cJSON_GetArrayItem(ch, 1)->valuedouble;
+    }
+    ac->conv_kernel = get_int(a, "conv_kernel_size", 5);
+    ac->chunk_size = get_int(a, "attention_chunk_size", 12);
+    ac->context_left = get_int(a, "attention_context_left", 13);
+    ac->context_right = get_int(a, "attention_context_right", 0);
+    ac->logit_cap = get_float(a, "attention_logit_cap", 50.0f);
+    ac->invalid_logit = get_float(a, "attention_invalid_logits_value", -1e9f);
+    ac->rms_eps = get_float(a, "rms_norm_eps", 1e-6f);
+    ac->residual_weight = get_float(a, "residual_weight", 0.5f);
+    ac->gradient_clipping = get_float(a, "gradient_clipping", 1e10f);
+    ac->output_proj_dims = get_int(a, "output_proj_dims", 1536);
+    ac->clipped_linears = get_bool(a, "use_clipped_linears", 1);
+}
+
+static void parse_unified(const cJSON *v, const cJSON *a, g4_unified_config *uc) {
+    uc->vision_present = v != NULL;
+    uc->audio_present = a != NULL;
+    uc->patch_size = get_int(v, "patch_size", 16) * get_int(v, "pooling_kernel_size", 3);
+    uc->mm_embed_dim = get_int(v, "mm_embed_dim", 3840);
+    uc->position_table_size = get_int(v, "mm_posemb_size", 1120);
+    uc->layer_norm_eps = 1e-5f;
+    uc->audio_frame_samples = get_int(a, "audio_embed_dim", 640);
+}
+
+/* ---- quantisation --------------------------------------------------------- */
+
+static g4_status parse_quant_params(const cJSON *q, const g4_quant_params *def, g4_quant_params *out,
+                                    const char *label, const char *where) {
+    *out = def ? *def : (g4_quant_params){G4_QUANT_AFFINE, 4, 64};
+    const char *mode = get_string(q, "mode");
+    if (mode) {
+        if (!strcmp(mode, "affine"))
+            out->mode = G4_QUANT_AFFINE;
+        else if (!strcmp(mode, "mxfp4"))
+            out->mode = G4_QUANT_MXFP4;
+        else
+            return g4_fail(G4_ERR_UNSUPPORTED, "%s: quantization mode '%s' (%s) is not supported", label,
+                           mode, where);
+    }
+    out->bits = get_int(q, "bits", out->bits);
+    out->group_size = get_int(q, "group_size", out->group_size);
+    if (out->mode == G4_QUANT_AFFINE && (out->bits < 2 || out->bits > 8))
+        return g4_fail(G4_ERR_UNSUPPORTED, "%s: affine quantization with %d bits (%s) is not supported", label,
+                       out->bits, where);
+    if (out->mode == G4_QUANT_MXFP4 && out->bits != 4)
+        return g4_fail(G4_ERR_UNSUPPORTED, "%s: mxfp4 with %d bits (%s) is not supported", label, out->bits,
+                       where);
+    if (out->group_size <= 0 || out->group_size > 4096)
+        return g4_fail(G4_ERR_FORMAT, "%s: quantization group_size %d (%s) is invalid", label, out->group_size,
+                       where);
+    return G4_OK;
+}
+
+static g4_status parse_quant(const cJSON *root, const char *label, g4_quant_config *qc) {
+    const cJSON *q = field(root, "quantization");
+    if (!q) {
+        /* MLX writes both keys; other tools' quantization_config (e.g.
+         * compressed-tensors) has no "bits"/"group_size" and is not ours. */
+        const cJSON *qc2 = field(root, "quantization_config");
+        if (qc2 && (field(qc2, "bits") || field(qc2, "group_size"))) q = qc2;
+    }
+    if (!q) return G4_OK;
+    if (!cJSON_IsObject(q)) return g4_fail(G4_ERR_FORMAT, "%s: \"quantization\" is not an object", label);
+    qc->present = 1;
+    g4_status st = parse_quant_params(q, NULL, &qc->defaults, label, "defaults");
+    if (st != G4_OK) return st;
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, q) {
+        if (cJSON_IsObject(e) || cJSON_IsFalse(e)) n++;
+    }
+    if (n == 0) return G4_OK;
+    qc->overrides = calloc((size_t)n, sizeof *qc->overrides);
+    if (!qc->overrides) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    cJSON_ArrayForEach(e, q) {
+        if (!cJSON_IsObject(e) && !cJSON_IsFalse(e)) continue;
+        g4_quant_override *o = &qc->overrides[qc->n_overrides];
+        o->module = strdup(e->string);
+        if (!o->module) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+        qc->n_overrides++;
+        if (cJSON_IsFalse(e)) { /* mlx: "module": false means left unquantised */
+            o->params.mode = G4_QUANT_NONE;
+            continue;
+        }
+        st = parse_quant_params(e, &qc->defaults, &o->params, label, e->string);
+        if (st != G4_OK) return st;
+    }
+    return G4_OK;
+}
+
+g4_quant_params g4_config_quant_for(const g4_config *c, const char *module) {
+    for (int i = 0; i < c->quant.n_overrides; i++)
+        if (!strcmp(c->quant.overrides[i].module, module)) return c->quant.overrides[i].params;
+    if (!c->quant.present) return (g4_quant_params){G4_QUANT_NONE, 0, 0};
+    return c->quant.defaults;
+}
+
+/* ---- top level ------------------------------------------------------------ */
+
+static void parse_tokens(const cJSON *root, const cJSON *text, g4_token_ids *tk) {
+    tk->bos_id = get_int(text, "bos_token_id", get_int(root, "bos_token_id", 2));
+    tk->pad_id = get_int(text, "pad_token_id", get_int(root, "pad_token_id", 0));
+    tk->eos_ids[0] = 1;
+    tk->n_eos = 1;
+    get_id_list(text, "eos_token_id", tk->eos_ids, &tk->n_eos);
+    get_id_list(root, "eos_token_id", tk->eos_ids, &tk->n_eos); /* top level wins (IT: [1, 106]) */
+    tk->image_id = get_int(root, "image_token_id", -1);
+    tk->boi_id = get_int(root, "boi_token_id", -1);
+    tk->eoi_id = get_int(root, "eoi_token_id", -1);
+    tk->video_id = get_int(root, "video_token_id", -1);
+    tk->audio_id = get_int(root, "audio_token_id", -1);
+    tk->boa_id = get_int(root, "boa_token_id", -1);
+    tk->eoa_id = get_int(root, "eoa_token_id", get_int(root, "eoa_token_index", -1));
+}
+
+g4_status g4_config_parse(const char *json, size_t len, const char *label, g4_config *out) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root) return g4_fail(G4_ERR_FORMAT, "%s: not valid JSON", label);
+    g4_status st = G4_OK;
+    if (!cJSON_IsObject(root)) {
+        st = g4_fail(G4_ERR_FORMAT, "%s: not a JSON object", label);
+        goto done;
+    }
+    const char *type = get_string(root, "model_type");
+    if (!type) {
+        st = g4_fail(G4_ERR_FORMAT, "%s: missing model_type", label);
+        goto done;
+    }
+    snprintf(out->model_type, sizeof out->model_type, "%s", type);
+    const cJSON *text;
+    if (!strcmp(type, "gemma4") || !strcmp(type, "gemma4_unified")) {
+        text = field(root, "text_config");
+        if (!text || !cJSON_IsObject(text)) {
+            st = g4_fail(G4_ERR_FORMAT, "%s: model_type %s needs a text_config object", label, type);
+            goto done;
+        }
+    } else if (!strcmp(type, "gemma4_text") || !strcmp(type, "gemma4_unified_text")) {
+        text = root;
+    } else {
+        st = g4_fail(G4_ERR_UNSUPPORTED,
+                     "%s: model_type '%s' is not a Gemma 4 model (expected gemma4, gemma4_text, "
+                     "gemma4_unified or gemma4_unified_text)",
+                     label, type);
+        goto done;
+    }
+    out->unified = !strncmp(type, "gemma4_unified", 14);
+    st = parse_text(text, label, &out->text);
+    if (st != G4_OK) goto done;
+    if (out->unified) {
+        /* The 12B has no PLE and no MoE even if BC keys say otherwise. */
+        out->text.ple_dim = 0;
+        out->text.moe = 0;
+        parse_unified(field(root, "vision_config"), field(root, "audio_config"), &out->unified_mm);
+    } else {
+        parse_vision(field(root, "vision_config"), &out->vision);
+        parse_audio(field(root, "audio_config"), &out->audio);
+    }
+    out->tie_embeddings = get_bool(root, "tie_word_embeddings", get_bool(text, "tie_word_embeddings", 1));
+    parse_tokens(root, text, &out->tokens);
+    st = parse_quant(root, label, &out->quant);
+done:
+    cJSON_Delete(root);
+    if (st != G4_OK) g4_config_free(out);
+    return st;
+}
+
+g4_status g4_config_load(const char *path, g4_config *out) {
+    char *file = g4_is_directory(path) ? g4_path_join(path, "config.json") : strdup(path);
+    if (!file) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    char *text;
+    size_t len;
+    g4_status st = g4_read_file(file, 16u << 20, &text, &len);
+    if (st == G4_OK) {
+        st = g4_config_parse(text, len, file, out);
+        free(text);
+    }
+    free(file);
+    return st;
+}
+
+void g4_config_free(g4_config *c) {
+    free(c->text.layers);
+    for (int i = 0; i < c->quant.n_overrides; i++) free(c->quant.overrides[i].module);
+    free(c->quant.overrides);
+    memset(c, 0, sizeof *c);
+}
+
+g4_status g4_generation_config_load(const char *dir, g4_generation_config *out) {
+    memset(out, 0, sizeof *out);
+    out->temperature = 1.0f;
+    out->top_p = 1.0f;
+    out->repetition_penalty = 1.0f;
+    out->bos_id = 2;
+    char *file = g4_path_join(dir, "generation_config.json");
+    if (!file) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!g4_file_exists(file)) {
+        free(file);
+        return G4_OK;
+    }
+    char *text;
+    size_t len;
+    g4_status st = g4_read_file(file, 1u << 20, &text, &len);
+    if (st != G4_OK) {
+        free(file);
+        return st;
+    }
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        st = g4_fail(G4_ERR_FORMAT, "%s: not a valid JSON object", file);
+        free(file);
+        return st;
+    }
+    free(file);
+    out->present = 1;
+    out->do_sample = get_bool(root, "do_sample", 0);
+    out->temperature = get_float(root, "temperature", 1.0f);
+    out->top_k = get_int(root, "top_k", 0);
+    out->top_p = get_float(root, "top_p", 1.0f);
+    out->min_p = get_float(root, "min_p", 0.0f);
+    out->repetition_penalty = get_float(root, "repetition_penalty", 1.0f);
+    out->bos_id = get_int(root, "bos_token_id", 2);
+    out->pad_id = get_int(root, "pad_token_id", 0);
+    get_id_list(root, "eos_token_id", out->eos_ids, &out->n_eos);
+    cJSON_Delete(root);
+    return G4_OK;
+}
