@@ -1,14 +1,33 @@
-/* gemma4: the command line tool. One main, one function per subcommand. */
+/* gemma4: the command line tool. main() picks a subcommand from the table
+ * below; each lives in its own tools/cmd_NAME.c. */
 #include <stdio.h>
 #include <string.h>
 
+#include "commands.h"
 #include "gemma4.h"
 
+const g4_command g4_commands[] = {
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: gemma4 <command> [options]\n\ncommands:\n");
+    for (const g4_command *c = g4_commands; c->name; c++) fprintf(f, "  %-10s %s\n", c->name, c->summary);
+    fprintf(f, "\nRun `gemma4 <command> --help` for a command's options.\n");
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: gemma4 <command> [options]\n");
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
-    fprintf(stderr, "gemma4: unknown command '%s'\n", argv[1]);
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (const g4_command *c = g4_commands; c->name; c++)
+        if (!strcmp(argv[1], c->name)) return c->run(argc - 1, argv + 1);
+    fprintf(stderr, "gemma4: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
     return 2;
 }
