@@ -6,7 +6,12 @@
 #include "commands.h"
 #include "gemma4.h"
 
+int cmd_logits(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+
 const g4_command g4_commands[] = {
+    {"logits", cmd_logits, "logits of a token sequence to a safetensors file (verification)"},
+    {"generate", cmd_generate, "greedy continuation of token ids (verification)"},
     {NULL, NULL, NULL},
 };
 

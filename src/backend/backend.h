@@ -80,6 +80,11 @@ typedef struct {
     void (*softcap)(g4_backend *be, float *x, size_t n, float cap);
     /* dst[i][:] = src[rows[i]][:]; rows are backend memory. */
     void (*gather_rows)(g4_backend *be, float *dst, const float *src, const int32_t *rows, int n, int dim);
+    /* dst[rows[i]][:] = src[i][:]; rows are backend memory. */
+    void (*scatter_rows)(g4_backend *be, float *dst, const int32_t *rows, const float *src, int n, int dim);
+    /* dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols */
+    void (*copy_rows)(g4_backend *be, float *dst, int dst_stride, const float *src, int src_stride, int rows,
+                      int cols);
 
     /* KV cache: a pool of n_blocks * block_size slots of [n_kv_heads][head_dim]
      * for K and the same for V. Opaque to the model. */

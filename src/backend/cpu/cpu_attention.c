@@ -86,9 +86,9 @@ void cpu_attention(g4_backend *be, float *out, const float *q, const void *kv, c
                 for (int j = 0; j < n; j++) {
                     slots[j] = slot_of(b, b->seq[t], lo + j, sliding);
                     const float *kj = c->k + slots[j] * kv_row + (size_t)kvh * D;
-                    float dot = 0;
-                    for (int d = 0; d < D; d++) dot += qh[d] * kj[d];
-                    scores[j] = dot * scale;
+                    double dot = 0;
+                    for (int d = 0; d < D; d++) dot += (double)qh[d] * kj[d];
+                    scores[j] = (float)(dot * scale);
                     if (scores[j] > max_score) max_score = scores[j];
                 }
                 double total = 0;

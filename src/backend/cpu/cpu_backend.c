@@ -79,9 +79,11 @@ static void cpu_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int he
     for (int t = 0; t < n_tokens; t++) {
         float cs[1024], sn[1024]; /* n_pairs <= head_dim/2 <= 1024 */
         for (int j = 0; j < n_pairs && j < 1024; j++) {
-            double angle = (double)pos[t] * (double)inv_freq[j];
-            cs[j] = (float)cos(angle);
-            sn[j] = (float)sin(angle);
+            /* transformers computes the angles and cos/sin in float32 even
+             * in float64 runs; matching it matters at large positions */
+            float angle = (float)pos[t] * inv_freq[j];
+            cs[j] = cosf(angle);
+            sn[j] = sinf(angle);
         }
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)t * n_heads + h) * head_dim;
@@ -139,6 +141,19 @@ static void cpu_gather_rows(g4_backend *be, float *dst, const float *src, const 
         memmove(dst + (size_t)i * dim, src + (size_t)rows[i] * dim, (size_t)dim * sizeof *dst);
 }
 
+static void cpu_scatter_rows(g4_backend *be, float *dst, const int32_t *rows, const float *src, int n, int dim) {
+    (void)be;
+    for (int i = 0; i < n; i++)
+        memmove(dst + (size_t)rows[i] * dim, src + (size_t)i * dim, (size_t)dim * sizeof *dst);
+}
+
+static void cpu_copy_rows(g4_backend *be, float *dst, int dst_stride, const float *src, int src_stride, int rows,
+                          int cols) {
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        memmove(dst + (size_t)r * dst_stride, src + (size_t)r * src_stride, (size_t)cols * sizeof *dst);
+}
+
 static const g4_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -160,6 +175,8 @@ static const g4_backend_ops cpu_ops = {
     .mul = cpu_mul,
     .softcap = cpu_softcap,
     .gather_rows = cpu_gather_rows,
+    .scatter_rows = cpu_scatter_rows,
+    .copy_rows = cpu_copy_rows,
     .kv_alloc = cpu_kv_alloc,
     .kv_free = cpu_kv_free,
     .kv_store = cpu_kv_store,

@@ -1,0 +1,53 @@
+/* The KV cache: per-layer pools of fixed-size blocks, shared by sequences.
+ *
+ * Layers of one kind (sliding or full) share one block numbering, so a
+ * sequence needs one block table per kind, not per layer. Full layers map
+ * logical block b = pos / block_size through a growing table; sliding layers
+ * keep a ring of `ring_blocks` blocks per sequence, enough for the window
+ * plus one prefill chunk. KV-shared layers have no storage of their own: they
+ * read their donor layer's pool. */
+#ifndef G4_MODEL_KV_CACHE_H
+#define G4_MODEL_KV_CACHE_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct {
+    g4_backend *be;
+    int block_size;
+    int n_layers;
+    void **layer_kv;        /* [n_layers]: backend KV storage, NULL on KV-shared layers */
+    int n_full_blocks, n_sliding_blocks;
+    int ring_blocks;        /* sliding blocks per sequence */
+    int32_t *free_full, *free_sliding;
+    int n_free_full, n_free_sliding;
+} g4_kv_pool;
+
+typedef struct {
+    int32_t *full_blocks;   /* logical block -> pool block (full layers) */
+    int n_full, cap_full;
+    int32_t *ring;          /* [ring_blocks] (sliding layers) */
+    int length;             /* positions stored so far */
+} g4_kv_seq;
+
+/* Ring size (in blocks) so that a sliding window of `window` plus a chunk of
+ * `chunk` new positions never overwrite a position still visible. */
+int g4_kv_ring_blocks(int window, int chunk, int block_size);
+
+g4_status g4_kv_pool_create(const g4_model *m, int block_size, int n_full_blocks, int n_sliding_blocks,
+                            int ring_blocks, g4_kv_pool **out);
+void g4_kv_pool_free(g4_kv_pool *p);
+
+/* Takes the sequence's ring blocks (G4_ERR_LIMIT when the pool is full). */
+g4_status g4_kv_seq_init(g4_kv_pool *p, g4_kv_seq *s);
+/* Ensures full-layer blocks exist for positions < new_length. */
+g4_status g4_kv_seq_reserve(g4_kv_pool *p, g4_kv_seq *s, int new_length);
+/* Forgets positions >= length (keeps blocks). */
+void g4_kv_seq_truncate(g4_kv_seq *s, int length);
+void g4_kv_seq_release(g4_kv_pool *p, g4_kv_seq *s);
+
+/* Full-layer blocks a sequence of `length` positions needs. */
+int g4_kv_blocks_for(const g4_kv_pool *p, int length);
+
+#endif

@@ -1,0 +1,78 @@
+/* A loaded Gemma 4 model: its config, its weights (in their stored formats,
+ * made usable by the chosen backend) and the backend that runs it. */
+#ifndef G4_MODEL_MODEL_H
+#define G4_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "tensor/matrix.h"
+
+/* Weights of one text decoder layer. Vectors are float32 backend arrays
+ * (converted once at load; they are tiny). Absent parts are zeroed. */
+typedef struct {
+    float *input_norm, *post_attn_norm, *pre_ffn_norm, *post_ffn_norm;
+    float *q_norm, *k_norm;
+    float layer_scalar;
+    g4_matrix q, k, v, o;  /* k, v absent on KV-shared layers; v absent when k_eq_v */
+    g4_matrix gate, up, down;
+    /* per-layer embeddings (E2B/E4B) */
+    g4_matrix ple_gate, ple_proj;
+    float *ple_post_norm;
+    /* mixture of experts (26B-A4B) */
+    g4_matrix router;
+    float *router_scale;      /* router.scale * hidden_size^-0.5 */
+    float *per_expert_scale;
+    g4_expert_matrix expert_gate, expert_up, expert_down;
+    float *pre_ffn_norm2, *post_ffn_norm1, *post_ffn_norm2;
+} g4_text_layer;
+
+typedef struct {
+    g4_matrix embed;          /* [vocab, d]; also the tied LM head */
+    float *final_norm;
+    float embed_scale;        /* bf16(sqrt(d)) */
+    /* per-layer embeddings */
+    g4_matrix ple_embed;      /* [ple_vocab, L*P] */
+    g4_matrix ple_model_proj; /* [L*P, d] */
+    float *ple_proj_norm;     /* [P] */
+    float ple_embed_scale;    /* bf16(sqrt(P)) */
+    g4_text_layer *layers;
+} g4_text_weights;
+
+typedef enum { G4_LAYOUT_HF = 0, G4_LAYOUT_MLX } g4_layout;
+
+typedef struct g4_model {
+    char *path;
+    g4_config config;
+    g4_st_set *tensors;
+    g4_layout layout;
+    const char *text_prefix;  /* e.g. "model.language_model." */
+    g4_backend *backend;
+    g4_text_weights text;
+    /* bookkeeping for `gemma4 info` */
+    uint64_t weight_bytes_by_format[5];
+    uint64_t n_params;
+    size_t n_unused_tensors;
+    void **device_allocs;     /* backend arrays owned by the model */
+    size_t n_device_allocs, cap_device_allocs;
+} g4_model;
+
+typedef struct {
+    int threads; /* CPU threads, 0 = all */
+} g4_load_options;
+
+/* Loads config.json and the safetensors of a model directory, checks that
+ * every tensor the config requires is present with the right shape and dtype
+ * (listing every problem in one error), and prepares the weights for `be`.
+ * The model does not own the backend. */
+g4_status g4_model_load_dir(const char *dir, g4_backend *be, g4_model **out);
+void g4_model_release(g4_model *m);
+
+/* Human-readable summary (architecture, layer plan, parameters, bytes by
+ * format) into a malloc'd string. */
+char *g4_model_describe(const g4_model *m);
+
+#endif

@@ -1,0 +1,322 @@
+#include "model/text_decoder.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Backend buffers for one batch; sized once for `cap` rows. */
+struct g4_text_scratch {
+    g4_backend *be;
+    int cap, cap_logits;
+    int32_t *ids, *ple_ids, *pos, *seq, *kv_range, *mm_rows, *logit_rows;
+    int32_t *full_tables, *sliding_tables;
+    size_t full_tables_cap, sliding_tables_cap; /* elements */
+    float *h, *a, *t1, *q, *k, *v, *attn, *gate, *up;
+    float *ple_all, *ple_tok, *ple_i, *ple_g;
+    float *router_logits, *moe_w, *x2, *moe_out;
+    int32_t *moe_ids;
+    float *hsel, *logits;
+    int32_t *host_ids; /* placeholder-free ids staged on the host */
+};
+
+static void *scratch_alloc(g4_text_scratch *s, size_t bytes, int *ok) {
+    void *p = s->be->ops->alloc(s->be, bytes ? bytes : 4);
+    if (!p) *ok = 0;
+    return p;
+}
+
+g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logit_rows, g4_text_scratch **out) {
+    *out = NULL;
+    const g4_text_config *tc = &m->config.text;
+    g4_text_scratch *s = calloc(1, sizeof *s);
+    if (!s) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    s->be = m->backend;
+    s->cap = max_tokens;
+    s->cap_logits = max_logit_rows;
+    int dmax = 0, kvmax = 0, wmax = 0;
+    for (int i = 0; i < tc->n_layers; i++) {
+        const g4_layer_config *lc = &tc->layers[i];
+        if (lc->head_dim > dmax) dmax = lc->head_dim;
+        if (lc->n_kv_heads > kvmax) kvmax = lc->n_kv_heads;
+        if (lc->mlp_width > wmax) wmax = lc->mlp_width;
+    }
+    if (tc->moe && tc->moe_width > wmax) wmax = tc->moe_width;
+    const size_t N = (size_t)max_tokens, d = (size_t)tc->hidden_size, R = (size_t)max_logit_rows;
+    const size_t LP = (size_t)tc->n_layers * (size_t)tc->ple_dim;
+    int ok = 1;
+    s->ids = scratch_alloc(s, N * 4, &ok);
+    s->ple_ids = scratch_alloc(s, N * 4, &ok);
+    s->pos = scratch_alloc(s, N * 4, &ok);
+    s->seq = scratch_alloc(s, N * 4, &ok);
+    s->kv_range = scratch_alloc(s, N * 16, &ok);
+    s->mm_rows = scratch_alloc(s, N * 4, &ok);
+    s->logit_rows = scratch_alloc(s, R * 4, &ok);
+    s->h = scratch_alloc(s, N * d * 4, &ok);
+    s->a = scratch_alloc(s, N * d * 4, &ok);
+    s->t1 = scratch_alloc(s, N * d * 4, &ok);
+    s->q = scratch_alloc(s, N * (size_t)tc->n_heads * dmax * 4, &ok);
+    s->k = scratch_alloc(s, N * (size_t)kvmax * dmax * 4, &ok);
+    s->v = scratch_alloc(s, N * (size_t)kvmax * dmax * 4, &ok);
+    s->attn = scratch_alloc(s, N * (size_t)tc->n_heads * dmax * 4, &ok);
+    s->gate = scratch_alloc(s, N * (size_t)wmax * 4, &ok);
+    s->up = scratch_alloc(s, N * (size_t)wmax * 4, &ok);
+    if (LP) {
+        s->ple_all = scratch_alloc(s, N * LP * 4, &ok);
+        s->ple_tok = scratch_alloc(s, N * LP * 4, &ok);
+        s->ple_i = scratch_alloc(s, N * (size_t)tc->ple_dim * 4, &ok);
+        s->ple_g = scratch_alloc(s, N * (size_t)tc->ple_dim * 4, &ok);
+    }
+    if (tc->moe) {
+        s->router_logits = scratch_alloc(s, N * (size_t)tc->n_experts * 4, &ok);
+        s->moe_ids = scratch_alloc(s, N * (size_t)tc->top_k_experts * 4, &ok);
+        s->moe_w = scratch_alloc(s, N * (size_t)tc->top_k_experts * 4, &ok);
+        s->x2 = scratch_alloc(s, N * d * 4, &ok);
+        s->moe_out = scratch_alloc(s, N * d * 4, &ok);
+    }
+    s->hsel = scratch_alloc(s, R * d * 4, &ok);
+    s->logits = scratch_alloc(s, R * (size_t)tc->vocab_size * 4, &ok);
+    s->host_ids = malloc(N * 3 * sizeof *s->host_ids);
+    if (!ok || !s->host_ids) {
+        g4_text_scratch_free(s);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for activations of %d tokens", max_tokens);
+    }
+    *out = s;
+    return G4_OK;
+}
+
+void g4_text_scratch_free(g4_text_scratch *s) {
+    if (!s) return;
+    void *bufs[] = {s->ids, s->ple_ids, s->pos, s->seq, s->kv_range, s->mm_rows, s->logit_rows, s->full_tables,
+                    s->sliding_tables, s->h, s->a, s->t1, s->q, s->k, s->v, s->attn, s->gate, s->up, s->ple_all,
+                    s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->moe_out, s->moe_ids,
+                    s->hsel, s->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) s->be->ops->release(s->be, bufs[i]);
+    free(s->host_ids);
+    free(s);
+}
+
+int g4_text_scratch_capacity(const g4_text_scratch *s) { return s->cap; }
+
+/* Grows a backend int32 table buffer to hold n elements and uploads host data. */
+static g4_status upload_table(g4_backend *be, int32_t **buf, size_t *cap, const int32_t *host, size_t n) {
+    if (n > *cap) {
+        if (*buf) be->ops->release(be, *buf);
+        size_t c = n < 256 ? 256 : n * 2;
+        *buf = be->ops->alloc(be, c * sizeof(int32_t));
+        *cap = *buf ? c : 0;
+        if (!*buf) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for block tables");
+    }
+    if (n) be->ops->to_device(be, *buf, host, n * sizeof(int32_t));
+    return G4_OK;
+}
+
+void g4_text_kv_ranges(const g4_model *m, const int32_t *pos, const int32_t *group_lo, const int32_t *group_hi,
+                       int n, int mode, int32_t *kv_range) {
+    const int W = m->config.text.sliding_window;
+    for (int t = 0; t < n; t++) {
+        int p = pos[t];
+        int s_lo = p - W + 1 < 0 ? 0 : p - W + 1, s_hi = p;
+        int f_lo = 0, f_hi = p;
+        int glo = group_lo ? group_lo[t] : -1, ghi = group_hi ? group_hi[t] : -1;
+        if (mode && glo >= 0 && ghi > glo) {
+            if (mode == 1) {
+                /* (causal OR same image) AND |p - kv| < W, on sliding layers only */
+                int far = p + W - 1 < ghi - 1 ? p + W - 1 : ghi - 1;
+                if (far > s_hi) s_hi = far;
+            } else {
+                /* causal-and-window OR same image on sliding layers; causal OR same image on full */
+                if (glo < s_lo) s_lo = glo;
+                if (ghi - 1 > s_hi) s_hi = ghi - 1;
+                if (ghi - 1 > f_hi) f_hi = ghi - 1;
+            }
+        }
+        kv_range[4 * t + 0] = s_lo;
+        kv_range[4 * t + 1] = s_hi;
+        kv_range[4 * t + 2] = f_lo;
+        kv_range[4 * t + 3] = f_hi;
+    }
+}
+
+static int is_placeholder(const g4_token_ids *tk, int32_t id) {
+    return id == tk->image_id || id == tk->video_id || id == tk->audio_id;
+}
+
+static void per_layer_inputs(const g4_model *m, g4_text_scratch *s, int n) {
+    g4_backend *be = m->backend;
+    const g4_text_config *tc = &m->config.text;
+    const g4_text_weights *tw = &m->text;
+    const int d = tc->hidden_size, P = tc->ple_dim, L = tc->n_layers;
+    const size_t total = (size_t)n * L * P;
+    be->ops->embed(be, s->ple_tok, &tw->ple_embed, s->ple_ids, n, tw->ple_embed_scale);
+    be->ops->matmul(be, s->ple_all, s->h, n, &tw->ple_model_proj);
+    be->ops->scale(be, s->ple_all, s->ple_all, (float)(1.0 / sqrt((double)d)), total);
+    be->ops->rmsnorm(be, s->ple_all, s->ple_all, tw->ple_proj_norm, n * L, P, tc->rms_eps);
+    be->ops->add(be, s->ple_all, s->ple_all, s->ple_tok, total);
+    be->ops->scale(be, s->ple_all, s->ple_all, (float)(1.0 / sqrt(2.0)), total);
+}
+
+static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, int i, int n,
+                            const g4_attn_batch *ab) {
+    g4_backend *be = m->backend;
+    const g4_text_config *tc = &m->config.text;
+    const g4_layer_config *lc = &tc->layers[i];
+    const g4_text_layer *w = &m->text.layers[i];
+    const int D = lc->head_dim, Hq = tc->n_heads, Hkv = lc->n_kv_heads;
+    const int sliding = lc->kind == G4_LAYER_SLIDING;
+    be->ops->rmsnorm(be, s->a, s->h, w->input_norm, n, tc->hidden_size, tc->rms_eps);
+    be->ops->matmul(be, s->q, s->a, n, &w->q);
+    be->ops->rmsnorm(be, s->q, s->q, w->q_norm, n * Hq, D, tc->rms_eps);
+    be->ops->rope(be, s->q, n, Hq, D, s->pos, lc->rope_theta, lc->rope_pairs);
+    int cache_layer = lc->kv_donor >= 0 ? lc->kv_donor : i;
+    if (lc->kv_donor < 0) {
+        const size_t kv_elems = (size_t)n * Hkv * D;
+        be->ops->matmul(be, s->k, s->a, n, &w->k);
+        if (lc->k_eq_v)
+            be->ops->copy(be, s->v, s->k, kv_elems * sizeof(float)); /* V from the raw k_proj output */
+        else
+            be->ops->matmul(be, s->v, s->a, n, &w->v);
+        be->ops->rmsnorm(be, s->k, s->k, w->k_norm, n * Hkv, D, tc->rms_eps);
+        be->ops->rope(be, s->k, n, Hkv, D, s->pos, lc->rope_theta, lc->rope_pairs);
+        be->ops->rmsnorm(be, s->v, s->v, NULL, n * Hkv, D, tc->rms_eps);
+        be->ops->kv_store(be, kv->layer_kv[i], s->k, s->v, ab, sliding);
+    }
+    be->ops->attention(be, s->attn, s->q, kv->layer_kv[cache_layer], ab, sliding, Hq, 1.0f);
+    be->ops->matmul(be, s->t1, s->attn, n, &w->o);
+    be->ops->rmsnorm(be, s->t1, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps);
+    be->ops->add(be, s->h, s->h, s->t1, (size_t)n * tc->hidden_size);
+}
+
+static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int n) {
+    g4_backend *be = m->backend;
+    const g4_text_config *tc = &m->config.text;
+    const g4_layer_config *lc = &tc->layers[i];
+    const g4_text_layer *w = &m->text.layers[i];
+    const int d = tc->hidden_size;
+    const size_t nd = (size_t)n * d;
+    be->ops->rmsnorm(be, s->a, s->h, w->pre_ffn_norm, n, d, tc->rms_eps);
+    be->ops->matmul(be, s->gate, s->a, n, &w->gate);
+    be->ops->matmul(be, s->up, s->a, n, &w->up);
+    be->ops->gelu_mul(be, s->gate, s->gate, s->up, (size_t)n * lc->mlp_width);
+    be->ops->matmul(be, s->t1, s->gate, n, &w->down);
+    if (tc->moe) {
+        /* dense branch, then the routed experts beside it; the router sees
+         * the un-normalised residual stream */
+        be->ops->rmsnorm(be, s->t1, s->t1, w->post_ffn_norm1, n, d, tc->rms_eps);
+        be->ops->rmsnorm(be, s->x2, s->h, NULL, n, d, tc->rms_eps);
+        be->ops->mul_rows(be, s->x2, s->x2, w->router_scale, n, d);
+        be->ops->matmul(be, s->router_logits, s->x2, n, &w->router);
+        be->ops->moe_route(be, s->moe_ids, s->moe_w, s->router_logits, w->per_expert_scale, n, tc->n_experts,
+                           tc->top_k_experts);
+        be->ops->rmsnorm(be, s->x2, s->h, w->pre_ffn_norm2, n, d, tc->rms_eps);
+        be->ops->moe_experts(be, s->moe_out, s->x2, n, s->moe_ids, s->moe_w, tc->top_k_experts, &w->expert_gate,
+                             &w->expert_up, &w->expert_down);
+        be->ops->rmsnorm(be, s->moe_out, s->moe_out, w->post_ffn_norm2, n, d, tc->rms_eps);
+        be->ops->add(be, s->t1, s->t1, s->moe_out, nd);
+    }
+    be->ops->rmsnorm(be, s->t1, s->t1, w->post_ffn_norm, n, d, tc->rms_eps);
+    be->ops->add(be, s->h, s->h, s->t1, nd);
+}
+
+static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int i, int n) {
+    g4_backend *be = m->backend;
+    const g4_text_config *tc = &m->config.text;
+    const g4_text_layer *w = &m->text.layers[i];
+    const int d = tc->hidden_size, P = tc->ple_dim, L = tc->n_layers;
+    be->ops->copy_rows(be, s->ple_i, P, s->ple_all + (size_t)i * P, L * P, n, P);
+    be->ops->matmul(be, s->ple_g, s->h, n, &w->ple_gate);
+    be->ops->gelu_mul(be, s->ple_g, s->ple_g, s->ple_i, (size_t)n * P);
+    be->ops->matmul(be, s->t1, s->ple_g, n, &w->ple_proj);
+    be->ops->rmsnorm(be, s->t1, s->t1, w->ple_post_norm, n, d, tc->rms_eps);
+    be->ops->add(be, s->h, s->h, s->t1, (size_t)n * d);
+}
+
+g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, const g4_text_batch *b) {
+    g4_backend *be = m->backend;
+    const g4_text_config *tc = &m->config.text;
+    const g4_token_ids *tk = &m->config.tokens;
+    const int n = b->n_tokens, d = tc->hidden_size;
+    if (n <= 0) return g4_fail(G4_ERR_INVALID_ARGUMENT, "empty batch: no tokens to run");
+    if (n > s->cap || b->n_logit_rows > s->cap_logits)
+        return g4_fail(G4_ERR_LIMIT, "batch of %d tokens / %d logit rows exceeds the scratch capacity %d / %d", n,
+                       b->n_logit_rows, s->cap, s->cap_logits);
+    for (int t = 0; t < n; t++) {
+        if (b->ids[t] < 0 || b->ids[t] >= tc->vocab_size)
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "token id %d (row %d) is outside the vocabulary [0, %d)",
+                           b->ids[t], t, tc->vocab_size);
+    }
+    for (int r = 0; r < b->n_logit_rows; r++)
+        if (b->logit_rows[r] < 0 || b->logit_rows[r] >= n)
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "logit row %d outside the batch", b->logit_rows[r]);
+    /* Placeholders embed as pad (their rows are overwritten by soft tokens)
+     * and feed pad to the per-layer embeddings, as transformers does. */
+    int32_t *embed_ids = s->host_ids;
+    for (int t = 0; t < n; t++) embed_ids[t] = is_placeholder(tk, b->ids[t]) ? tk->pad_id : b->ids[t];
+    be->ops->to_device(be, s->ids, embed_ids, (size_t)n * 4);
+    be->ops->to_device(be, s->pos, b->pos, (size_t)n * 4);
+    be->ops->to_device(be, s->kv_range, b->kv_range, (size_t)n * 16);
+    if (b->seq) {
+        be->ops->to_device(be, s->seq, b->seq, (size_t)n * 4);
+    } else {
+        int32_t *zeros = s->host_ids + n;
+        memset(zeros, 0, (size_t)n * sizeof *zeros);
+        be->ops->to_device(be, s->seq, zeros, (size_t)n * 4);
+    }
+    g4_status st = upload_table(be, &s->full_tables, &s->full_tables_cap, b->full_tables,
+                                (size_t)b->n_seqs * b->full_table_stride);
+    if (st == G4_OK)
+        st = upload_table(be, &s->sliding_tables, &s->sliding_tables_cap, b->sliding_tables,
+                          (size_t)b->n_seqs * kv->ring_blocks);
+    if (st != G4_OK) return st;
+    if (b->n_logit_rows) be->ops->to_device(be, s->logit_rows, b->logit_rows, (size_t)b->n_logit_rows * 4);
+
+    g4_attn_batch ab = {
+        .n_tokens = n,
+        .pos = s->pos,
+        .seq = s->seq,
+        .kv_range = s->kv_range,
+        .full_tables = s->full_tables,
+        .full_table_stride = b->full_table_stride,
+        .sliding_tables = s->sliding_tables,
+        .ring_blocks = kv->ring_blocks,
+        .block_size = kv->block_size,
+    };
+
+    be->ops->embed(be, s->h, &m->text.embed, s->ids, n, m->text.embed_scale);
+    if (b->n_mm > 0) {
+        if (b->n_mm > n) return g4_fail(G4_ERR_INVALID_ARGUMENT, "more soft tokens than rows");
+        be->ops->to_device(be, s->mm_rows, b->mm_rows, (size_t)b->n_mm * 4);
+        be->ops->scatter_rows(be, s->h, s->mm_rows, b->mm_embeds, b->n_mm, d);
+    }
+    if (b->hook) b->hook(b->hook_ctx, "embed", s->h, n, d);
+    if (tc->ple_dim > 0) {
+        /* ids beyond the per-layer vocabulary read row 0, as transformers masks them */
+        int32_t *ple_ids = s->host_ids + 2 * n;
+        for (int t = 0; t < n; t++) ple_ids[t] = embed_ids[t] < tc->ple_vocab ? embed_ids[t] : 0;
+        be->ops->to_device(be, s->ple_ids, ple_ids, (size_t)n * 4);
+        per_layer_inputs(m, s, n);
+    }
+    for (int i = 0; i < tc->n_layers; i++) {
+        attention_block(m, kv, s, i, n, &ab);
+        feed_forward_block(m, s, i, n);
+        if (tc->ple_dim > 0) per_layer_embedding_block(m, s, i, n);
+        be->ops->scale(be, s->h, s->h, m->text.layers[i].layer_scalar, (size_t)n * d);
+        if (b->hook && i == 0) b->hook(b->hook_ctx, "layer0", s->h, n, d);
+    }
+    if (b->hook) {
+        b->hook(b->hook_ctx, "last_prenorm", s->h, n, d);
+        be->ops->rmsnorm(be, s->a, s->h, m->text.final_norm, n, d, tc->rms_eps);
+        b->hook(b->hook_ctx, "final_norm", s->a, n, d);
+    }
+    if (b->n_logit_rows > 0) {
+        const int R = b->n_logit_rows;
+        be->ops->gather_rows(be, s->hsel, s->h, s->logit_rows, R, d);
+        be->ops->rmsnorm(be, s->hsel, s->hsel, m->text.final_norm, R, d, tc->rms_eps);
+        if (b->hidden_out) be->ops->to_host(be, b->hidden_out, s->hsel, (size_t)R * d * sizeof(float));
+        be->ops->matmul(be, s->logits, s->hsel, R, &m->text.embed);
+        if (tc->final_softcap > 0)
+            be->ops->softcap(be, s->logits, (size_t)R * tc->vocab_size, tc->final_softcap);
+        if (b->logits) be->ops->to_host(be, b->logits, s->logits, (size_t)R * tc->vocab_size * sizeof(float));
+    }
+    return G4_OK;
+}

@@ -1,0 +1,300 @@
+#include "model/weight_loader.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+g4_status g4_loader_init(g4_weight_loader *L, g4_model *m) {
+    memset(L, 0, sizeof *L);
+    L->model = m;
+    L->used = calloc(g4_st_count(m->tensors) + 1, 1);
+    if (!L->used) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    return G4_OK;
+}
+
+void g4_loader_free(g4_weight_loader *L) {
+    free(L->problems);
+    free(L->used);
+    memset(L, 0, sizeof *L);
+}
+
+void g4_loader_problem(g4_weight_loader *L, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    size_t len = strlen(line);
+    if (L->problems_len + len + 4 > L->problems_cap) {
+        size_t cap = L->problems_cap ? L->problems_cap * 2 : 4096;
+        while (cap < L->problems_len + len + 4) cap *= 2;
+        char *grown = realloc(L->problems, cap);
+        if (!grown) return;
+        L->problems = grown;
+        L->problems_cap = cap;
+    }
+    memcpy(L->problems + L->problems_len, "\n  ", 3);
+    memcpy(L->problems + L->problems_len + 3, line, len + 1);
+    L->problems_len += len + 3;
+    L->n_problems++;
+}
+
+const g4_st_tensor *g4_loader_find(g4_weight_loader *L, const char *name) {
+    const g4_st_tensor *t = g4_st_find(L->model->tensors, name);
+    if (t) L->used[t - g4_st_at(L->model->tensors, 0)] = 1;
+    return t;
+}
+
+int g4_loader_has_module(g4_weight_loader *L, const char *module) {
+    char name[512];
+    snprintf(name, sizeof name, "%s.weight", module);
+    if (g4_st_find(L->model->tensors, name)) return 1;
+    return g4_st_find(L->model->tensors, module) != NULL;
+}
+
+static int is_float_dtype(g4_dtype t) { return t == G4_DTYPE_BF16 || t == G4_DTYPE_F16 || t == G4_DTYPE_F32; }
+
+static void format_shape(const g4_st_tensor *t, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < t->ndim && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static void format_expected(int64_t lead, int64_t rows, int64_t cols, char *buf, size_t n) {
+    if (lead > 0)
+        snprintf(buf, n, "[%lld, %lld, %lld]", (long long)lead, (long long)rows, (long long)cols);
+    else
+        snprintf(buf, n, "[%lld, %lld]", (long long)rows, (long long)cols);
+}
+
+/* Does t have shape [lead?, rows, cols]? */
+static int has_shape(const g4_st_tensor *t, int64_t lead, int64_t rows, int64_t cols) {
+    if (lead > 0) return t->ndim == 3 && t->shape[0] == lead && t->shape[1] == rows && t->shape[2] == cols;
+    return t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols;
+}
+
+/* MLX module path of a tensor name: the name without ".weight". */
+static void quant_params_for(g4_weight_loader *L, const char *module, const g4_st_tensor *scales,
+                             const g4_st_tensor *biases, int64_t cols, const g4_st_tensor *w, g4_quant_params *p) {
+    const g4_config *c = &L->model->config;
+    *p = g4_config_quant_for(c, module);
+    if (p->mode == G4_QUANT_NONE) {
+        /* Scales present but the config has no quantization block: infer the
+         * format from the tensors themselves. */
+        int64_t packed = w->shape[w->ndim - 1], groups = scales->shape[scales->ndim - 1];
+        p->mode = (scales->dtype == G4_DTYPE_U8 && !biases) ? G4_QUANT_MXFP4 : G4_QUANT_AFFINE;
+        p->bits = cols > 0 ? (int)(packed * 32 / cols) : 0;
+        p->group_size = groups > 0 ? (int)(cols / groups) : 0;
+    }
+}
+
+void g4_loader_matrix(g4_weight_loader *L, const char *module, int weight_suffix, int64_t n_lead, int64_t rows,
+                      int64_t cols, g4_matrix *out) {
+    memset(out, 0, sizeof *out);
+    char wname[512], sname[512], bname[512], expected[96], got[96];
+    snprintf(wname, sizeof wname, weight_suffix ? "%s.weight" : "%s", module);
+    snprintf(sname, sizeof sname, "%s.scales", module);
+    snprintf(bname, sizeof bname, "%s.biases", module);
+    format_expected(n_lead, rows, cols, expected, sizeof expected);
+    const g4_st_tensor *w = g4_loader_find(L, wname);
+    const g4_st_tensor *scales = g4_loader_find(L, sname);
+    const g4_st_tensor *biases = g4_loader_find(L, bname);
+    if (!w && !scales && !weight_suffix) {
+        /* MLX stores expert tensors as modules with .weight */
+        snprintf(wname, sizeof wname, "%s.weight", module);
+        w = g4_loader_find(L, wname);
+    }
+    if (!w) {
+        g4_loader_problem(L, "missing tensor %s (expected %s)", wname, expected);
+        return;
+    }
+    int64_t total_rows = (n_lead > 0 ? n_lead : 1) * rows;
+    out->rows = total_rows;
+    out->cols = cols;
+    out->data = w->data;
+    if (!scales) {
+        if (biases) {
+            g4_loader_problem(L, "%s has .biases but no .scales", module);
+            return;
+        }
+        if (!is_float_dtype(w->dtype)) {
+            g4_loader_problem(L, "tensor %s has dtype %s; expected BF16, F16 or F32 (or a quantised module)", wname,
+                              g4_dtype_name(w->dtype));
+            return;
+        }
+        if (!has_shape(w, n_lead, rows, cols)) {
+            format_shape(w, got, sizeof got);
+            g4_loader_problem(L, "tensor %s has shape %s but the config needs %s", wname, got, expected);
+            return;
+        }
+        out->format = w->dtype == G4_DTYPE_BF16 ? G4_WEIGHT_BF16 : w->dtype == G4_DTYPE_F16 ? G4_WEIGHT_F16 : G4_WEIGHT_F32;
+        out->row_bytes = (size_t)cols * g4_dtype_size(w->dtype);
+        return;
+    }
+    /* quantised module */
+    g4_quant_params p;
+    quant_params_for(L, module, scales, biases, cols, w, &p);
+    if (w->dtype != G4_DTYPE_U32 && w->dtype != G4_DTYPE_I32) {
+        g4_loader_problem(L, "quantised %s has dtype %s; expected U32 packed codes", wname, g4_dtype_name(w->dtype));
+        return;
+    }
+    if (p.mode == G4_QUANT_NONE) {
+        g4_loader_problem(L, "%s has .scales but config.json's quantization marks it unquantised", module);
+        return;
+    }
+    if (p.group_size <= 0 || cols % p.group_size != 0 || (p.bits != 2 && p.bits != 3 && p.bits != 4 &&
+                                                          p.bits != 5 && p.bits != 6 && p.bits != 8)) {
+        g4_loader_problem(L, "%s: %d-bit group-%d quantisation does not fit %lld columns", module, p.bits, p.group_size,
+                          (long long)cols);
+        return;
+    }
+    if (((int64_t)cols * p.bits) % 32 != 0) {
+        g4_loader_problem(L, "%s: %lld columns of %d bits do not fill whole uint32 words", module, (long long)cols,
+                          p.bits);
+        return;
+    }
+    int64_t packed_cols = cols * p.bits / 32, groups = cols / p.group_size;
+    if (!has_shape(w, n_lead, rows, packed_cols)) {
+        char want[96];
+        format_shape(w, got, sizeof got);
+        format_expected(n_lead, rows, packed_cols, want, sizeof want);
+        g4_loader_problem(L,
+                          "quantised %s has shape %s but %d-bit codes for the config's %s need %s (packed width "
+                          "does not match the bits in config.json)",
+                          wname, got, p.bits, expected, want);
+        return;
+    }
+    if (!has_shape(scales, n_lead, rows, groups)) {
+        char want[96];
+        format_shape(scales, got, sizeof got);
+        format_expected(n_lead, rows, groups, want, sizeof want);
+        g4_loader_problem(L, "%s has shape %s; group size %d needs %s", sname, got, p.group_size, want);
+        return;
+    }
+    out->bits = p.bits;
+    out->group_size = p.group_size;
+    out->row_bytes = (size_t)packed_cols * 4;
+    out->scales = scales->data;
+    out->scale_row_bytes = (size_t)groups * g4_dtype_size(scales->dtype);
+    out->scale_dtype = scales->dtype;
+    if (p.mode == G4_QUANT_MXFP4) {
+        if (p.bits != 4 || p.group_size != 32) {
+            g4_loader_problem(L, "%s: mxfp4 needs 4 bits and group 32 (config says %d bits, group %d)", module, p.bits,
+                              p.group_size);
+            return;
+        }
+        if (scales->dtype != G4_DTYPE_U8) {
+            g4_loader_problem(L, "%s has dtype %s; mxfp4 scales are U8 (E8M0)", sname, g4_dtype_name(scales->dtype));
+            return;
+        }
+        if (biases) {
+            g4_loader_problem(L, "%s: mxfp4 modules have no .biases", module);
+            return;
+        }
+        out->format = G4_WEIGHT_MXFP4;
+        return;
+    }
+    if (!is_float_dtype(scales->dtype)) {
+        g4_loader_problem(L, "%s has dtype %s; affine scales are BF16, F16 or F32", sname, g4_dtype_name(scales->dtype));
+        return;
+    }
+    if (!biases) {
+        g4_loader_problem(L, "missing tensor %s (affine quantisation needs biases)", bname);
+        return;
+    }
+    if (biases->dtype != scales->dtype || !has_shape(biases, n_lead, rows, groups)) {
+        format_shape(biases, got, sizeof got);
+        g4_loader_problem(L, "%s (%s %s) does not match its scales", bname, g4_dtype_name(biases->dtype), got);
+        return;
+    }
+    out->biases = biases->data;
+    out->format = G4_WEIGHT_AFFINE;
+}
+
+float *g4_model_upload_floats(g4_model *m, const float *host, size_t n) {
+    g4_backend *be = m->backend;
+    float *dev = be->ops->alloc(be, n * sizeof(float));
+    if (!dev) return NULL;
+    be->ops->to_device(be, dev, host, n * sizeof(float));
+    if (m->n_device_allocs == m->cap_device_allocs) {
+        size_t cap = m->cap_device_allocs ? m->cap_device_allocs * 2 : 64;
+        void **grown = realloc(m->device_allocs, cap * sizeof *grown);
+        if (!grown) {
+            be->ops->release(be, dev);
+            return NULL;
+        }
+        m->device_allocs = grown;
+        m->cap_device_allocs = cap;
+    }
+    m->device_allocs[m->n_device_allocs++] = dev;
+    return dev;
+}
+
+static int read_floats(const g4_st_tensor *t, float *dst, int64_t n) {
+    if (!is_float_dtype(t->dtype)) return 0;
+    for (int64_t i = 0; i < n; i++) dst[i] = g4_load_as_f32(t->data, t->dtype, (size_t)i);
+    return 1;
+}
+
+float *g4_loader_vector(g4_weight_loader *L, const char *name, int64_t n) {
+    const g4_st_tensor *t = g4_loader_find(L, name);
+    if (!t) {
+        g4_loader_problem(L, "missing tensor %s (expected [%lld])", name, (long long)n);
+        return NULL;
+    }
+    int64_t elements = 1;
+    for (int d = 0; d < t->ndim; d++) elements *= t->shape[d];
+    int shape_ok = (t->ndim == 1 && t->shape[0] == n) || (n == 1 && elements == 1);
+    if (!shape_ok || !is_float_dtype(t->dtype)) {
+        char got[96];
+        format_shape(t, got, sizeof got);
+        g4_loader_problem(L, "tensor %s is %s %s; expected a float vector [%lld]", name, g4_dtype_name(t->dtype), got,
+                          (long long)n);
+        return NULL;
+    }
+    float *host = malloc((size_t)n * sizeof *host);
+    if (!host) {
+        g4_loader_problem(L, "out of memory loading %s", name);
+        return NULL;
+    }
+    read_floats(t, host, n);
+    float *dev = g4_model_upload_floats(L->model, host, (size_t)n);
+    free(host);
+    if (!dev) g4_loader_problem(L, "out of backend memory loading %s", name);
+    L->model->n_params += (uint64_t)n;
+    return dev;
+}
+
+float g4_loader_scalar(g4_weight_loader *L, const char *name) {
+    const g4_st_tensor *t = g4_loader_find(L, name);
+    if (!t) {
+        g4_loader_problem(L, "missing tensor %s (expected a scalar)", name);
+        return 0.0f;
+    }
+    int64_t elements = 1;
+    for (int d = 0; d < t->ndim; d++) elements *= t->shape[d];
+    float v = 0.0f;
+    if (elements != 1 || !read_floats(t, &v, 1)) {
+        g4_loader_problem(L, "tensor %s must be one float value", name);
+        return 0.0f;
+    }
+    L->model->n_params += 1;
+    return v;
+}
+
+g4_status g4_loader_finish(g4_weight_loader *L, const char *what) {
+    if (L->n_problems == 0) return G4_OK;
+    return g4_fail(G4_ERR_FORMAT, "%s: %d problem%s with the checkpoint's tensors:%s", what, L->n_problems,
+                   L->n_problems == 1 ? "" : "s", L->problems ? L->problems : "");
+}
+
+g4_status g4_loader_prepare_matrix(g4_weight_loader *L, g4_matrix *m) {
+    if (!m->data) return G4_OK;
+    g4_model *model = L->model;
+    model->weight_bytes_by_format[m->format] += g4_matrix_bytes(m);
+    model->n_params += (uint64_t)m->rows * (uint64_t)m->cols;
+    return model->backend->ops->prepare_matrix(model->backend, m);
+}

@@ -1,0 +1,88 @@
+#include "cli_common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_option(int argc, char **argv, int *i, const char *name, const char **value) {
+    if (strcmp(argv[*i], name) != 0) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "gemma4: option %s needs a value\n", name);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+int cli_flag(char **argv, int i, const char *name) { return strcmp(argv[i], name) == 0; }
+
+int cli_parse_ids(const char *text, int32_t **ids, int *n) {
+    *ids = NULL;
+    *n = 0;
+    size_t cap = 16, count = 0;
+    int32_t *out = malloc(cap * sizeof *out);
+    if (!out) return -1;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == ',' || *p == '\n' || *p == '[' || *p == ']') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "gemma4: bad token id near '%.20s' (ids are non-negative integers separated by commas)\n",
+                    p);
+            free(out);
+            return -1;
+        }
+        if (count == cap) {
+            cap *= 2;
+            int32_t *grown = realloc(out, cap * sizeof *grown);
+            if (!grown) {
+                free(out);
+                return -1;
+            }
+            out = grown;
+        }
+        out[count++] = (int32_t)v;
+        p = end;
+    }
+    *ids = out;
+    *n = (int)count;
+    return 0;
+}
+
+long cli_parse_count(const char *text, const char *what) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || errno || v < 0) {
+        fprintf(stderr, "gemma4: %s must be a non-negative integer, got '%s'\n", what, text);
+        return -1;
+    }
+    return v;
+}
+
+void cli_report_error(const char *cmd, g4_status st) {
+    fprintf(stderr, "gemma4 %s: %s (%s)\n", cmd, g4_error_message(), g4_status_name(st));
+}
+
+int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **model) {
+    *be = NULL;
+    *model = NULL;
+    g4_status st = g4_backend_cpu_create(threads, be);
+    if (st == G4_OK) st = g4_model_load_dir(path, *be, model);
+    if (st != G4_OK) {
+        fprintf(stderr, "gemma4: cannot load model: %s\n", g4_error_message());
+        g4_backend_destroy(*be);
+        *be = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+void cli_close_model(g4_backend *be, g4_model *model) {
+    g4_model_release(model);
+    g4_backend_destroy(be);
+}

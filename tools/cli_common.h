@@ -1,0 +1,29 @@
+/* Helpers shared by the subcommands: argument values, model opening,
+ * id lists. */
+#ifndef G4_TOOLS_CLI_COMMON_H
+#define G4_TOOLS_CLI_COMMON_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+/* If argv[*i] is `name`, stores the next argument in *value, advances *i and
+ * returns 1; prints an error and returns -1 when the value is missing. */
+int cli_option(int argc, char **argv, int *i, const char *name, const char **value);
+int cli_flag(char **argv, int i, const char *name);
+
+/* "2,17,33" -> ids (malloc'd). Prints an error and returns -1 on bad input. */
+int cli_parse_ids(const char *text, int32_t **ids, int *n);
+/* Non-negative integer argument; -1 and an error message when malformed. */
+long cli_parse_count(const char *text, const char *what);
+
+/* Opens the CPU backend and loads the model at `path`. Prints the error and
+ * returns nonzero on failure. */
+int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **model);
+void cli_close_model(g4_backend *be, g4_model *model);
+
+/* Prints "gemma4 <cmd>: <message>" for the last library error. */
+void cli_report_error(const char *cmd, g4_status st);
+
+#endif

@@ -1,0 +1,127 @@
+/* gemma4 logits: logits for every position of a token sequence, written as
+ * float32 tensor "logits" [T, V] to a safetensors file. With --decode the
+ * tokens go through the KV cache one at a time instead of one prefill. With
+ * --hidden the residual stream at named points is written too
+ * ("hidden.embed", "hidden.layer0", "hidden.last_prenorm", "hidden.final_norm"). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_common.h"
+#include "io/safetensors.h"
+#include "runtime/session.h"
+
+#define N_HIDDEN 4
+static const char *const hidden_names[N_HIDDEN] = {"embed", "layer0", "last_prenorm", "final_norm"};
+
+typedef struct {
+    g4_backend *be;
+    float *rows[N_HIDDEN]; /* accumulated [T][d] per name */
+    int n_rows[N_HIDDEN];
+    int dim, cap;
+} hidden_capture;
+
+static void capture_hidden(void *ctx, const char *name, const float *data, int rows, int dim) {
+    hidden_capture *hc = ctx;
+    for (int k = 0; k < N_HIDDEN; k++) {
+        if (strcmp(name, hidden_names[k]) != 0) continue;
+        if (hc->n_rows[k] + rows > hc->cap) return;
+        hc->dim = dim;
+        hc->be->ops->to_host(hc->be, hc->rows[k] + (size_t)hc->n_rows[k] * dim, data, (size_t)rows * dim * 4);
+        hc->n_rows[k] += rows;
+    }
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: gemma4 logits -m DIR --ids 2,17,33,... -o OUT.safetensors [--decode] [--hidden]\n"
+               "                     [--threads N]\n");
+}
+
+int cmd_logits(int argc, char **argv) {
+    const char *model_path = NULL, *ids_text = NULL, *out_path = NULL, *threads_text = NULL;
+    int decode = 0, hidden = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--ids", &ids_text)) ||
+            (r = cli_option(argc, argv, &i, "-o", &out_path)) ||
+            (r = cli_option(argc, argv, &i, "--threads", &threads_text))) {
+            if (r < 0) return 2;
+        } else if (cli_flag(argv, i, "--decode")) {
+            decode = 1;
+        } else if (cli_flag(argv, i, "--hidden")) {
+            hidden = 1;
+        } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "gemma4 logits: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model_path || !ids_text || !out_path) {
+        usage(stderr);
+        return 2;
+    }
+    int32_t *ids;
+    int n;
+    if (cli_parse_ids(ids_text, &ids, &n) != 0) return 2;
+    if (n == 0) {
+        fprintf(stderr, "gemma4 logits: empty prompt: --ids lists no tokens\n");
+        free(ids);
+        return 2;
+    }
+    long threads = threads_text ? cli_parse_count(threads_text, "--threads") : 0;
+    if (threads < 0) return 2;
+    g4_backend *be;
+    g4_model *model;
+    if (cli_open_model(model_path, (int)threads, &be, &model) != 0) {
+        free(ids);
+        return 1;
+    }
+    const int V = model->config.text.vocab_size, d = model->config.text.hidden_size;
+    g4_session_options opt = {.n_ctx = n};
+    g4_session *s = NULL;
+    float *logits = malloc((size_t)n * V * sizeof *logits);
+    hidden_capture hc = {.be = be, .cap = n};
+    int rc = 1;
+    g4_status st = logits ? g4_session_create(model, &opt, &s) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == G4_OK && hidden) {
+        for (int k = 0; k < N_HIDDEN; k++) {
+            hc.rows[k] = malloc((size_t)n * d * sizeof(float));
+            if (!hc.rows[k]) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        s->hook = capture_hidden;
+        s->hook_ctx = &hc;
+    }
+    if (st == G4_OK) {
+        if (decode) {
+            for (int t = 0; t < n && st == G4_OK; t++)
+                st = g4_session_eval(s, ids + t, 1, NULL, G4_LOGITS_LAST, logits + (size_t)t * V);
+        } else {
+            st = g4_session_eval(s, ids, n, NULL, G4_LOGITS_ALL, logits);
+        }
+    }
+    if (st == G4_OK) {
+        g4_st_write_item items[1 + N_HIDDEN] = {{.name = "logits", .dtype = G4_DTYPE_F32, .ndim = 2,
+                                                 .shape = {n, V}, .data = logits}};
+        size_t n_items = 1;
+        char names[N_HIDDEN][32];
+        for (int k = 0; hidden && k < N_HIDDEN; k++) {
+            snprintf(names[k], sizeof names[k], "hidden.%s", hidden_names[k]);
+            items[n_items++] = (g4_st_write_item){.name = names[k], .dtype = G4_DTYPE_F32, .ndim = 2,
+                                                  .shape = {hc.n_rows[k], d}, .data = hc.rows[k]};
+        }
+        st = g4_st_write(out_path, items, n_items);
+    }
+    if (st == G4_OK)
+        rc = 0;
+    else
+        cli_report_error("logits", st);
+    for (int k = 0; k < N_HIDDEN; k++) free(hc.rows[k]);
+    g4_session_destroy(s);
+    free(logits);
+    free(ids);
+    cli_close_model(be, model);
+    return rc;
+}
