@@ -58,6 +58,9 @@ typedef struct g4_model {
     size_t n_unused_tensors;
     void **device_allocs;     /* backend arrays owned by the model */
     size_t n_device_allocs, cap_device_allocs;
+    void **host_allocs;       /* synthetic weights owned by the model */
+    size_t n_host_allocs, cap_host_allocs;
+    int synthetic;
 } g4_model;
 
 typedef struct {
@@ -71,8 +74,27 @@ typedef struct {
 g4_status g4_model_load_dir(const char *dir, g4_backend *be, g4_model **out);
 void g4_model_release(g4_model *m);
 
+/* A full-size model with random weights for benchmarks: `preset` names a
+ * release config compiled into the binary ("e2b", "e4b", "26b-a4b", "31b",
+ * "12b"), `format` is "bf16", "mlx4", "mlx8" or "mxfp4" (mlx4 uses the
+ * mlx-community recipe where one exists: mixed 4/8-bit). Speed does not
+ * depend on the values; the weights are never used for anything else. */
+g4_status g4_model_synthesize(const char *preset, const char *format, g4_backend *be, g4_model **out);
+/* Names of the compiled-in presets, space-separated. */
+const char *g4_model_preset_names(void);
+
 /* Human-readable summary (architecture, layer plan, parameters, bytes by
  * format) into a malloc'd string. */
 char *g4_model_describe(const g4_model *m);
 
+
+
+/* Bytes of weights a single decode step reads (the LM head and every
+ * projection; MoE: only top_k of the experts; embedding rows counted as one
+ * row), and the KV-cache bytes it reads at context length ctx. */
+uint64_t g4_model_decode_weight_bytes(const g4_model *m);
+uint64_t g4_model_decode_kv_bytes(const g4_model *m, int ctx, int kv_bytes_per_value);
+/* FLOPs per prompt token of a prefill (matrices only, MoE: top_k; the LM
+ * head, needed for the last row only, excluded). */
+double g4_model_flops_per_token(const g4_model *m);
 #endif

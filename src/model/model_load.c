@@ -107,7 +107,7 @@ static void load_text_layer(g4_weight_loader *L, int i, g4_text_layer *w) {
         char gu[512], dn[512];
         layer_name(gu, sizeof gu, p, i, "experts.gate_up_proj");
         layer_name(dn, sizeof dn, p, i, "experts.down_proj");
-        int hf_experts = g4_st_find(m->tensors, gu) != NULL;
+        int hf_experts = m->tensors && g4_st_find(m->tensors, gu) != NULL;
         w->expert_gate.n_experts = w->expert_up.n_experts = w->expert_down.n_experts = (int)E;
         w->expert_gate.rows_per_expert = w->expert_up.rows_per_expert = I;
         w->expert_down.rows_per_expert = d;
@@ -182,10 +182,10 @@ static g4_status load_text(g4_model *m) {
     for (int i = 0; st == G4_OK && i < tc->n_layers; i++) {
         char gu[512];
         layer_name(gu, sizeof gu, p, i, "experts.gate_up_proj");
-        st = prepare_layer(&L, &tw->layers[i], g4_st_find(m->tensors, gu) != NULL);
+        st = prepare_layer(&L, &tw->layers[i], m->tensors && g4_st_find(m->tensors, gu) != NULL);
     }
     m->n_unused_tensors = 0;
-    for (size_t t = 0; t < g4_st_count(m->tensors); t++) m->n_unused_tensors += !L.used[t];
+    for (size_t t = 0; m->tensors && t < g4_st_count(m->tensors); t++) m->n_unused_tensors += !L.used[t];
     g4_loader_free(&L);
     return st;
 }
@@ -224,9 +224,64 @@ void g4_model_release(g4_model *m) {
     if (!m) return;
     for (size_t i = 0; i < m->n_device_allocs; i++) m->backend->ops->release(m->backend, m->device_allocs[i]);
     free(m->device_allocs);
+    for (size_t i = 0; i < m->n_host_allocs; i++) free(m->host_allocs[i]);
+    free(m->host_allocs);
     free(m->text.layers);
     g4_st_close(m->tensors);
     g4_config_free(&m->config);
     free(m->path);
     free(m);
+}
+
+/* ---- synthetic models ------------------------------------------------------ */
+
+#include "model/presets.h"
+
+static const g4_preset *find_preset(const char *name) {
+    for (const g4_preset *p = g4_presets; p->name; p++)
+        if (!strcmp(p->name, name)) return p;
+    return NULL;
+}
+
+const char *g4_model_preset_names(void) { return "e2b e4b 26b-a4b 31b 12b"; }
+
+g4_status g4_model_synthesize(const char *preset, const char *format, g4_backend *be, g4_model **out) {
+    *out = NULL;
+    int bits = 0, mxfp4 = 0;
+    if (!strcmp(format, "mlx4"))
+        bits = 4;
+    else if (!strcmp(format, "mlx8"))
+        bits = 8;
+    else if (!strcmp(format, "mxfp4"))
+        mxfp4 = 1;
+    else if (strcmp(format, "bf16") != 0)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "unknown format '%s' (bf16, mlx4, mlx8 or mxfp4)", format);
+    char variant[64];
+    snprintf(variant, sizeof variant, "%s-mlx4", preset);
+    const g4_preset *p = (bits == 4 && find_preset(variant)) ? find_preset(variant) : find_preset(preset);
+    if (!p) return g4_fail(G4_ERR_NOT_FOUND, "no preset '%s' (have: %s)", preset, g4_model_preset_names());
+    g4_model *m = calloc(1, sizeof *m);
+    if (!m) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    m->backend = be;
+    m->synthetic = 1;
+    char path[96];
+    snprintf(path, sizeof path, "synthetic %s (%s)", preset, format);
+    m->path = strdup(path);
+    m->text_prefix = "language_model.model.";
+    m->layout = (bits || mxfp4) ? G4_LAYOUT_MLX : G4_LAYOUT_HF;
+    g4_status st = g4_config_parse(p->json, p->len, p->name, &m->config);
+    if (st == G4_OK && strcmp(p->name, variant) != 0) {
+        /* no mlx-community recipe: quantise every module alike */
+        g4_quant_config *q = &m->config.quant;
+        q->present = bits || mxfp4;
+        q->defaults = mxfp4 ? (g4_quant_params){G4_QUANT_MXFP4, 4, 32}
+                            : (g4_quant_params){G4_QUANT_AFFINE, bits, 64};
+    }
+    if (st == G4_OK) st = load_text(m);
+    if (st != G4_OK) {
+        g4_model_release(m);
+        return st;
+    }
+    *out = m;
+    return G4_OK;
 }

@@ -8,7 +8,9 @@
 g4_status g4_loader_init(g4_weight_loader *L, g4_model *m) {
     memset(L, 0, sizeof *L);
     L->model = m;
-    L->used = calloc(g4_st_count(m->tensors) + 1, 1);
+    L->synthetic = m->synthetic;
+    L->rng = 0x9e3779b97f4a7c15ull;
+    L->used = calloc((m->tensors ? g4_st_count(m->tensors) : 0) + 1, 1);
     if (!L->used) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     return G4_OK;
 }
@@ -42,12 +44,14 @@ void g4_loader_problem(g4_weight_loader *L, const char *fmt, ...) {
 }
 
 const g4_st_tensor *g4_loader_find(g4_weight_loader *L, const char *name) {
+    if (L->synthetic) return NULL;
     const g4_st_tensor *t = g4_st_find(L->model->tensors, name);
     if (t) L->used[t - g4_st_at(L->model->tensors, 0)] = 1;
     return t;
 }
 
 int g4_loader_has_module(g4_weight_loader *L, const char *module) {
+    if (L->synthetic) return 1;
     char name[512];
     snprintf(name, sizeof name, "%s.weight", module);
     if (g4_st_find(L->model->tensors, name)) return 1;
@@ -91,9 +95,124 @@ static void quant_params_for(g4_weight_loader *L, const char *module, const g4_s
     }
 }
 
+/* ---- synthetic weights ----------------------------------------------------- */
+
+static void *synthetic_alloc(g4_weight_loader *L, size_t bytes) {
+    g4_model *m = L->model;
+    if (m->n_host_allocs == m->cap_host_allocs) {
+        size_t cap = m->cap_host_allocs ? m->cap_host_allocs * 2 : 256;
+        void **grown = realloc(m->host_allocs, cap * sizeof *grown);
+        if (!grown) return NULL;
+        m->host_allocs = grown;
+        m->cap_host_allocs = cap;
+    }
+    size_t padded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, padded ? padded : 64);
+    if (p) m->host_allocs[m->n_host_allocs++] = p;
+    return p;
+}
+
+/* Fills n 16-bit words with values drawn by `kind`: 0 = bf16 weights in about
+ * [-0.06, 0.06], 1 = small positive bf16 scales, 2 = small negative bf16
+ * biases. Random bits, but never NaN, infinity or denormal. */
+static void fill_bf16(uint16_t *p, size_t n, uint64_t seed, int kind) {
+#pragma omp parallel for schedule(static)
+    for (size_t block = 0; block < (n + 4095) / 4096; block++) {
+        uint64_t x = seed ^ (block * 0x9e3779b97f4a7c15ull) ^ 0xd1b54a32d192ed03ull;
+        size_t end = (block + 1) * 4096 < n ? (block + 1) * 4096 : n;
+        for (size_t i = block * 4096; i < end; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            uint16_t mant = (uint16_t)(x & 0x7f), exp = (uint16_t)(117 + ((x >> 8) & 7)); /* 2^-10 .. 2^-3 */
+            uint16_t sign = kind == 0 ? (uint16_t)((x >> 12) & 1) : kind == 2;
+            if (kind == 1) exp = 119; /* ~0.004 */
+            p[i] = (uint16_t)(sign << 15 | exp << 7 | mant);
+        }
+    }
+}
+
+static void fill_bytes(unsigned char *p, size_t n, uint64_t seed, int e8m0) {
+#pragma omp parallel for schedule(static)
+    for (size_t block = 0; block < (n + 65535) / 65536; block++) {
+        uint64_t x = seed ^ (block * 0x9e3779b97f4a7c15ull) ^ 0x94d049bb133111ebull;
+        size_t end = (block + 1) * 65536 < n ? (block + 1) * 65536 : n;
+        for (size_t i = block * 65536; i < end; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            p[i] = e8m0 ? (unsigned char)(118 + (x & 3)) : (unsigned char)(x >> 24);
+        }
+    }
+}
+
+static void synthetic_matrix(g4_weight_loader *L, const char *module, int64_t n_lead, int64_t rows, int64_t cols,
+                             g4_matrix *out) {
+    int64_t total = (n_lead > 0 ? n_lead : 1) * rows;
+    g4_quant_params p = g4_config_quant_for(&L->model->config, module);
+    size_t mlen = strlen(module);
+    if (p.mode != G4_QUANT_NONE && mlen >= 11 && !strcmp(module + mlen - 11, "router.proj"))
+        p = (g4_quant_params){G4_QUANT_AFFINE, 8, 64}; /* MLX keeps routers at 8 bits */
+    if (p.mode != G4_QUANT_NONE && (cols % p.group_size || (cols * p.bits) % 32))
+        p.mode = G4_QUANT_NONE; /* MLX leaves such modules unquantised too */
+    L->rng = L->rng * 6364136223846793005ull + 1442695040888963407ull;
+    out->rows = total;
+    out->cols = cols;
+    if (p.mode == G4_QUANT_NONE) {
+        uint16_t *w = synthetic_alloc(L, (size_t)total * cols * 2);
+        if (!w) {
+            g4_loader_problem(L, "out of memory for synthetic %s", module);
+            return;
+        }
+        fill_bf16(w, (size_t)total * cols, L->rng, 0);
+        out->format = G4_WEIGHT_BF16;
+        out->data = w;
+        out->row_bytes = (size_t)cols * 2;
+        return;
+    }
+    int64_t groups = cols / p.group_size;
+    size_t code_bytes = (size_t)total * (size_t)(cols * p.bits / 8);
+    unsigned char *codes = synthetic_alloc(L, code_bytes);
+    if (!codes) {
+        g4_loader_problem(L, "out of memory for synthetic %s", module);
+        return;
+    }
+    fill_bytes(codes, code_bytes, L->rng, 0);
+    out->data = codes;
+    out->row_bytes = (size_t)(cols * p.bits / 8);
+    out->bits = p.bits;
+    out->group_size = p.group_size;
+    if (p.mode == G4_QUANT_MXFP4) {
+        unsigned char *scales = synthetic_alloc(L, (size_t)total * groups);
+        if (!scales) {
+            g4_loader_problem(L, "out of memory for synthetic %s", module);
+            return;
+        }
+        fill_bytes(scales, (size_t)total * groups, L->rng + 1, 1);
+        out->format = G4_WEIGHT_MXFP4;
+        out->scales = scales;
+        out->scale_dtype = G4_DTYPE_U8;
+        out->scale_row_bytes = (size_t)groups;
+        return;
+    }
+    uint16_t *scales = synthetic_alloc(L, (size_t)total * groups * 2);
+    uint16_t *biases = synthetic_alloc(L, (size_t)total * groups * 2);
+    if (!scales || !biases) {
+        g4_loader_problem(L, "out of memory for synthetic %s", module);
+        return;
+    }
+    fill_bf16(scales, (size_t)total * groups, L->rng + 1, 1);
+    fill_bf16(biases, (size_t)total * groups, L->rng + 2, 2);
+    out->format = G4_WEIGHT_AFFINE;
+    out->scales = scales;
+    out->biases = biases;
+    out->scale_dtype = G4_DTYPE_BF16;
+    out->scale_row_bytes = (size_t)groups * 2;
+}
+
 void g4_loader_matrix(g4_weight_loader *L, const char *module, int weight_suffix, int64_t n_lead, int64_t rows,
                       int64_t cols, g4_matrix *out) {
     memset(out, 0, sizeof *out);
+    if (L->synthetic) {
+        synthetic_matrix(L, module, n_lead, rows, cols, out);
+        return;
+    }
     char wname[512], sname[512], bname[512], expected[96], got[96];
     snprintf(wname, sizeof wname, weight_suffix ? "%s.weight" : "%s", module);
     snprintf(sname, sizeof sname, "%s.scales", module);
@@ -240,6 +359,15 @@ static int read_floats(const g4_st_tensor *t, float *dst, int64_t n) {
 }
 
 float *g4_loader_vector(g4_weight_loader *L, const char *name, int64_t n) {
+    if (L->synthetic) {
+        float *host = malloc((size_t)n * sizeof *host);
+        if (!host) return NULL;
+        for (int64_t i = 0; i < n; i++) host[i] = 1.0f;
+        float *dev = g4_model_upload_floats(L->model, host, (size_t)n);
+        free(host);
+        L->model->n_params += (uint64_t)n;
+        return dev;
+    }
     const g4_st_tensor *t = g4_loader_find(L, name);
     if (!t) {
         g4_loader_problem(L, "missing tensor %s (expected [%lld])", name, (long long)n);
@@ -269,6 +397,7 @@ float *g4_loader_vector(g4_weight_loader *L, const char *name, int64_t n) {
 }
 
 float g4_loader_scalar(g4_weight_loader *L, const char *name) {
+    if (L->synthetic) return 1.0f;
     const g4_st_tensor *t = g4_loader_find(L, name);
     if (!t) {
         g4_loader_problem(L, "missing tensor %s (expected a scalar)", name);

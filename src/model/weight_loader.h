@@ -18,6 +18,11 @@ typedef struct {
     size_t problems_len, problems_cap;
     int n_problems;
     unsigned char *used; /* [tensor count]: 1 when a tensor was consumed */
+    /* Synthetic models (benchmarks): every requested tensor is made up with
+     * random values in the format config.json's quantization asks for,
+     * instead of being read. Never used for real checkpoints. */
+    int synthetic;
+    uint64_t rng;
 } g4_weight_loader;
 
 g4_status g4_loader_init(g4_weight_loader *L, g4_model *m);

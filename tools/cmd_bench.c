@@ -1,0 +1,159 @@
+/* gemma4 bench: prefill (ppN) and decode (tgN) speed in llama-bench's
+ * conventions (fresh context, repeats, mean ± sd, sampling excluded), each
+ * beside its physical limit on this machine: prefill against measured FLOP/s,
+ * decode against measured memory bandwidth over the bytes a step reads. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "base/probe.h"
+#include "cli_common.h"
+#include "runtime/session.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: gemma4 bench (-m DIR | --synthetic NAME) [--format bf16|mlx4|mlx8|mxfp4]\n"
+            "                    [-p 512] [-n 128] [-r 3] [--threads N] [--json]\n"
+            "  NAME: e2b, e4b, 26b-a4b, 31b or 12b (full-size, random weights; real release configs)\n");
+}
+
+typedef struct {
+    double mean, sd;
+} stats;
+
+static stats summarize(const double *v, int n) {
+    stats s = {0, 0};
+    for (int i = 0; i < n; i++) s.mean += v[i];
+    s.mean /= n;
+    for (int i = 0; i < n; i++) s.sd += (v[i] - s.mean) * (v[i] - s.mean);
+    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
+    return s;
+}
+
+static int32_t bench_token(int i, int vocab) { return (int32_t)(((uint32_t)i * 2654435761u) % (uint32_t)(vocab - 3)) + 3; }
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *pp_text = "512", *tg_text = "128",
+               *reps_text = "3", *threads_text = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = cli_option(argc, argv, &i, "-m", &model_path)) ||
+            (r = cli_option(argc, argv, &i, "--synthetic", &synthetic)) ||
+            (r = cli_option(argc, argv, &i, "--format", &format)) || (r = cli_option(argc, argv, &i, "-p", &pp_text)) ||
+            (r = cli_option(argc, argv, &i, "-n", &tg_text)) || (r = cli_option(argc, argv, &i, "-r", &reps_text)) ||
+            (r = cli_option(argc, argv, &i, "--threads", &threads_text))) {
+            if (r < 0) return 2;
+        } else if (cli_flag(argv, i, "--json")) {
+            json = 1;
+        } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "gemma4 bench: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!!model_path == !!synthetic) {
+        usage(stderr);
+        return 2;
+    }
+    long pp = cli_parse_count(pp_text, "-p"), tg = cli_parse_count(tg_text, "-n"), reps = cli_parse_count(reps_text, "-r");
+    long threads = threads_text ? cli_parse_count(threads_text, "--threads") : 0;
+    if (pp < 0 || tg < 0 || reps <= 0 || threads < 0) return 2;
+
+    g4_backend *be = NULL;
+    g4_model *model = NULL;
+    double t_load = g4_now_seconds();
+    if (model_path) {
+        if (cli_open_model(model_path, (int)threads, &be, &model) != 0) return 1;
+    } else {
+        g4_status st = g4_backend_cpu_create((int)threads, &be);
+        if (st == G4_OK) st = g4_model_synthesize(synthetic, format, be, &model);
+        if (st != G4_OK) {
+            cli_report_error("bench", st);
+            g4_backend_destroy(be);
+            return 1;
+        }
+    }
+    t_load = g4_now_seconds() - t_load;
+    size_t rss_loaded = g4_current_rss_bytes();
+    fprintf(stderr, "gemma4 bench: %s loaded in %.1f s; measuring machine limits...\n", model->path, t_load);
+    double bandwidth = g4_probe_memory_bandwidth(), gflops = g4_probe_cpu_gflops();
+
+    const int V = model->config.text.vocab_size;
+    int n_ctx = (int)(pp > tg ? pp : tg) + 8;
+    g4_session_options opt = {.n_ctx = n_ctx};
+    g4_session *s = NULL;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int32_t *ids = malloc((size_t)(pp + 1) * sizeof *ids);
+    double *pp_rate = calloc((size_t)reps, sizeof(double)), *tg_rate = calloc((size_t)reps, sizeof(double));
+    g4_status st = (logits && ids && pp_rate && tg_rate) ? g4_session_create(model, &opt, &s)
+                                                         : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    for (long i = 0; i < pp; i++) ids[i] = bench_token((int)i, V);
+    /* warm-up: page in the weights and spin up the threads */
+    if (st == G4_OK) st = g4_session_eval(s, ids, pp > 16 ? 16 : (int)(pp ? pp : 1), NULL, G4_LOGITS_LAST, logits);
+    for (long r = 0; st == G4_OK && r < reps; r++) {
+        if (pp > 0) {
+            g4_session_reset(s);
+            double t0 = g4_now_seconds();
+            st = g4_session_eval(s, ids, (int)pp, NULL, G4_LOGITS_LAST, logits);
+            pp_rate[r] = pp / (g4_now_seconds() - t0);
+        }
+        if (st == G4_OK && tg > 0) {
+            g4_session_reset(s);
+            double t0 = g4_now_seconds();
+            for (long i = 0; st == G4_OK && i < tg; i++) {
+                int32_t tok = bench_token((int)i + 7, V);
+                st = g4_session_eval(s, &tok, 1, NULL, G4_LOGITS_LAST, logits);
+            }
+            tg_rate[r] = tg / (g4_now_seconds() - t0);
+        }
+    }
+    int rc = 1;
+    if (st == G4_OK) {
+        stats p = summarize(pp_rate, (int)reps), t = summarize(tg_rate, (int)reps);
+        double weight_bytes = (double)g4_model_decode_weight_bytes(model);
+        double kv_bytes = (double)g4_model_decode_kv_bytes(model, (int)(tg / 2), 4);
+        double tg_limit = bandwidth * 1e9 / (weight_bytes + kv_bytes);
+        double flops_token = g4_model_flops_per_token(model);
+        double pp_limit = gflops * 1e9 / flops_token;
+        double rss = (double)g4_peak_rss_bytes() / (1u << 30);
+        const char *fmt_name = synthetic ? format : "checkpoint";
+        if (json) {
+            printf("{\"model\":\"%s\",\"format\":\"%s\",\"threads\":%ld,\"pp\":%ld,\"pp_tps\":%.3f,\"pp_sd\":%.3f,"
+                   "\"pp_limit_tps\":%.3f,\"tg\":%ld,\"tg_tps\":%.3f,\"tg_sd\":%.3f,\"tg_limit_tps\":%.3f,"
+                   "\"bandwidth_gbs\":%.2f,\"gflops\":%.1f,\"decode_bytes\":%.0f,\"peak_rss_gib\":%.3f,"
+                   "\"load_s\":%.2f}\n",
+                   model->path, fmt_name, threads, pp, p.mean, p.sd, pp_limit, tg, t.mean, t.sd, tg_limit, bandwidth,
+                   gflops, weight_bytes + kv_bytes, rss, t_load);
+        } else {
+            printf("| model | format | test | t/s | limit t/s | of limit |\n|---|---|---|---|---|---|\n");
+            if (pp > 0)
+                printf("| %s | %s | pp%ld | %.2f ± %.2f | %.1f (%.1f GFLOP/token at %.0f GFLOP/s) | %.1f%% |\n",
+                       model->path, fmt_name, pp, p.mean, p.sd, pp_limit, flops_token / 1e9, gflops,
+                       100 * p.mean / pp_limit);
+            if (tg > 0)
+                printf("| %s | %s | tg%ld | %.2f ± %.2f | %.2f (%.2f GB/token at %.1f GB/s) | %.1f%% |\n", model->path,
+                       fmt_name, tg, t.mean, t.sd, tg_limit, (weight_bytes + kv_bytes) / 1e9, bandwidth,
+                       100 * t.mean / tg_limit);
+            printf("\npeak RSS %.2f GiB (%.2f GiB after loading), load %.1f s, %s backend, threads %s, "
+                   "time to first token at pp%ld: %.1f ms\n",
+                   rss, (double)rss_loaded / (1u << 30), t_load, be->ops->name, threads ? threads_text : "all", pp,
+                   pp > 0 ? 1000.0 * pp / p.mean : 0.0);
+        }
+        rc = 0;
+    } else {
+        cli_report_error("bench", st);
+    }
+    g4_session_destroy(s);
+    free(logits);
+    free(ids);
+    free(pp_rate);
+    free(tg_rate);
+    cli_close_model(be, model);
+    return rc;
+}

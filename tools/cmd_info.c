@@ -1,0 +1,35 @@
+/* gemma4 info: what a model directory holds and whether it loads. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/file.h"
+#include "cli_common.h"
+
+int cmd_info(int argc, char **argv) {
+    const char *model_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = cli_option(argc, argv, &i, "-m", &model_path))) {
+            if (r < 0) return 2;
+        } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
+            printf("usage: gemma4 info -m DIR\n");
+            return 0;
+        } else {
+            fprintf(stderr, "gemma4 info: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "usage: gemma4 info -m DIR\n");
+        return 2;
+    }
+    g4_backend *be;
+    g4_model *model;
+    if (cli_open_model(model_path, 0, &be, &model) != 0) return 1;
+    char *text = g4_model_describe(model);
+    if (text) fputs(text, stdout);
+    free(text);
+    printf("memory       peak RSS %.1f MiB after loading\n", (double)g4_peak_rss_bytes() / (1 << 20));
+    cli_close_model(be, model);
+    return 0;
+}
