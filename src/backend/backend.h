@@ -106,6 +106,23 @@ typedef struct {
     void (*moe_experts)(g4_backend *be, float *out, const float *x, int n, const int32_t *ids, const float *weights,
                         int k, const g4_expert_matrix *gate, const g4_expert_matrix *up,
                         const g4_expert_matrix *down);
+
+    /* vision tower */
+    /* x = min(max(x, lo), hi) */
+    void (*clamp)(g4_backend *be, float *x, size_t n, float lo, float hi);
+    /* out = a * s + b (scalars) */
+    void (*affine)(g4_backend *be, float *out, const float *a, float s, float b, size_t n);
+    /* out[r][c] = a[r][c] + v[c] */
+    void (*add_rows)(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim);
+    /* 2-D RoPE of x[n][n_heads][head_dim] in place: channels [0, head_dim/2)
+     * rotate by position pos_xy[t][0] and [head_dim/2, head_dim) by
+     * pos_xy[t][1], each half as "rotate half" RoPE of size head_dim/2 with
+     * frequencies theta^(-2j/(head_dim/2)). pos_xy is backend memory. */
+    void (*rope_2d)(g4_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos_xy, float theta);
+    /* out[slot[r]][:] += in[r][:] * scale for r < n_in, out zeroed first
+     * ([n_out][dim]); rows with slot < 0 are skipped. slot is backend memory. */
+    void (*pool_rows)(g4_backend *be, float *out, const float *in, const int32_t *slot, int n_in, int n_out, int dim,
+                      float scale);
 } g4_backend_ops;
 
 struct g4_backend {

@@ -56,6 +56,8 @@ typedef struct g4_model {
     uint64_t weight_bytes_by_format[5];
     uint64_t n_params;
     size_t n_unused_tensors;
+    unsigned char *tensor_used; /* [tensor count]: consumed by a loader */
+    struct g4_vision_weights *vision; /* NULL without a vision tower */
     void **device_allocs;     /* backend arrays owned by the model */
     size_t n_device_allocs, cap_device_allocs;
     void **host_allocs;       /* synthetic weights owned by the model */

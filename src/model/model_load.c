@@ -8,6 +8,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "model/model.h"
+#include "model/vision_tower.h"
 #include "model/weight_loader.h"
 
 /* Where the text decoder's tensors live, in the order we probe:
@@ -184,8 +185,6 @@ static g4_status load_text(g4_model *m) {
         layer_name(gu, sizeof gu, p, i, "experts.gate_up_proj");
         st = prepare_layer(&L, &tw->layers[i], m->tensors && g4_st_find(m->tensors, gu) != NULL);
     }
-    m->n_unused_tensors = 0;
-    for (size_t t = 0; m->tensors && t < g4_st_count(m->tensors); t++) m->n_unused_tensors += !L.used[t];
     g4_loader_free(&L);
     return st;
 }
@@ -212,6 +211,9 @@ g4_status g4_model_load_dir(const char *dir, g4_backend *be, g4_model **out) {
         m->layout = detect_layout(m->tensors, m->text_prefix);
         st = load_text(m);
     }
+    if (st == G4_OK) st = g4_vision_tower_load(m);
+    if (st == G4_OK)
+        for (size_t t = 0; t < g4_st_count(m->tensors); t++) m->n_unused_tensors += !m->tensor_used[t];
     if (st != G4_OK) {
         g4_model_release(m);
         return st;
@@ -226,6 +228,8 @@ void g4_model_release(g4_model *m) {
     free(m->device_allocs);
     for (size_t i = 0; i < m->n_host_allocs; i++) free(m->host_allocs[i]);
     free(m->host_allocs);
+    free(m->tensor_used);
+    g4_vision_tower_free(m);
     free(m->text.layers);
     g4_st_close(m->tensors);
     g4_config_free(&m->config);

@@ -121,9 +121,10 @@ void g4_text_kv_ranges(const g4_model *m, const int32_t *pos, const int32_t *gro
         int glo = group_lo ? group_lo[t] : -1, ghi = group_hi ? group_hi[t] : -1;
         if (mode && glo >= 0 && ghi > glo) {
             if (mode == 1) {
-                /* (causal OR same image) AND |p - kv| < W, on sliding layers only */
-                int far = p + W - 1 < ghi - 1 ? p + W - 1 : ghi - 1;
-                if (far > s_hi) s_hi = far;
+                /* (causal OR same image) AND kv > p - W, on sliding layers only:
+                 * the window bounds the past; later tokens of the same
+                 * image are all visible (transformers 5.17) */
+                if (ghi - 1 > s_hi) s_hi = ghi - 1;
             } else {
                 /* causal-and-window OR same image on sliding layers; causal OR same image on full */
                 if (glo < s_lo) s_lo = glo;

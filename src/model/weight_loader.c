@@ -10,14 +10,15 @@ g4_status g4_loader_init(g4_weight_loader *L, g4_model *m) {
     L->model = m;
     L->synthetic = m->synthetic;
     L->rng = 0x9e3779b97f4a7c15ull;
-    L->used = calloc((m->tensors ? g4_st_count(m->tensors) : 0) + 1, 1);
-    if (!L->used) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!m->tensor_used) {
+        m->tensor_used = calloc((m->tensors ? g4_st_count(m->tensors) : 0) + 1, 1);
+        if (!m->tensor_used) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     return G4_OK;
 }
 
 void g4_loader_free(g4_weight_loader *L) {
     free(L->problems);
-    free(L->used);
     memset(L, 0, sizeof *L);
 }
 
@@ -46,7 +47,7 @@ void g4_loader_problem(g4_weight_loader *L, const char *fmt, ...) {
 const g4_st_tensor *g4_loader_find(g4_weight_loader *L, const char *name) {
     if (L->synthetic) return NULL;
     const g4_st_tensor *t = g4_st_find(L->model->tensors, name);
-    if (t) L->used[t - g4_st_at(L->model->tensors, 0)] = 1;
+    if (t) L->model->tensor_used[t - g4_st_at(L->model->tensors, 0)] = 1;
     return t;
 }
 

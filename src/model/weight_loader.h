@@ -17,7 +17,6 @@ typedef struct {
     char *problems;      /* newline-separated list */
     size_t problems_len, problems_cap;
     int n_problems;
-    unsigned char *used; /* [tensor count]: 1 when a tensor was consumed */
     /* Synthetic models (benchmarks): every requested tensor is made up with
      * random values in the format config.json's quantization asks for,
      * instead of being read. Never used for real checkpoints. */

@@ -47,11 +47,12 @@ int g4_session_length(const g4_session *s) { return s->seq.length; }
 
 static int is_vision_token(const g4_token_ids *tk, int32_t id) { return id == tk->image_id || id == tk->video_id; }
 
-/* Image groups: maximal runs of one image/video placeholder id. Returns the
- * end (exclusive) of the run starting at or containing index i. */
-static int run_end(const int32_t *ids, int n, int i) {
+/* Image groups: maximal runs of image/video placeholder tokens (transformers'
+ * get_block_sequence_ids_for_mask). Returns the end (exclusive) of the run
+ * starting at index i. */
+static int run_end(const g4_token_ids *tk, const int32_t *ids, int n, int i) {
     int j = i;
-    while (j < n && ids[j] == ids[i]) j++;
+    while (j < n && is_vision_token(tk, ids[j])) j++;
     return j;
 }
 
@@ -66,12 +67,12 @@ static g4_status next_chunk(const g4_session *s, const int32_t *ids, int n, int 
     }
     const g4_token_ids *tk = &s->model->config.tokens;
     int end = start + limit;
-    if (end < n && is_vision_token(tk, ids[end]) && is_vision_token(tk, ids[end - 1]) && ids[end] == ids[end - 1]) {
+    if (end < n && is_vision_token(tk, ids[end]) && is_vision_token(tk, ids[end - 1])) {
         /* the boundary cuts a group: find where it starts */
         int g = end - 1;
-        while (g > start && ids[g - 1] == ids[end]) g--;
+        while (g > start && is_vision_token(tk, ids[g - 1])) g--;
         if (g == start) {
-            int e = run_end(ids, n, start);
+            int e = run_end(tk, ids, n, start);
             return g4_fail(G4_ERR_LIMIT,
                            "an image of %d soft tokens does not fit the %d-token prefill chunk; raise the chunk size",
                            e - start, s->opt.chunk);
@@ -116,7 +117,7 @@ g4_status g4_session_eval(g4_session *s, const int32_t *ids, int n, const g4_sof
                     t++;
                     continue;
                 }
-                int e = run_end(ids + start, len, t);
+                int e = run_end(tk, ids + start, len, t);
                 for (int u = t; u < e; u++) {
                     glo[u] = base + t;
                     ghi[u] = base + e;

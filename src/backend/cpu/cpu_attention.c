@@ -71,7 +71,7 @@ void cpu_attention(g4_backend *be, float *out, const float *q, const void *kv, c
     }
 #pragma omp parallel
     {
-        float *scores = malloc((size_t)max_span * sizeof *scores);
+        double *scores = malloc((size_t)max_span * sizeof *scores);
         size_t *slots = malloc((size_t)max_span * sizeof *slots);
         double *acc = malloc((size_t)D * sizeof *acc);
 #pragma omp for collapse(2) schedule(dynamic, 1)
@@ -82,18 +82,18 @@ void cpu_attention(g4_backend *be, float *out, const float *q, const void *kv, c
                 const float *qh = q + ((size_t)t * n_heads + h) * D;
                 float *oh = out + ((size_t)t * n_heads + h) * D;
                 const int kvh = h / group;
-                float max_score = -INFINITY;
+                double max_score = -INFINITY;
                 for (int j = 0; j < n; j++) {
                     slots[j] = slot_of(b, b->seq[t], lo + j, sliding);
                     const float *kj = c->k + slots[j] * kv_row + (size_t)kvh * D;
                     double dot = 0;
                     for (int d = 0; d < D; d++) dot += (double)qh[d] * kj[d];
-                    scores[j] = (float)(dot * scale);
+                    scores[j] = dot * scale;
                     if (scores[j] > max_score) max_score = scores[j];
                 }
                 double total = 0;
                 for (int j = 0; j < n; j++) {
-                    scores[j] = expf(scores[j] - max_score);
+                    scores[j] = exp(scores[j] - max_score);
                     total += scores[j];
                 }
                 for (int d = 0; d < D; d++) acc[d] = 0;

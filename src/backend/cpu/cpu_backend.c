@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_moe.h"
+#include "backend/cpu/cpu_vision_ops.h"
 
 static void cpu_destroy(g4_backend *be) { free(be); }
 
@@ -183,6 +184,11 @@ static const g4_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .moe_route = cpu_moe_route,
     .moe_experts = cpu_moe_experts,
+    .clamp = cpu_clamp,
+    .affine = cpu_affine,
+    .add_rows = cpu_add_rows,
+    .rope_2d = cpu_rope_2d,
+    .pool_rows = cpu_pool_rows,
 };
 
 g4_status g4_backend_cpu_create(int threads, g4_backend **out) {

@@ -21,9 +21,14 @@ void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w
                 const float *xt = x + t * cols;
                 for (int64_t i = 0; i < nr; i++) {
                     const float *wr = tile + i * cols;
-                    float acc = 0;
-                    for (int64_t c = 0; c < cols; c++) acc += wr[c] * xt[c];
-                    out[t * rows + r0 + i] = acc;
+                    float lanes[32] = {0};
+                    int64_t c = 0;
+                    for (; c + 32 <= cols; c += 32)
+                        for (int l = 0; l < 32; l++) lanes[l] += wr[c + l] * xt[c + l];
+                    for (; c < cols; c++) lanes[c & 31] += wr[c] * xt[c];
+                    for (int w = 16; w > 0; w /= 2)
+                        for (int l = 0; l < w; l++) lanes[l] += lanes[l + w];
+                    out[t * rows + r0 + i] = lanes[0];
                 }
             }
         }
