@@ -134,7 +134,7 @@ static void check_fixture(const char *name) {
 }
 
 int main(int argc, char **argv) {
-    const char *all[] = {"dense", "moe", "e2b", "realdims", "dense-mlx8", "moe-mlx4", "moe-mxfp4", "e2b-mlx4"};
+    const char *all[] = {"dense", "moe", "e2b", "realdims", "unified", "dense-mlx8", "moe-mlx4", "moe-mxfp4", "e2b-mlx4"};
     if (argc > 1) {
         for (int i = 1; i < argc; i++) check_fixture(argv[i]);
     } else {
