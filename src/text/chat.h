@@ -25,6 +25,12 @@
  * generation prompt with thinking off: the large template appends an empty
  * thought block "<|channel>thought\n<channel|>".
  *
+ * transformers' preprocessing is reproduced too: an empty conversation is
+ * refused, and reasoning is taken from "reasoning", else from the first
+ * non-null of "reasoning_content", "thinking", "reasoning" (transformers'
+ * reasoning-field aliasing, so a gpt-oss style "thinking" field renders).
+ * Tested against transformers 5.24 / jinja2 3.1.6 (tests/data/chat).
+ *
  * Deliberately unsupported (clear G4_ERR_INVALID_ARGUMENT / UNSUPPORTED
  * instead of Python-specific output): non-string "text" in content parts
  * (jinja prints None/5), JSON schema "type" given as a list at property level
