@@ -494,6 +494,17 @@ g4_status g4_generation_config_load(const char *dir, g4_generation_config *out) 
     out->bos_id = get_int(root, "bos_token_id", 2);
     out->pad_id = get_int(root, "pad_token_id", 0);
     get_id_list(root, "eos_token_id", out->eos_ids, &out->n_eos);
+    const cJSON *suppress = field(root, "suppress_tokens");
+    const cJSON *e;
+    if (cJSON_IsArray(suppress)) cJSON_ArrayForEach(e, suppress) {
+            if (!cJSON_IsNumber(e)) continue;
+            if (out->n_suppress == G4_MAX_SUPPRESS_IDS) {
+                cJSON_Delete(root);
+                return g4_fail(G4_ERR_LIMIT, "%s/generation_config.json: more than %d suppress_tokens", dir,
+                               G4_MAX_SUPPRESS_IDS);
+            }
+            out->suppress_ids[out->n_suppress++] = (int)e->valuedouble;
+        }
     cJSON_Delete(root);
     return G4_OK;
 }

@@ -10,6 +10,7 @@
 #include "base/status.h"
 
 #define G4_MAX_EOS_IDS 8
+#define G4_MAX_SUPPRESS_IDS 64
 
 typedef enum { G4_LAYER_SLIDING = 0, G4_LAYER_FULL = 1 } g4_layer_kind;
 
@@ -135,6 +136,8 @@ typedef struct {
     int eos_ids[G4_MAX_EOS_IDS];
     int n_eos;
     int bos_id, pad_id;
+    int suppress_ids[G4_MAX_SUPPRESS_IDS]; /* suppress_tokens (e.g. the 12B's <audio|>, <image|>) */
+    int n_suppress;
 } g4_generation_config;
 
 /* Missing file -> present = 0 and defaults (greedy), G4_OK. */
