@@ -1,0 +1,510 @@
+#include "runtime/engine.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "model/kv_cache.h"
+#include "model/text_decoder.h"
+#include "runtime/session.h"
+
+typedef struct {
+    uint64_t id;
+    int32_t *prompt;
+    int n_prompt;
+    g4_request_media media;
+    g4_sampler *sampler;
+    int max_tokens;
+    int32_t *stop_ids;
+    int n_stop;
+    g4_token_callback on_token;
+    void *user;
+    g4_kv_seq kv;
+    int prefilled;      /* prompt tokens already run */
+    int n_generated;
+    int32_t last_token; /* fed at the next decode step */
+    int cancelled;
+    double t_admitted;
+    double prompt_seconds;
+} sequence;
+
+struct g4_engine {
+    const g4_model *model;
+    g4_engine_options opt;
+    int bidir_mode;
+    g4_kv_pool *kv;
+    g4_text_scratch *scratch;
+    float *media_stage;   /* backend [max_batch_tokens][hidden] */
+    /* host batch arrays, sized for max_batch_tokens rows / max_seqs sequences */
+    int32_t *ids, *pos, *seq, *ranges, *glo, *ghi, *mm_rows, *logit_rows, *full_tables, *sliding_tables;
+    int full_stride_cap;
+    float *logits;
+    sequence **batch_seqs;
+    int *logit_owner;
+
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    sequence **waiting;
+    int n_waiting;
+    sequence **running;
+    int n_running;
+    uint64_t next_id;
+    g4_engine_stats stats;
+    pthread_t thread;
+    int thread_started, stop_requested, cancel_on_stop;
+};
+
+static int is_vision(const g4_token_ids *tk, int32_t id) { return id == tk->image_id || id == tk->video_id; }
+
+g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_engine **out) {
+    *out = NULL;
+    const g4_text_config *tc = &m->config.text;
+    g4_engine *e = calloc(1, sizeof *e);
+    if (!e) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    e->model = m;
+    if (opt) e->opt = *opt;
+    if (e->opt.max_seqs <= 0) e->opt.max_seqs = 32;
+    if (e->opt.n_ctx <= 0) e->opt.n_ctx = tc->max_position < 4096 ? tc->max_position : 4096;
+    if (e->opt.n_ctx > tc->max_position) e->opt.n_ctx = tc->max_position;
+    if (e->opt.block_size <= 0) e->opt.block_size = 16;
+    if (e->opt.max_batch_tokens <= 0) e->opt.max_batch_tokens = 512;
+    if (e->opt.max_batch_tokens < e->opt.max_seqs) e->opt.max_batch_tokens = e->opt.max_seqs;
+    if (e->opt.max_queue <= 0) e->opt.max_queue = 256;
+    int bs = e->opt.block_size;
+    int per_seq = (e->opt.n_ctx + bs - 1) / bs;
+    if (e->opt.kv_blocks <= 0) e->opt.kv_blocks = e->opt.max_seqs * per_seq;
+    if (tc->bidirectional_vision)
+        e->bidir_mode = e->opt.vision_mask == G4_VISION_MASK_CAUSAL ? 0
+                        : e->opt.vision_mask == G4_VISION_MASK_ALL_LAYERS ? 2 : 1;
+    int ring = g4_kv_ring_blocks(tc->sliding_window, e->opt.max_batch_tokens, bs);
+    const int N = e->opt.max_batch_tokens, S = e->opt.max_seqs;
+    g4_status st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, ring * S, ring, &e->kv);
+    if (st == G4_OK) st = g4_text_scratch_create(m, N, S, &e->scratch);
+    if (st == G4_OK) {
+        e->media_stage = m->backend->ops->alloc(m->backend, (size_t)N * tc->hidden_size * sizeof(float));
+        e->ids = malloc((size_t)N * sizeof *e->ids);
+        e->pos = malloc((size_t)N * sizeof *e->pos);
+        e->seq = malloc((size_t)N * sizeof *e->seq);
+        e->ranges = malloc((size_t)N * 4 * sizeof *e->ranges);
+        e->glo = malloc((size_t)N * sizeof *e->glo);
+        e->ghi = malloc((size_t)N * sizeof *e->ghi);
+        e->mm_rows = malloc((size_t)N * sizeof *e->mm_rows);
+        e->logit_rows = malloc((size_t)S * sizeof *e->logit_rows);
+        e->logit_owner = malloc((size_t)S * sizeof *e->logit_owner);
+        e->full_stride_cap = per_seq;
+        e->full_tables = malloc((size_t)S * per_seq * sizeof *e->full_tables);
+        e->sliding_tables = malloc((size_t)S * ring * sizeof *e->sliding_tables);
+        e->logits = malloc((size_t)S * tc->vocab_size * sizeof *e->logits);
+        e->batch_seqs = malloc((size_t)S * sizeof *e->batch_seqs);
+        e->waiting = malloc((size_t)e->opt.max_queue * sizeof *e->waiting);
+        e->running = malloc((size_t)S * sizeof *e->running);
+        if (!e->media_stage || !e->ids || !e->pos || !e->seq || !e->ranges || !e->glo || !e->ghi || !e->mm_rows ||
+            !e->logit_rows || !e->logit_owner || !e->full_tables || !e->sliding_tables || !e->logits ||
+            !e->batch_seqs || !e->waiting || !e->running)
+            st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the engine");
+    }
+    if (st != G4_OK) {
+        g4_engine_destroy(e);
+        return st;
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    e->next_id = 1;
+    e->stats.kv_blocks_total = e->opt.kv_blocks;
+    *out = e;
+    return G4_OK;
+}
+
+static void free_sequence(g4_engine *e, sequence *s) {
+    if (!s) return;
+    g4_backend *be = e->model->backend;
+    if (s->kv.ring) g4_kv_seq_release(e->kv, &s->kv);
+    if (s->media.embeds) be->ops->release(be, s->media.embeds);
+    free(s->media.rows);
+    g4_sampler_free(s->sampler);
+    free(s->prompt);
+    free(s->stop_ids);
+    free(s);
+}
+
+static void finish(g4_engine *e, sequence *s, g4_finish_reason why, const char *message) {
+    g4_token_event ev = {.request_id = s->id, .n_prompt = s->n_prompt, .n_generated = s->n_generated,
+                         .prompt_seconds = s->prompt_seconds, .finish = why, .message = message};
+    if (s->on_token) s->on_token(s->user, &ev);
+    free_sequence(e, s);
+}
+
+void g4_engine_destroy(g4_engine *e) {
+    if (!e) return;
+    g4_backend *be = e->model->backend;
+    for (int i = 0; i < e->n_running; i++) finish(e, e->running[i], G4_FINISH_CANCELLED, NULL);
+    for (int i = 0; i < e->n_waiting; i++) finish(e, e->waiting[i], G4_FINISH_CANCELLED, NULL);
+    if (e->waiting) pthread_mutex_destroy(&e->lock), pthread_cond_destroy(&e->wake);
+    g4_text_scratch_free(e->scratch);
+    g4_kv_pool_free(e->kv);
+    if (e->media_stage) be->ops->release(be, e->media_stage);
+    free(e->ids), free(e->pos), free(e->seq), free(e->ranges), free(e->glo), free(e->ghi), free(e->mm_rows);
+    free(e->logit_rows), free(e->logit_owner), free(e->full_tables), free(e->sliding_tables), free(e->logits);
+    free(e->batch_seqs), free(e->waiting), free(e->running);
+    free(e);
+}
+
+g4_status g4_engine_submit(g4_engine *e, const g4_request *req, uint64_t *request_id) {
+    const g4_text_config *tc = &e->model->config.text;
+    if (!req || req->n_prompt <= 0 || !req->prompt)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "empty prompt: nothing to generate from");
+    if (req->max_tokens <= 0) return g4_fail(G4_ERR_INVALID_ARGUMENT, "max_tokens must be at least 1");
+    for (int i = 0; i < req->n_prompt; i++)
+        if (req->prompt[i] < 0 || req->prompt[i] >= tc->vocab_size)
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "prompt token %d (position %d) is outside the vocabulary [0, %d)",
+                           req->prompt[i], i, tc->vocab_size);
+    if (req->n_prompt + req->max_tokens > e->opt.n_ctx)
+        return g4_fail(G4_ERR_LIMIT, "prompt of %d tokens + max_tokens %d exceed the context of %d", req->n_prompt,
+                       req->max_tokens, e->opt.n_ctx);
+    if (g4_kv_blocks_for(e->kv, req->n_prompt + req->max_tokens) > e->opt.kv_blocks)
+        return g4_fail(G4_ERR_LIMIT, "request needs more KV cache than the engine has");
+    if (e->bidir_mode) {
+        const g4_token_ids *tk = &e->model->config.tokens;
+        for (int i = 0; i < req->n_prompt;) {
+            int j = i;
+            while (j < req->n_prompt && is_vision(tk, req->prompt[j])) j++;
+            if (j - i > e->opt.max_batch_tokens)
+                return g4_fail(G4_ERR_LIMIT, "an image of %d soft tokens exceeds the %d-token batch of the engine",
+                               j - i, e->opt.max_batch_tokens);
+            i = j > i ? j : i + 1;
+        }
+    }
+    for (int i = 0; i < req->media.n; i++)
+        if (req->media.rows[i] < 0 || req->media.rows[i] >= req->n_prompt ||
+            (i > 0 && req->media.rows[i] <= req->media.rows[i - 1]))
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "media rows must be increasing prompt positions");
+    sequence *s = calloc(1, sizeof *s);
+    if (!s) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    s->prompt = malloc((size_t)req->n_prompt * sizeof *s->prompt);
+    s->stop_ids = malloc((size_t)(req->n_stop + 1) * sizeof *s->stop_ids);
+    g4_status st = (s->prompt && s->stop_ids) ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == G4_OK) st = g4_sampler_create(tc->vocab_size, &req->sampling, &s->sampler);
+    if (st == G4_OK) st = g4_sampler_add_prompt(s->sampler, req->prompt, (size_t)req->n_prompt);
+    if (st != G4_OK) {
+        free_sequence(e, s);
+        return st;
+    }
+    memcpy(s->prompt, req->prompt, (size_t)req->n_prompt * sizeof *s->prompt);
+    if (req->n_stop) memcpy(s->stop_ids, req->stop_ids, (size_t)req->n_stop * sizeof *s->stop_ids);
+    s->n_prompt = req->n_prompt;
+    s->n_stop = req->n_stop;
+    s->max_tokens = req->max_tokens;
+    s->on_token = req->on_token;
+    s->user = req->user;
+    pthread_mutex_lock(&e->lock);
+    if (e->n_waiting >= e->opt.max_queue) {
+        pthread_mutex_unlock(&e->lock);
+        free_sequence(e, s);
+        return g4_fail(G4_ERR_LIMIT, "the request queue is full (%d waiting)", e->opt.max_queue);
+    }
+    s->media = req->media; /* ownership passes only on success */
+    s->id = e->next_id++;
+    e->waiting[e->n_waiting++] = s;
+    e->stats.waiting = e->n_waiting;
+    if (request_id) *request_id = s->id;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    return G4_OK;
+}
+
+void g4_engine_cancel(g4_engine *e, uint64_t request_id) {
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i]->id == request_id) e->running[i]->cancelled = 1;
+    for (int i = 0; i < e->n_waiting; i++)
+        if (e->waiting[i]->id == request_id) e->waiting[i]->cancelled = 1;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void g4_engine_get_stats(g4_engine *e, g4_engine_stats *out) {
+    pthread_mutex_lock(&e->lock);
+    *out = e->stats;
+    out->kv_blocks_used = e->opt.kv_blocks - e->kv->n_free_full;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* Drops cancelled requests and admits waiting ones while sequences and KV
+ * blocks allow. Called with the lock held; returns removed sequences through
+ * `done` so their callbacks run outside the lock. */
+static int admit(g4_engine *e, sequence **done, int max_done) {
+    int n_done = 0;
+    for (int i = 0; i < e->n_running;) {
+        if (e->running[i]->cancelled && n_done < max_done) {
+            done[n_done++] = e->running[i];
+            g4_kv_seq_release(e->kv, &e->running[i]->kv); /* room for the waiting ones below */
+            e->running[i] = e->running[--e->n_running];
+        } else {
+            i++;
+        }
+    }
+    int w = 0, blocked = 0;
+    for (int i = 0; i < e->n_waiting; i++) {
+        sequence *s = e->waiting[i];
+        if (s->cancelled && n_done < max_done) {
+            done[n_done++] = s;
+            continue;
+        }
+        int admitted = 0;
+        /* strict arrival order: a request that does not fit holds back the
+         * ones behind it, so large requests are not starved */
+        if (!blocked && e->n_running < e->opt.max_seqs) {
+            int need = g4_kv_blocks_for(e->kv, s->n_prompt + s->max_tokens);
+            if (need <= e->kv->n_free_full && e->kv->n_free_sliding >= e->kv->ring_blocks &&
+                g4_kv_seq_init(e->kv, &s->kv) == G4_OK) {
+                if (g4_kv_seq_reserve(e->kv, &s->kv, s->n_prompt + s->max_tokens) == G4_OK) {
+                    s->t_admitted = g4_now_seconds();
+                    e->running[e->n_running++] = s;
+                    admitted = 1;
+                } else {
+                    g4_kv_seq_release(e->kv, &s->kv);
+                }
+            }
+        }
+        if (!admitted) {
+            e->waiting[w++] = s;
+            blocked = 1;
+        }
+    }
+    e->n_waiting = w;
+    e->stats.waiting = e->n_waiting;
+    e->stats.running = e->n_running;
+    return n_done;
+}
+
+/* Rows of the next prefill chunk of s, at most `budget`, not cutting an
+ * image in two on models whose image tokens attend both ways (0: the image
+ * waits for a step with more room; submit refused images that can never
+ * fit one step). */
+static int prefill_chunk(const g4_engine *e, const sequence *s, int budget) {
+    int left = s->n_prompt - s->prefilled;
+    int len = left < budget ? left : budget;
+    if (len < left && len > 0 && e->bidir_mode) {
+        const g4_token_ids *tk = &e->model->config.tokens;
+        int end = s->prefilled + len;
+        if (is_vision(tk, s->prompt[end]) && is_vision(tk, s->prompt[end - 1])) {
+            int g = end - 1;
+            while (g > s->prefilled && is_vision(tk, s->prompt[g - 1])) g--;
+            len = g - s->prefilled;
+        }
+    }
+    return len;
+}
+
+static int is_stop(const sequence *s, int32_t token) {
+    for (int i = 0; i < s->n_stop; i++)
+        if (s->stop_ids[i] == token) return 1;
+    return 0;
+}
+
+int g4_engine_step(g4_engine *e) {
+    const g4_model *m = e->model;
+    const g4_text_config *tc = &m->config.text;
+    const g4_token_ids *tk = &m->config.tokens;
+    g4_backend *be = m->backend;
+    const int V = tc->vocab_size, d = tc->hidden_size;
+    sequence *done[512];
+
+    pthread_mutex_lock(&e->lock);
+    int n_done = admit(e, done, 512);
+    /* snapshot the running set: only this thread changes it */
+    int n_run = e->n_running;
+    pthread_mutex_unlock(&e->lock);
+    for (int i = 0; i < n_done; i++) finish(e, done[i], G4_FINISH_CANCELLED, NULL);
+
+    /* build one batch: decode tokens first, then prefill chunks */
+    int n = 0, n_seqs = 0, n_logits = 0, n_mm = 0, stride = 1;
+    int budget = e->opt.max_batch_tokens;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n_run; i++) {
+            sequence *s = e->running[i];
+            int decoding = s->prefilled == s->n_prompt;
+            if (decoding != (pass == 0)) continue;
+            int len = decoding ? 1 : prefill_chunk(e, s, budget - n);
+            if (len <= 0) continue;
+            int b = n_seqs++;
+            e->batch_seqs[b] = s;
+            if (s->kv.n_full > stride) stride = s->kv.n_full;
+            int base = decoding ? s->n_prompt + s->n_generated - 1 : s->prefilled;
+            for (int t = 0; t < len; t++) {
+                e->ids[n + t] = decoding ? s->last_token : s->prompt[s->prefilled + t];
+                e->pos[n + t] = base + t;
+                e->seq[n + t] = b;
+                e->glo[n + t] = e->ghi[n + t] = -1;
+            }
+            if (!decoding && e->bidir_mode) {
+                for (int t = 0; t < len;) {
+                    if (!is_vision(tk, e->ids[n + t])) {
+                        t++;
+                        continue;
+                    }
+                    int u = t;
+                    while (u < len && is_vision(tk, e->ids[n + u])) u++;
+                    for (int k = t; k < u; k++) e->glo[n + k] = base + t, e->ghi[n + k] = base + u;
+                    t = u;
+                }
+            }
+            g4_text_kv_ranges(m, e->pos + n, e->glo + n, e->ghi + n, len, decoding ? 0 : e->bidir_mode,
+                              e->ranges + 4 * n);
+            if (!decoding) {
+                for (int k = 0; k < s->media.n; k++) {
+                    int r = s->media.rows[k];
+                    if (r < s->prefilled || r >= s->prefilled + len) continue;
+                    be->ops->copy(be, e->media_stage + (size_t)n_mm * d, s->media.embeds + (size_t)k * d,
+                                  (size_t)d * sizeof(float));
+                    e->mm_rows[n_mm++] = n + (r - s->prefilled);
+                }
+            }
+            if (decoding || s->prefilled + len == s->n_prompt) {
+                e->logit_rows[n_logits] = n + len - 1;
+                e->logit_owner[n_logits++] = b;
+            }
+            n += len;
+        }
+    }
+    if (n == 0) {
+        pthread_mutex_lock(&e->lock);
+        int pending = e->n_running + e->n_waiting;
+        pthread_mutex_unlock(&e->lock);
+        return pending;
+    }
+    for (int b = 0; b < n_seqs; b++) {
+        sequence *s = e->batch_seqs[b];
+        memcpy(e->full_tables + (size_t)b * stride, s->kv.full_blocks, (size_t)s->kv.n_full * sizeof(int32_t));
+        memcpy(e->sliding_tables + (size_t)b * e->kv->ring_blocks, s->kv.ring,
+               (size_t)e->kv->ring_blocks * sizeof(int32_t));
+    }
+    g4_text_batch batch = {
+        .n_tokens = n,
+        .ids = e->ids,
+        .pos = e->pos,
+        .seq = e->seq,
+        .kv_range = e->ranges,
+        .n_seqs = n_seqs,
+        .full_tables = e->full_tables,
+        .full_table_stride = stride,
+        .sliding_tables = e->sliding_tables,
+        .n_mm = n_mm,
+        .mm_rows = e->mm_rows,
+        .mm_embeds = e->media_stage,
+        .n_logit_rows = n_logits,
+        .logit_rows = e->logit_rows,
+        .logits = e->logits,
+    };
+    g4_status st = g4_text_forward(m, e->kv, e->scratch, &batch);
+
+    /* advance every sequence in the batch; sample where logits came back */
+    int n_prefilled = 0, n_generated = 0;
+    sequence *finished[512];
+    g4_finish_reason reasons[512];
+    int n_finished = 0;
+    int next_logit = 0;
+    for (int b = 0; b < n_seqs; b++) {
+        sequence *s = e->batch_seqs[b];
+        int decoding = s->prefilled == s->n_prompt;
+        if (!decoding) {
+            int len = 0;
+            for (int t = 0; t < n; t++) len += e->seq[t] == b;
+            s->prefilled += len;
+            n_prefilled += len;
+        }
+        if (next_logit >= n_logits || e->logit_owner[next_logit] != b) continue;
+        const float *logits = e->logits + (size_t)next_logit++ * V;
+        if (st != G4_OK) {
+            finished[n_finished] = s, reasons[n_finished++] = G4_FINISH_ERROR;
+            continue;
+        }
+        g4_sample sample;
+        g4_status ss = g4_sampler_sample(s->sampler, logits, &sample);
+        if (ss == G4_OK) ss = g4_sampler_accept(s->sampler, sample.token);
+        if (ss != G4_OK) {
+            finished[n_finished] = s, reasons[n_finished++] = G4_FINISH_ERROR;
+            continue;
+        }
+        if (s->n_generated == 0) s->prompt_seconds = g4_now_seconds() - s->t_admitted;
+        s->n_generated++;
+        n_generated++;
+        s->last_token = sample.token;
+        int stop = is_stop(s, sample.token);
+        int full = s->n_generated >= s->max_tokens || s->n_prompt + s->n_generated >= e->opt.n_ctx;
+        g4_token_event ev = {.request_id = s->id, .has_token = 1, .sample = sample, .is_stop_token = stop,
+                             .n_prompt = s->n_prompt, .n_generated = s->n_generated,
+                             .prompt_seconds = s->prompt_seconds,
+                             .finish = stop ? G4_FINISH_STOP : full ? G4_FINISH_LENGTH : G4_FINISH_NONE};
+        if (s->on_token) s->on_token(s->user, &ev);
+        if (ev.finish != G4_FINISH_NONE) {
+            finished[n_finished] = s, reasons[n_finished++] = ev.finish;
+            s->on_token = NULL; /* its final event was just sent */
+        }
+    }
+    /* sequences whose batch failed without reaching the sampler */
+    if (st != G4_OK)
+        for (int b = 0; b < n_seqs; b++) {
+            int listed = 0;
+            for (int k = 0; k < n_finished; k++) listed |= finished[k] == e->batch_seqs[b];
+            if (!listed && n_finished < 512) finished[n_finished] = e->batch_seqs[b], reasons[n_finished++] = G4_FINISH_ERROR;
+        }
+    const char *message = st != G4_OK ? g4_error_message() : NULL;
+    pthread_mutex_lock(&e->lock);
+    for (int k = 0; k < n_finished; k++)
+        for (int i = 0; i < e->n_running; i++)
+            if (e->running[i] == finished[k]) {
+                e->running[i] = e->running[--e->n_running];
+                break;
+            }
+    e->stats.steps++;
+    e->stats.tokens_prefilled += (uint64_t)n_prefilled;
+    e->stats.tokens_generated += (uint64_t)n_generated;
+    e->stats.running = e->n_running;
+    pthread_mutex_unlock(&e->lock);
+    for (int k = 0; k < n_finished; k++) finish(e, finished[k], reasons[k], reasons[k] == G4_FINISH_ERROR ? message : NULL);
+    pthread_mutex_lock(&e->lock);
+    int pending = e->n_running + e->n_waiting;
+    pthread_mutex_unlock(&e->lock);
+    return st == G4_OK ? pending : -1;
+}
+
+static void *engine_thread(void *arg) {
+    g4_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->lock);
+        while (!e->stop_requested && e->n_running + e->n_waiting == 0) pthread_cond_wait(&e->wake, &e->lock);
+        int stop = e->stop_requested && (e->cancel_on_stop || e->n_running + e->n_waiting == 0);
+        if (stop && e->cancel_on_stop) {
+            for (int i = 0; i < e->n_running; i++) e->running[i]->cancelled = 1;
+            for (int i = 0; i < e->n_waiting; i++) e->waiting[i]->cancelled = 1;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (stop) {
+            g4_engine_step(e); /* delivers the cancellations */
+            return NULL;
+        }
+        g4_engine_step(e);
+    }
+}
+
+g4_status g4_engine_start(g4_engine *e) {
+    if (e->thread_started) return G4_OK;
+    e->stop_requested = 0;
+    if (pthread_create(&e->thread, NULL, engine_thread, e) != 0)
+        return g4_fail(G4_ERR_INTERNAL, "cannot start the engine thread");
+    e->thread_started = 1;
+    return G4_OK;
+}
+
+void g4_engine_stop(g4_engine *e, int cancel_all) {
+    if (!e->thread_started) return;
+    pthread_mutex_lock(&e->lock);
+    e->stop_requested = 1;
+    e->cancel_on_stop = cancel_all;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+    e->thread_started = 0;
+}

@@ -1,0 +1,104 @@
+/* The batched generation engine: continuous batching over many sequences.
+ *
+ * Requests are submitted from any thread; one engine thread (or a caller
+ * driving g4_engine_step) runs the scheduler. Each step is one forward pass
+ * over every running sequence: one decode token per sequence that is
+ * generating, plus prefill chunks of newly admitted prompts up to a token
+ * budget. Finished or cancelled sequences leave at once and their KV blocks
+ * return to the shared pool. Admission reserves every KV block a request can
+ * need (prompt + max_tokens), so a running sequence never runs out; when the
+ * pool is full, new requests wait in a bounded queue. */
+#ifndef G4_RUNTIME_ENGINE_H
+#define G4_RUNTIME_ENGINE_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "runtime/sampler.h"
+
+typedef enum {
+    G4_FINISH_NONE = 0,  /* more tokens follow */
+    G4_FINISH_STOP,      /* a stop token (end of turn / end of sequence) */
+    G4_FINISH_LENGTH,    /* max_tokens or the context limit */
+    G4_FINISH_CANCELLED, /* g4_engine_cancel or engine shutdown */
+    G4_FINISH_ERROR,     /* see the event's message */
+} g4_finish_reason;
+
+typedef struct {
+    uint64_t request_id;
+    int has_token;           /* a newly generated token comes with this event */
+    g4_sample sample;        /* the token and its log-probabilities */
+    int is_stop_token;       /* the token is one of the stop ids (not content) */
+    int n_prompt, n_generated;
+    double prompt_seconds;   /* time from admission to the first token */
+    g4_finish_reason finish; /* set on the last event of a request */
+    const char *message;     /* with G4_FINISH_ERROR */
+} g4_token_event;
+
+/* Called on the engine thread for every generated token and once more (or
+ * with the last token) when the request finishes. Keep it short. */
+typedef void (*g4_token_callback)(void *user, const g4_token_event *ev);
+
+/* Multimodal soft tokens of a request: rows index the prompt; embeds is
+ * backend memory [n][hidden] that the engine takes ownership of. */
+typedef struct {
+    int n;
+    int32_t *rows;
+    float *embeds;
+} g4_request_media;
+
+typedef struct {
+    const int32_t *prompt; /* copied */
+    int n_prompt;
+    g4_request_media media; /* optional; ownership passes to the engine */
+    g4_sampler_params sampling;
+    int max_tokens;
+    const int32_t *stop_ids; /* copied */
+    int n_stop;
+    g4_token_callback on_token;
+    void *user;
+} g4_request;
+
+typedef struct {
+    int max_seqs;         /* sequences decoded together (0: 32) */
+    int n_ctx;            /* positions per sequence (0: min(max_position, 4096)) */
+    int kv_blocks;        /* full-layer KV blocks in the pool (0: max_seqs * n_ctx / block) */
+    int block_size;       /* positions per KV block (0: 16) */
+    int max_batch_tokens; /* tokens per forward pass (0: 512) */
+    int max_queue;        /* waiting requests before submit refuses (0: 256) */
+    int vision_mask;      /* g4_vision_mask of session.h */
+} g4_engine_options;
+
+typedef struct {
+    int running, waiting;
+    int kv_blocks_total, kv_blocks_used;
+    uint64_t steps, tokens_prefilled, tokens_generated;
+} g4_engine_stats;
+
+typedef struct g4_engine g4_engine;
+
+g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_engine **out);
+/* Cancels everything still queued or running (their callbacks get
+ * G4_FINISH_CANCELLED) and frees the engine; stop the thread first. */
+void g4_engine_destroy(g4_engine *e);
+
+/* Thread-safe. G4_ERR_LIMIT when the queue is full or the request can never
+ * fit (prompt + max_tokens beyond the context), G4_ERR_INVALID_ARGUMENT for
+ * bad ids or parameters. On failure the media stays the caller's. */
+g4_status g4_engine_submit(g4_engine *e, const g4_request *req, uint64_t *request_id);
+/* Thread-safe; the request finishes with G4_FINISH_CANCELLED at the next step. */
+void g4_engine_cancel(g4_engine *e, uint64_t request_id);
+
+/* Runs one scheduler step. Returns the number of running + waiting requests
+ * after the step (0: idle), or -1 on an engine failure. */
+int g4_engine_step(g4_engine *e);
+
+/* A thread that steps while there is work and sleeps otherwise. */
+g4_status g4_engine_start(g4_engine *e);
+/* Stops the thread after its current step; with `cancel_all` the remaining
+ * requests are cancelled, else it waits until they finish. */
+void g4_engine_stop(g4_engine *e, int cancel_all);
+
+void g4_engine_get_stats(g4_engine *e, g4_engine_stats *out);
+
+#endif
