@@ -9,6 +9,9 @@ huggingface_hub's client (file_download.py, hf_api.py, utils/_http.py):
   GET  /api/models/ORG/NAME/revision/REV[?blobs=true]
        {"id", "sha": commit, "siblings": [{"rfilename", "size", "blobId",
         "lfs": {"sha256", "size", "pointerSize"}}]}
+  GET  /api/models/ORG/NAME/tree/REV?recursive=true   (huggingface_hub's
+       snapshot_download lists files this way; one page)
+       [{"type": "file", "path", "size", "oid", "lfs": {"oid", "size", "pointerSize"}}]
   HEAD|GET /ORG/NAME/resolve/REV/FILE
        regular file: 200, ETag "<git blob sha1>", Content-Length, X-Repo-Commit
        LFS file: 302 to the CDN, X-Linked-Etag "<sha256>", X-Linked-Size,
@@ -125,15 +128,22 @@ def build_repos(fixture_dir, data_dir):
     return repos, renamed
 
 
+class QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], OSError):  # clients hanging up are part of the tests
+            super().handle_error(request, client_address)
+
+
 class FakeHub:
     def __init__(self, fixture_dir, data_dir, host="127.0.0.1"):
         self.repos, self.renamed = build_repos(fixture_dir, data_dir)
         self.log = []
         self.lock = threading.Lock()
         self.counters = {}
-        self.hub = ThreadingHTTPServer((host, 0), self._handler("hub"))
-        self.cdn = ThreadingHTTPServer((host, 0), self._handler("cdn"))
-        self.hub.daemon_threads = self.cdn.daemon_threads = True
+        self.hub = QuietServer((host, 0), self._handler("hub"))
+        self.cdn = QuietServer((host, 0), self._handler("cdn"))
         self.hub_url = "http://%s:%d" % (host, self.hub.server_address[1])
         self.cdn_url = "http://%s:%d" % (host, self.cdn.server_address[1])
         self.threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (self.hub, self.cdn)]
@@ -293,7 +303,7 @@ class FakeHub:
 
             def _api(self, rest, query, auth, head):
                 parts = rest.split("/")
-                if len(parts) != 4 or parts[2] != "revision":
+                if len(parts) != 4 or parts[2] not in ("revision", "tree"):
                     self._send(404, {}, b"not found", head)
                     return
                 name = "/".join(parts[:2])
@@ -309,6 +319,9 @@ class FakeHub:
                     return
                 commit = self._commit_or_error(repo, urllib.parse.unquote(parts[3]), head)
                 if commit is None:
+                    return
+                if parts[2] == "tree":
+                    self._tree(repo, head)
                     return
                 blobs = "blobs=true" in query
                 siblings = []
@@ -327,6 +340,17 @@ class FakeHub:
                                    "private": False, "gated": "manual" if repo.gated else False,
                                    "siblings": siblings}).encode()
                 self._send(200, {"Content-Type": "application/json"}, body, head)
+
+            def _tree(self, repo, head):
+                entries = []
+                for n, d in sorted(repo.files.items()):
+                    e = {"type": "file", "path": n, "size": len(d), "oid": git_blob_sha1(d)}
+                    if n in repo.lfs:
+                        p = lfs_pointer(d)
+                        e.update(oid=git_blob_sha1(p),
+                                 lfs={"oid": hashlib.sha256(d).hexdigest(), "size": len(d), "pointerSize": len(p)})
+                    entries.append(e)
+                self._send(200, {"Content-Type": "application/json"}, json.dumps(entries).encode(), head)
 
             def _resolve(self, parts, query, auth, head):
                 name = "/".join(parts[:2])
