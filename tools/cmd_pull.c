@@ -130,9 +130,9 @@ static void on_progress(const g4_hub_event *e, void *user) {
         fprintf(stderr, "%s[%d/%d] %s: %s in %.1f s (%.1f MB/s), verified\n", st->tty ? "\r\033[K" : "", e->index,
                 e->count, e->file, a, now - st->file_start, speed_mb(st, e->done));
         break;
-    case G4_HUB_RETRY:
-        fprintf(stderr, "%s%s: %s; retrying in %.1f s\n", st->tty ? "\r\033[K" : "", e->file ? e->file : "hub",
-                e->message ? e->message : "error", e->wait_seconds);
+    case G4_HUB_RETRY: /* the message names the file or URL */
+        fprintf(stderr, "%s%s; retrying in %.3g s\n", st->tty ? "\r\033[K" : "", e->message ? e->message : "error",
+                e->wait_seconds);
         break;
     case G4_HUB_RESTART:
         fprintf(stderr, "%s%s: the server cannot resume; starting the file over\n", st->tty ? "\r\033[K" : "",

@@ -21,7 +21,6 @@ typedef struct {
     g4_digest *digest;
     g4_digest_kind kind;
     uint64_t have;         /* bytes in the file, all of them hashed */
-    uint64_t got_this_try; /* progress resets the retry budget */
     int corrupt;           /* more bytes than expected: the file cannot be kept */
 } partial;
 
@@ -75,7 +74,6 @@ static g4_status sink_write(void *user, const void *data, size_t n) {
     }
     g4_status s = g4_digest_update(p->digest, data, n);
     p->have += n;
-    p->got_this_try += n;
     hub_emit(p->opt, G4_HUB_FILE_BYTES, p->f->file, p->f->index, p->f->count, p->have,
              p->f->size > 0 ? (uint64_t)p->f->size : 0);
     return s;
@@ -143,12 +141,15 @@ static g4_status download_loop(hub_http *h, partial *p) {
     hub_retry retry;
     hub_retry_init(&retry, p->opt);
     hub_sink sink = {sink_begin, sink_write, p};
+    uint64_t furthest = p->have; /* only getting further than ever before renews the retry budget */
     for (;;) {
         if (f->size >= 0 && p->have == (uint64_t)f->size) return G4_OK;
         hub_response r;
-        p->got_this_try = 0;
         g4_status s = hub_http_download(h, f->url, p->have, &sink, &r);
-        if (p->got_this_try > 0) retry.failures = 0;
+        if (p->have > furthest) {
+            furthest = p->have;
+            retry.failures = 0;
+        }
         int transient = r.transient;
         if (s == G4_OK && (r.status < 200 || r.status >= 300)) {
             if (r.status == 416 && p->have > 0) { /* our range is past the end: the partial file is not this file */
@@ -167,6 +168,8 @@ static g4_status download_loop(hub_http *h, partial *p) {
         int64_t retry_after = r.retry_after;
         hub_response_clear(&r);
         if (s == G4_OK) return G4_OK;
+        if (s == G4_ERR_IO && strncmp(g4_error_message(), f->file, strlen(f->file)) != 0)
+            s = g4_fail(s, "%s: %s", f->file, g4_error_message()); /* name the file, not just the CDN URL */
         if (!transient || !hub_retry_wait(&retry, f->file, g4_error_message(), retry_after)) return s;
     }
 }

@@ -325,7 +325,9 @@ static g4_status perform(hub_http *h, method m, const char *url, uint64_t offset
     }
     if (rc != CURLE_OK) {
         t->r->transient = curl_code_is_transient(rc);
-        return g4_fail(G4_ERR_IO, "%s: %s", url, h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
+        /* signed CDN URLs carry long query strings: leave them out of messages */
+        int shown = (int)strcspn(url, "?");
+        return g4_fail(G4_ERR_IO, "%.*s: %s", shown, url, h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
     }
     return G4_OK;
 

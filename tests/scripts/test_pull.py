@@ -275,6 +275,12 @@ def run_failures(hub, endpoint):
     check(r.returncode == 0 and [q["range"] for q in cdn_gets(hub, repo)] == ["bytes=1000000-"],
           "after freeing space the download resumes", show(r))
 
+    # every transfer stops halfway and Range is ignored: no progress is made, so the retries run out
+    r = pull(["test-org/stubborn-gemma", "--endpoint", endpoint, "--cache", fresh_dir("stubborn"), "--retries", "3",
+              "--backoff-ms", "10"], timeout=60)
+    check(r.returncode == 1 and r.stderr.count("retrying") == 3 and "model.safetensors" in r.stderr.splitlines()[-1],
+          "a transfer that never gets further gives up after the retries", show(r))
+
     # nothing listens: retried, then a clear error
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -23,8 +23,9 @@ huggingface_hub's client (file_download.py, hf_api.py, utils/_http.py):
 
 Fault modes, chosen by repo name: flaky (the first CDN transfer of a weight
 file stops halfway and the connection is closed), norange (the same, then the
-Range header is ignored and 200 sent), corrupt (one byte flipped), busy (the
-first API call answers 503). Every request is logged (server, method, path,
+Range header is ignored and 200 sent), stubborn (every transfer ignores Range
+and stops halfway), corrupt (one byte flipped), busy (the first API call
+answers 503). Every request is logged (server, method, path,
 Range, whether Authorization came) for the test to inspect.
 
 Run it by hand: tests/tools/fake_hub.py --fixture build/fixtures/dense
@@ -119,7 +120,7 @@ def build_repos(fixture_dir, data_dir):
     sharded = dict(small, **{"model.safetensors.index.json": index})
     sharded.update(dict(shards))
     add("test-org/tiny-gemma-sharded", sharded, [n for n, _ in shards])
-    for fault in ("flaky", "norange", "corrupt", "busy"):
+    for fault in ("flaky", "norange", "corrupt", "busy", "stubborn"):
         add("test-org/%s-gemma" % fault, dict(small, **{"model.safetensors": model}), ["model.safetensors"],
             fault=fault)
     add("test-org/gated-gemma", dict(small, **{"model.safetensors": model}), ["model.safetensors"], gated=True)
@@ -220,7 +221,7 @@ class FakeHub:
                 """Serves data honouring "Range: bytes=N-"."""
                 start, status = 0, 200
                 rng = self.headers.get("Range")
-                if rng and rng.startswith("bytes=") and fault != "ignore-range":
+                if rng and rng.startswith("bytes=") and fault not in ("ignore-range", "drop-whole"):
                     start = int(rng[6:].split("-")[0])
                     if start >= len(data) and data:
                         self._send(416, {"Content-Range": "bytes */%d" % len(data)}, b"", head)
@@ -238,7 +239,7 @@ class FakeHub:
                 self.end_headers()
                 if head:
                     return
-                if fault == "drop":
+                if fault in ("drop", "drop-whole"):
                     self.wfile.write(body[:len(body) // 2])
                     self.wfile.flush()
                     self.close_connection = True
@@ -266,6 +267,8 @@ class FakeHub:
                         fault = "ignore-range"
                 elif repo.fault == "corrupt":
                     fault = "corrupt"
+                elif repo.fault == "stubborn" and not head:
+                    fault = "drop-whole"
                 self._bytes(data, {"Content-Type": "application/octet-stream",
                                    "ETag": '"%s"' % parts[2]}, head, fault)
 
