@@ -84,6 +84,11 @@ g4_status hub_http_open(hub_http **out, const char *endpoint, const char *token)
         free(h);
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "endpoint '%s' is not an http(s) URL", endpoint);
     }
+    for (const char *c = token ? token : ""; *c; c++)
+        if ((unsigned char)*c < 0x21 || *c == 0x7f) { /* it goes into a header line */
+            hub_http_close(h);
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "the access token (HF_TOKEN) contains spaces or control characters");
+        }
     h->curl = curl_easy_init();
     h->token = token && *token ? strdup(token) : NULL;
     h->user_agent = hub_printf("gemma4.c (%s)", curl_version());

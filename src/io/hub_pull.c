@@ -52,29 +52,38 @@ char *g4_hub_default_endpoint(void) {
     return strdup(v && *v ? v : "https://huggingface.co");
 }
 
-/* $HF_TOKEN, $HUGGING_FACE_HUB_TOKEN, then the token file huggingface-cli
- * login writes ($HF_TOKEN_PATH, default $HF_HOME/token). */
+/* A token without surrounding whitespace (as huggingface_hub cleans it);
+ * NULL for an empty one. Takes ownership of t. */
+static char *clean_token(char *t) {
+    if (!t) return NULL;
+    size_t start = strspn(t, " \t\r\n"), len = strlen(t);
+    while (len > start && strchr(" \t\r\n", t[len - 1])) len--;
+    memmove(t, t + start, len - start);
+    t[len - start] = '\0';
+    if (!*t) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* $HF_TOKEN, $HUGGING_FACE_HUB_TOKEN, then the token file `hf auth login`
+ * writes ($HF_TOKEN_PATH, default $HF_HOME/token): huggingface_hub's order. */
 static char *find_token(void) {
     const char *names[] = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"};
     for (int i = 0; i < 2; i++) {
         const char *v = getenv(names[i]);
-        if (v && *v) return strdup(v);
+        char *t = v ? clean_token(strdup(v)) : NULL;
+        if (t) return t;
     }
     const char *p = getenv("HF_TOKEN_PATH");
     char *home = NULL, *path = p && *p ? strdup(p) : ((home = hub_hf_home()) ? hub_printf("%s/token", home) : NULL);
     free(home);
     char *text = NULL;
-    size_t len = 0;
-    if (path && g4_file_exists(path) && g4_read_file(path, 4096, &text, &len) == G4_OK) {
-        while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ')) text[--len] = 0;
-        if (len == 0) {
-            free(text);
-            text = NULL;
-        }
-    }
+    if (path && g4_file_exists(path) && g4_read_file(path, 4096, &text, NULL) != G4_OK) text = NULL;
     g4_error_clear();
     free(path);
-    return text;
+    return clean_token(text);
 }
 
 /* ---- requests with retries ---- */
@@ -350,6 +359,7 @@ static g4_status pull_file(pull *p, const repo_file *f, int index) {
     char *snap = snapshot_path(p, f->name);
     if (!snap) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     g4_status s = G4_OK;
+    int damaged = 0; /* the cached copy failed --verify: fetch it again */
     if (g4_file_exists(snap)) {
         char *etag = linked_etag(snap);
         s = opt->verify_cached ? hub_verify_file(snap, f->name, etag ? etag : f->etag_hint, f->size) : G4_OK;
@@ -361,7 +371,7 @@ static g4_status pull_file(pull *p, const repo_file *f, int index) {
             return G4_OK;
         }
         g4_log(G4_LOG_WARN, "%s; fetching it again", g4_error_message());
-        /* the next steps replace the bad blob */
+        damaged = 1;
     }
     free(snap);
 
@@ -374,7 +384,7 @@ static g4_status pull_file(pull *p, const repo_file *f, int index) {
         s = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     if (s == G4_OK) s = hub_lock_blob(p->cache_dir, p->folder, etag, opt, f->name, &lock);
     if (s == G4_OK) {
-        int have = g4_file_exists(blob);
+        int have = !damaged && g4_file_exists(blob);
         if (have && (size >= 0 && file_size_of(blob) != size)) have = 0;
         if (have && opt->verify_cached && hub_verify_file(blob, f->name, etag, size) != G4_OK) {
             g4_log(G4_LOG_WARN, "%s; fetching it again", g4_error_message());

@@ -304,6 +304,13 @@ def run_failures(hub, endpoint):
     r = pull(["test-org/gated-gemma", "--endpoint", endpoint, "--cache", cache],
              env={"HUGGING_FACE_HUB_TOKEN": VALID_TOKEN})
     check(r.returncode == 0, "gated with HUGGING_FACE_HUB_TOKEN", show(r))
+    hub.clear_log()
+    r = pull(["test-org/gated-gemma", "--endpoint", endpoint, "--cache", cache], env={"HF_TOKEN": "hf_x\nX-Evil: 1"})
+    check(r.returncode == 1 and "control characters" in r.stderr and not hub.requests(),
+          "a token that would break the header line is refused before any request", show(r))
+    r = pull(["test-org/gated-gemma", "--endpoint", endpoint, "--cache", fresh_dir("gated-padded")],
+             env={"HF_TOKEN": "  %s\n" % VALID_TOKEN})
+    check(r.returncode == 0, "surrounding whitespace is trimmed from the token", show(r))
     cache = fresh_dir("gated-file")
     with open(os.path.join(HF_HOME, "token"), "w") as f:
         f.write(VALID_TOKEN + "\n")

@@ -31,6 +31,7 @@ Range, whether Authorization came) for the test to inspect.
 Run it by hand: tests/tools/fake_hub.py --fixture build/fixtures/dense
 """
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -46,13 +47,20 @@ VALID_TOKEN = "hf_fake_valid_token"
 NO_ACCESS_TOKEN = "hf_fake_no_access_token"
 
 
+# The files never change: hash each one once (bytes cache their hash() too).
+@functools.lru_cache(maxsize=None)
+def sha256_hex(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
 def git_blob_sha1(data):
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def lfs_pointer(data):
     return ("version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n"
-            % (hashlib.sha256(data).hexdigest(), len(data))).encode()
+            % (sha256_hex(data), len(data))).encode()
 
 
 def split_safetensors(data, parts=2):
@@ -254,7 +262,7 @@ class FakeHub:
                 if repo is None or parts[0] != "cdn":
                     self._send(404, {}, b"no such object", head)
                     return
-                data = next((d for n, d in repo.files.items() if hashlib.sha256(d).hexdigest() == parts[2]), None)
+                data = next((d for n, d in repo.files.items() if sha256_hex(d) == parts[2]), None)
                 if data is None:
                     self._send(404, {}, b"no such object", head)
                     return
@@ -334,7 +342,7 @@ class FakeHub:
                         if n in repo.lfs:
                             p = lfs_pointer(d)
                             s.update(size=len(d), blobId=git_blob_sha1(p),
-                                     lfs={"sha256": hashlib.sha256(d).hexdigest(), "size": len(d),
+                                     lfs={"sha256": sha256_hex(d), "size": len(d),
                                           "pointerSize": len(p)})
                         else:
                             s.update(size=len(d), blobId=git_blob_sha1(d))
@@ -351,7 +359,7 @@ class FakeHub:
                     if n in repo.lfs:
                         p = lfs_pointer(d)
                         e.update(oid=git_blob_sha1(p),
-                                 lfs={"oid": hashlib.sha256(d).hexdigest(), "size": len(d), "pointerSize": len(p)})
+                                 lfs={"oid": sha256_hex(d), "size": len(d), "pointerSize": len(p)})
                     entries.append(e)
                 self._send(200, {"Content-Type": "application/json"}, json.dumps(entries).encode(), head)
 
@@ -378,7 +386,7 @@ class FakeHub:
                     return
                 data = repo.files[file]
                 if file in repo.lfs:
-                    sha = hashlib.sha256(data).hexdigest()
+                    sha = sha256_hex(data)
                     location = "%s/cdn/%s/%s?X-Amz-Signature=fake%d" % (hub.cdn_url, repo.key, sha, time.time())
                     body = b"Found. Redirecting to " + location.encode()
                     self._send(302, {"Location": location, "X-Repo-Commit": commit, "X-Linked-Etag": '"%s"' % sha,
