@@ -135,6 +135,13 @@ def run_basic(hub, endpoint):
     check(r.returncode == 0 and r.stdout.strip() == snap, "--revision v1.0", show(r))
     with open(os.path.join(cache, "models--test-org--tiny-gemma", "refs", "v1.0")) as f:
         check(f.read() == repo.commit, "refs/v1.0 written")
+    hub.clear_log()
+    r = pull(["test-org/tiny-gemma@refs/pr/1", "--endpoint", endpoint, "--cache", cache])
+    check(r.returncode == 0 and r.stdout.strip() == snap, "@refs/pr/1", show(r))
+    check(hub.requests()[0]["path"].startswith("/api/models/test-org/tiny-gemma/revision/refs%2Fpr%2F1?"),
+          "a revision with slashes is one escaped path segment", hub.requests()[:1])
+    with open(os.path.join(cache, "models--test-org--tiny-gemma", "refs", "refs", "pr", "1")) as f:
+        check(f.read() == repo.commit, "refs/refs/pr/1 written (huggingface_hub's layout)")
     r = pull(["test-org/tiny-gemma@" + repo.commit, "--endpoint", endpoint, "--cache", cache])
     check(r.returncode == 0 and r.stdout.strip() == snap, "@commit", show(r))
     check(not os.path.exists(os.path.join(cache, "models--test-org--tiny-gemma", "refs", repo.commit)),

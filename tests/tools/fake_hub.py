@@ -99,7 +99,7 @@ class Repo:
         self.gated = gated
         self.fault = fault
         self.commit = hashlib.sha1(("commit of " + name).encode()).hexdigest()
-        self.refs = {"main": self.commit, "v1.0": self.commit}
+        self.refs = {"main": self.commit, "v1.0": self.commit, "refs/pr/1": self.commit}
         self.key = hashlib.sha1(name.encode()).hexdigest()[:12]
 
 
