@@ -129,9 +129,10 @@ static g4_status check_space(const partial *p) {
     if (p->f->size < 0) return G4_OK;
     int64_t need = p->f->size - (int64_t)p->have;
     int64_t free_bytes = hub_free_bytes(p->path);
+    char a[32], b[32];
     if (free_bytes >= 0 && need > free_bytes)
-        return g4_fail(G4_ERR_LIMIT, "not enough disk space for %s: %" PRId64 " more bytes needed, %" PRId64
-                       " free where %s is", p->f->file, need, free_bytes, p->path);
+        return g4_fail(G4_ERR_LIMIT, "not enough disk space for %s: it needs %s more, %s are free where %s is",
+                       p->f->file, hub_format_bytes(need, a), hub_format_bytes(free_bytes, b), p->path);
     return G4_OK;
 }
 

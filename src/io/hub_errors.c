@@ -83,3 +83,11 @@ void hub_emit(const g4_hub_options *opt, g4_hub_event_kind kind, const char *fil
     g4_hub_event e = {.kind = kind, .file = file, .index = index, .count = count, .done = done, .total = total};
     opt->progress(&e, opt->progress_user);
 }
+
+const char *hub_format_bytes(int64_t n, char buf[32]) {
+    if (n >= 1000000000) snprintf(buf, 32, "%.2f GB", n / 1e9);
+    else if (n >= 1000000) snprintf(buf, 32, "%.1f MB", n / 1e6);
+    else if (n >= 1000) snprintf(buf, 32, "%.1f kB", n / 1e3);
+    else snprintf(buf, 32, "%lld B", (long long)n);
+    return buf;
+}

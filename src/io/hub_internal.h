@@ -124,6 +124,9 @@ g4_status hub_fetch_blob(hub_http *h, const g4_hub_options *opt, const hub_fetch
 /* Checks a complete file's size and checksum against the expected ones. */
 g4_status hub_verify_file(const char *path, const char *file, const char *etag, int64_t size);
 
+/* "2.46 GB", "1.2 MB", "512 B" into buf. */
+const char *hub_format_bytes(int64_t n, char buf[32]);
+
 void hub_emit(const g4_hub_options *opt, g4_hub_event_kind kind, const char *file, int index, int count,
               uint64_t done, uint64_t total);
 

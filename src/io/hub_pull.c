@@ -296,9 +296,10 @@ static g4_status check_disk_space(pull *p, uint64_t *total) {
         need += f->size - have;
     }
     int64_t free_bytes = hub_free_bytes(p->repo_dir);
+    char a[32], b[32];
     if (free_bytes >= 0 && need > free_bytes)
-        return g4_fail(G4_ERR_LIMIT, "not enough disk space in %s: the download needs %.2f GB, %.2f GB are free",
-                       p->repo_dir, need / 1e9, free_bytes / 1e9);
+        return g4_fail(G4_ERR_LIMIT, "not enough disk space in %s: the download needs %s, %s are free", p->repo_dir,
+                       hub_format_bytes(need, a), hub_format_bytes(free_bytes, b));
     return G4_OK;
 }
 

@@ -282,6 +282,24 @@ def run_failures(hub, endpoint):
     check(r.returncode == 0 and [q["range"] for q in cdn_gets(hub, repo)] == ["bytes=1000000-"],
           "after freeing space the download resumes", show(r))
 
+    # a disk too small for the weights (a 1 MB tmpfs in a private mount namespace): refused before downloading
+    cache = fresh_dir("small-disk")
+    script = ('mount -t tmpfs -o size=1m none "$1" && "$2" pull test-org/tiny-gemma --endpoint "$3" --cache "$1"; '
+              'echo "exit=$?"; ls "$1"/models--test-org--tiny-gemma/blobs | wc -l')
+    try:
+        r = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", cache, G4_BIN, endpoint], capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, HF_HOME=HF_HOME, NO_PROXY="127.0.0.1"))
+        usable = "exit=" in r.stdout
+    except OSError:
+        usable = False
+    if usable:
+        lines = r.stdout.split()
+        check(lines[0] == "exit=1" and "not enough disk space" in r.stderr and "the download needs 2.5 MB" in r.stderr,
+              "a full disk is reported before any download", r.stdout + r.stderr)
+        check(lines[-1] == "0", "nothing was written", r.stdout)
+    else:
+        print("SKIPPED (not counted): the disk-space check needs `unshare -rm` to mount a small tmpfs")
+
     # every transfer stops halfway and Range is ignored: no progress is made, so the retries run out
     r = pull(["test-org/stubborn-gemma", "--endpoint", endpoint, "--cache", fresh_dir("stubborn"), "--retries", "3",
               "--backoff-ms", "10"], timeout=60)
