@@ -1,5 +1,7 @@
 #include "cli_common.h"
 
+#include "io/hub.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,8 +73,16 @@ void cli_report_error(const char *cmd, g4_status st) {
 int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **model) {
     *be = NULL;
     *model = NULL;
-    g4_status st = g4_backend_cpu_create(threads, be);
-    if (st == G4_OK) st = g4_model_load_dir(path, *be, model);
+    /* a local directory, or ORG/NAME[@rev] already downloaded by `gemma4 pull` */
+    char *dir = NULL;
+    g4_status st = g4_resolve_model_path(path, &dir);
+    if (st != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", g4_error_message());
+        return 1;
+    }
+    st = g4_backend_cpu_create(threads, be);
+    if (st == G4_OK) st = g4_model_load_dir(dir, *be, model);
+    free(dir);
     if (st != G4_OK) {
         fprintf(stderr, "gemma4: cannot load model: %s\n", g4_error_message());
         g4_backend_destroy(*be);

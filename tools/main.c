@@ -10,12 +10,14 @@ int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
 
 const g4_command g4_commands[] = {
     {"logits", cmd_logits, "logits of a token sequence to a safetensors file (verification)"},
     {"generate", cmd_generate, "greedy continuation of token ids (verification)"},
     {"info", cmd_info, "architecture, layer plan, parameters and weight bytes of a model"},
     {"bench", cmd_bench, "prefill and decode speed beside this machine's limits"},
+    {"pull", cmd_pull, "download a model from the Hugging Face hub into the local cache"},
     {NULL, NULL, NULL},
 };
 
