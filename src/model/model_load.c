@@ -7,6 +7,7 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "model/audio_tower.h"
 #include "model/model.h"
 #include "model/weight_loader.h"
 
@@ -212,6 +213,7 @@ g4_status g4_model_load_dir(const char *dir, g4_backend *be, g4_model **out) {
         m->layout = detect_layout(m->tensors, m->text_prefix);
         st = load_text(m);
     }
+    if (st == G4_OK && m->config.audio.present) st = g4_audio_tower_load(m);
     if (st != G4_OK) {
         g4_model_release(m);
         return st;
@@ -227,6 +229,7 @@ void g4_model_release(g4_model *m) {
     for (size_t i = 0; i < m->n_host_allocs; i++) free(m->host_allocs[i]);
     free(m->host_allocs);
     free(m->text.layers);
+    g4_audio_tower_free(m);
     g4_st_close(m->tensors);
     g4_config_free(&m->config);
     free(m->path);

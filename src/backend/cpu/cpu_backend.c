@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_audio_ops.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_moe.h"
 
@@ -183,6 +184,17 @@ static const g4_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .moe_route = cpu_moe_route,
     .moe_experts = cpu_moe_experts,
+    /* audio tower */
+    .scale_rows = cpu_scale_rows,
+    .add_rows = cpu_add_rows,
+    .clamp = cpu_clamp,
+    .relu = cpu_relu,
+    .silu = cpu_silu,
+    .glu = cpu_glu,
+    .layer_norm = cpu_layer_norm,
+    .conv2d = cpu_conv2d,
+    .depthwise_conv1d_causal = cpu_depthwise_conv1d_causal,
+    .chunked_attention = cpu_chunked_attention,
 };
 
 g4_status g4_backend_cpu_create(int threads, g4_backend **out) {
