@@ -39,6 +39,37 @@ typedef struct {
 
 typedef struct g4_backend g4_backend;
 
+/* Chunked local attention (audio tower). Frames are split into blocks of
+ * `chunk`; query frame i sits in block b = i / chunk at row w = i % chunk.
+ * Block b's context is the W = chunk + past + future frames
+ * j = b*chunk - past + c, c in [0, W) (frames outside [0, T) read as zero
+ * vectors). For each head h and each c:
+ *   logit[c] = q[i][h] . k[j][h]
+ *            + (0 <= c - w < n_rel ? q[i][h] . rel_k[c - w][h] : 0)
+ *   logit[c] = logit_cap * tanh(logit[c] / logit_cap)      (skipped if logit_cap <= 0)
+ *   logit[c] = invalid_logit unless 0 <= j < T, valid[j] and
+ *              -max_future_dist <= i - j <= max_past_dist
+ *   out[i][h] = sum_c softmax(logit)[c] * v[j][h]
+ * The softmax runs over all W context slots, masked ones included (they
+ * get exp(invalid_logit - max), i.e. 0 unless every slot is masked, when
+ * the weights are uniform, as in transformers). rel_k[r] is the relative
+ * key of distance i - j = past - r (the "c - w" indexing is transformers'
+ * _rel_shift; it equals it exactly while n_rel <= past + future + 2).
+ * invert_mask (validation only): a slot is instead visible iff
+ * 0 <= j < T and NOT (valid[j] and the distance rule) -- what transformers
+ * 5.17 computes with attn_implementation="eager" (a bug), so that the
+ * references made that way can be matched. */
+typedef struct {
+    int n_frames;          /* T */
+    int n_heads, head_dim;
+    int chunk, past, future;
+    int n_rel;
+    int max_past_dist, max_future_dist;
+    float logit_cap;       /* e.g. 50 */
+    float invalid_logit;   /* e.g. -1e9 */
+    int invert_mask;       /* 0 for inference; see above */
+} g4_chunked_attn_params;
+
 typedef struct {
     const char *name;
     void (*destroy)(g4_backend *be);
@@ -108,12 +139,8 @@ typedef struct {
                         const g4_expert_matrix *down);
 
     /* vision tower */
-    /* x = min(max(x, lo), hi) */
-    void (*clamp)(g4_backend *be, float *x, size_t n, float lo, float hi);
     /* out = a * s + b (scalars) */
     void (*affine)(g4_backend *be, float *out, const float *a, float s, float b, size_t n);
-    /* out[r][c] = a[r][c] + v[c] */
-    void (*add_rows)(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim);
     /* 2-D RoPE of x[n][n_heads][head_dim] in place: channels [0, head_dim/2)
      * rotate by position pos_xy[t][0] and [head_dim/2, head_dim) by
      * pos_xy[t][1], each half as "rotate half" RoPE of size head_dim/2 with
@@ -123,6 +150,49 @@ typedef struct {
      * ([n_out][dim]); rows with slot < 0 are skipped. slot is backend memory. */
     void (*pool_rows)(g4_backend *be, float *out, const float *in, const int32_t *slot, int n_in, int n_out, int dim,
                       float scale);
+
+    /* audio tower (float32 throughout; every array is backend memory) */
+
+    /* out[r][c] = a[r][c] * s[r]: one scalar per row (e.g. a 0/1 frame mask). In place allowed. */
+    void (*scale_rows)(g4_backend *be, float *out, const float *a, const float *s, int rows, int dim);
+    /* out[r][c] = a[r][c] + v[c]: a bias broadcast over rows. In place allowed. */
+    void (*add_rows)(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim);
+    /* out = min(max(x, lo), hi), elementwise; lo/hi may be -inf/+inf. In place allowed. */
+    void (*clamp)(g4_backend *be, float *out, const float *x, float lo, float hi, size_t n);
+    /* out = max(x, 0). In place allowed. */
+    void (*relu)(g4_backend *be, float *out, const float *x, size_t n);
+    /* out = x * sigmoid(x) = x / (1 + exp(-x)). In place allowed. */
+    void (*silu)(g4_backend *be, float *out, const float *x, size_t n);
+    /* Gated linear unit over the last dim (torch.nn.functional.glu):
+     * x [rows][2*dim], out [rows][dim], out[r][c] = x[r][c] * sigmoid(x[r][dim + c]).
+     * out must not overlap x. */
+    void (*glu)(g4_backend *be, float *out, const float *x, int rows, int dim);
+    /* LayerNorm per row: mu = mean(x), var = mean((x - mu)^2) (biased),
+     * y = (x - mu) / sqrt(var + eps) * w[c] + b[c]; w and/or b may be NULL
+     * (no scale / no shift). In place allowed. */
+    void (*layer_norm)(g4_backend *be, float *out, const float *x, const float *w, const float *b, int rows,
+                       int dim, float eps);
+    /* 2-D convolution of one image, channels last (NHWC without the N), no bias:
+     * x [H][W][c_in], w [c_out][kh][kw][c_in], out [Ho][Wo][c_out] with
+     * Ho = (H + 2*pad - kh) / stride + 1, Wo = (W + 2*pad - kw) / stride + 1,
+     * out[i][j][o] = sum_{a<kh, b<kw, c<c_in} w[o][a][b][c] * x[i*stride - pad + a][j*stride - pad + b][c],
+     * x read as 0 outside [0,H) x [0,W). (PyTorch Conv2d with padding=pad,
+     * its OIHW weight transposed to OHWI.) out must not overlap x. */
+    void (*conv2d)(g4_backend *be, float *out, const float *x, const float *w, int H, int W, int c_in, int c_out,
+                   int kh, int kw, int stride, int pad);
+    /* Causal depthwise 1-D convolution along time, no bias: x [T][C], w [C][K],
+     * out[t][c] = sum_{k<K} w[c][k] * x[t - (K-1) + k][c], x read as 0 before
+     * t = 0 (PyTorch Conv1d with groups = C after left-padding K-1 zeros).
+     * out must not overlap x. */
+    void (*depthwise_conv1d_causal)(g4_backend *be, float *out, const float *x, const float *w, int T, int C,
+                                    int K);
+    /* Chunked local self-attention with a Transformer-XL relative-position
+     * term (the Gemma 4 / USM audio conformer), fp32 softmax. See
+     * g4_chunked_attn_params for the exact semantics. q, k, v, out are
+     * [T][n_heads][head_dim]; rel_k is [n_rel][n_heads][head_dim]; valid is
+     * [T] (nonzero = a real frame, 0 = padding). out must not overlap inputs. */
+    void (*chunked_attention)(g4_backend *be, float *out, const float *q, const float *k, const float *v,
+                              const float *rel_k, const int32_t *valid, const g4_chunked_attn_params *p);
 } g4_backend_ops;
 
 struct g4_backend {

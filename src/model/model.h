@@ -52,6 +52,7 @@ typedef struct g4_model {
     const char *text_prefix;  /* e.g. "model.language_model." */
     g4_backend *backend;
     g4_text_weights text;
+    struct g4_audio_weights *audio; /* audio tower + embed_audio (model/audio_tower.h); NULL if none */
     /* bookkeeping for `gemma4 info` */
     uint64_t weight_bytes_by_format[5];
     uint64_t n_params;

@@ -7,6 +7,7 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "model/audio_tower.h"
 #include "model/model.h"
 #include "model/vision_tower.h"
 #include "model/weight_loader.h"
@@ -212,6 +213,7 @@ g4_status g4_model_load_dir(const char *dir, g4_backend *be, g4_model **out) {
         st = load_text(m);
     }
     if (st == G4_OK) st = g4_vision_tower_load(m);
+    if (st == G4_OK && m->config.audio.present) st = g4_audio_tower_load(m);
     if (st == G4_OK)
         for (size_t t = 0; t < g4_st_count(m->tensors); t++) m->n_unused_tensors += !m->tensor_used[t];
     if (st != G4_OK) {
@@ -231,6 +233,7 @@ void g4_model_release(g4_model *m) {
     free(m->tensor_used);
     g4_vision_tower_free(m);
     free(m->text.layers);
+    g4_audio_tower_free(m);
     g4_st_close(m->tensors);
     g4_config_free(&m->config);
     free(m->path);

@@ -27,6 +27,7 @@ struct g4_vision_weights {
     vision_layer *layers;
     float *std_neg_bias, *std_scale; /* standardize: (x - bias) * scale */
     g4_matrix embed_proj;   /* [d_text, Dv] */
+    uint64_t n_params, weight_bytes; /* the tower's own, kept out of the text totals */
 };
 
 static void load_clipped(g4_weight_loader *L, const char *prefix, const char *name, int clipped, int64_t rows,
@@ -74,6 +75,8 @@ g4_status g4_vision_tower_load(g4_model *m) {
     g4_weight_loader L;
     g4_status st = g4_loader_init(&L, m);
     if (st != G4_OK) return st;
+    uint64_t text_params = m->n_params, text_bytes[5];
+    memcpy(text_bytes, m->weight_bytes_by_format, sizeof text_bytes);
     const char *tp, *ep;
     tower_prefixes(m, &tp, &ep);
     const int64_t Dv = vc->hidden_size, Iv = vc->intermediate_size, HD = (int64_t)vc->n_heads * vc->head_dim;
@@ -139,8 +142,14 @@ g4_status g4_vision_tower_load(g4_model *m) {
             st = g4_loader_prepare_matrix(&L, &lins[k]->w);
     }
     g4_loader_free(&L);
+    v->n_params = m->n_params - text_params;
+    for (int f = 0; f < 5; f++) v->weight_bytes += m->weight_bytes_by_format[f] - text_bytes[f];
+    m->n_params = text_params;
+    memcpy(m->weight_bytes_by_format, text_bytes, sizeof text_bytes);
     return st;
 }
+
+uint64_t g4_vision_tower_params(const g4_model *m) { return m->vision ? m->vision->n_params : 0; }
 
 void g4_vision_tower_free(g4_model *m) {
     if (!m->vision) return;
@@ -159,12 +168,11 @@ typedef struct {
 static void clipped_apply(g4_backend *be, const clipped_linear *l, float *out, const float *x, float *xc, int n) {
     const float *in = x;
     if (l->clipped) {
-        be->ops->copy(be, xc, x, (size_t)n * l->w.cols * sizeof(float));
-        be->ops->clamp(be, xc, (size_t)n * l->w.cols, l->in_lo, l->in_hi);
+        be->ops->clamp(be, xc, x, l->in_lo, l->in_hi, (size_t)n * l->w.cols);
         in = xc;
     }
     be->ops->matmul(be, out, in, n, &l->w);
-    if (l->clipped) be->ops->clamp(be, out, (size_t)n * l->w.rows, l->out_lo, l->out_hi);
+    if (l->clipped) be->ops->clamp(be, out, out, l->out_lo, l->out_hi, (size_t)n * l->w.rows);
 }
 
 static void encoder_layer(const g4_model *m, const vision_layer *w, vision_scratch *s, int n,

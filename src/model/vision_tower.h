@@ -13,6 +13,8 @@
  * model loader; problems are reported through the same all-problems list). */
 g4_status g4_vision_tower_load(g4_model *m);
 void g4_vision_tower_free(g4_model *m);
+/* Parameters of the tower and its embedder (0 without one). */
+uint64_t g4_vision_tower_params(const g4_model *m);
 
 /* Encodes one image. pixel_values: host [n_rows][3*patch*patch] in [0, 1],
  * positions: host [n_rows][2] (x, y), padding rows (-1, -1). n_rows is the

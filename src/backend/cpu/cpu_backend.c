@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_audio_ops.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_vision_ops.h"
@@ -58,11 +59,12 @@ static void cpu_rmsnorm(g4_backend *be, float *out, const float *x, const float 
         float *yr = out + (size_t)r * dim;
         double ss = 0;
         for (int i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
-        float inv = (float)(1.0 / sqrt(ss / dim + (double)eps));
+        double inv = 1.0 / sqrt(ss / dim + (double)eps);
+        /* one rounding per output: the norm feeds every later layer */
         if (w)
-            for (int i = 0; i < dim; i++) yr[i] = xr[i] * inv * w[i];
+            for (int i = 0; i < dim; i++) yr[i] = (float)(xr[i] * inv * w[i]);
         else
-            for (int i = 0; i < dim; i++) yr[i] = xr[i] * inv;
+            for (int i = 0; i < dim; i++) yr[i] = (float)(xr[i] * inv);
     }
 }
 
@@ -98,15 +100,15 @@ static void cpu_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int he
     free(inv_freq);
 }
 
-static float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+static double gelu_tanh(double x) {
+    const double k = 0.7978845608028654; /* sqrt(2/pi) */
+    return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
 }
 
 static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n) {
     (void)be;
 #pragma omp parallel for schedule(static) if (n > 4096)
-    for (size_t i = 0; i < n; i++) out[i] = gelu_tanh(gate[i]) * up[i];
+    for (size_t i = 0; i < n; i++) out[i] = (float)(gelu_tanh(gate[i]) * up[i]);
 }
 
 static void cpu_add(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
@@ -184,11 +186,21 @@ static const g4_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .moe_route = cpu_moe_route,
     .moe_experts = cpu_moe_experts,
-    .clamp = cpu_clamp,
+    /* vision tower */
     .affine = cpu_affine,
-    .add_rows = cpu_add_rows,
     .rope_2d = cpu_rope_2d,
     .pool_rows = cpu_pool_rows,
+    /* audio tower (clamp and add_rows serve the vision tower too) */
+    .scale_rows = cpu_scale_rows,
+    .add_rows = cpu_add_rows,
+    .clamp = cpu_clamp,
+    .relu = cpu_relu,
+    .silu = cpu_silu,
+    .glu = cpu_glu,
+    .layer_norm = cpu_layer_norm,
+    .conv2d = cpu_conv2d,
+    .depthwise_conv1d_causal = cpu_depthwise_conv1d_causal,
+    .chunked_attention = cpu_chunked_attention,
 };
 
 g4_status g4_backend_cpu_create(int threads, g4_backend **out) {

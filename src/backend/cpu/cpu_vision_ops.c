@@ -4,20 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void cpu_clamp(g4_backend *be, float *x, size_t n, float lo, float hi) {
-    (void)be;
-    for (size_t i = 0; i < n; i++) x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
-}
-
 void cpu_affine(g4_backend *be, float *out, const float *a, float s, float b, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) out[i] = a[i] * s + b;
-}
-
-void cpu_add_rows(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim) {
-    (void)be;
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < dim; c++) out[(size_t)r * dim + c] = a[(size_t)r * dim + c] + v[c];
 }
 
 void cpu_rope_2d(g4_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos_xy, float theta) {

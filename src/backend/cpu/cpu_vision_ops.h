@@ -4,9 +4,7 @@
 
 #include "backend/backend.h"
 
-void cpu_clamp(g4_backend *be, float *x, size_t n, float lo, float hi);
 void cpu_affine(g4_backend *be, float *out, const float *a, float s, float b, size_t n);
-void cpu_add_rows(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim);
 void cpu_rope_2d(g4_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos_xy, float theta);
 void cpu_pool_rows(g4_backend *be, float *out, const float *in, const int32_t *slot, int n_in, int n_out, int dim,
                    float scale);
