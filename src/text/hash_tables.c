@@ -23,8 +23,8 @@ void g4_strmap_free(g4_strmap *m) {
 }
 
 static void strmap_insert_slot(g4_strmap *m, const g4_strmap_slot *src, uint64_t h64) {
-    for (uint32_t i = (uint32_t)(h64 >> 32) & m->mask;; i = (i + 1) & m->mask) {
-        if (!m->slots[i].hash) {
+    for (uint32_t i = g4_strmap_index(m, h64);; i = (i + 1) & m->mask) {
+        if (!m->slots[i].len) {
             m->slots[i] = *src;
             m->count++;
             return;
@@ -33,19 +33,20 @@ static void strmap_insert_slot(g4_strmap *m, const g4_strmap_slot *src, uint64_t
 }
 
 int32_t g4_strmap_put(g4_strmap *m, const char *key, size_t len, int32_t value) {
+    if (!len) return -3;
     if (!m->slots && !g4_strmap_init(m, 16)) return -2;
-    int32_t old = g4_strmap_get(m, key, len);
+    uint64_t h64 = g4_hash_bytes(key, len);
+    int32_t old = g4_strmap_get_hashed(m, key, len, h64);
     if (old >= 0) return old;
     if ((uint64_t)(m->count + 1) * 2 > (uint64_t)m->mask + 1) {
         g4_strmap bigger;
         if (!g4_strmap_init(&bigger, (size_t)m->count + 1)) return -2;
         for (uint32_t i = 0; i <= m->mask; i++)
-            if (m->slots[i].hash) strmap_insert_slot(&bigger, &m->slots[i], g4_hash_bytes(m->slots[i].key, m->slots[i].len));
+            if (m->slots[i].len) strmap_insert_slot(&bigger, &m->slots[i], g4_hash_bytes(m->slots[i].key, m->slots[i].len));
         free(m->slots);
         *m = bigger;
     }
-    uint64_t h64 = g4_hash_bytes(key, len);
-    g4_strmap_slot s = {key, (uint32_t)len, (uint32_t)h64 | 1u, value};
+    g4_strmap_slot s = {g4_key_head(key, len), key, (uint32_t)len, value};
     strmap_insert_slot(m, &s, h64);
     return -1;
 }

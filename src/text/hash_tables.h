@@ -26,13 +26,22 @@ static inline uint64_t g4_hash_bytes(const void *data, size_t n) {
     return h ^ (h >> 32);
 }
 
-/* Keys are not copied: they must outlive the table. */
+/* Keys are not copied: they must outlive the table. The first 8 bytes are
+ * kept in the slot, so short keys compare without touching the key. */
 typedef struct {
+    uint64_t head; /* first 8 bytes of the key, zero-padded */
     const char *key;
-    uint32_t len;
-    uint32_t hash;
+    uint32_t len;  /* 0 marks an empty slot (the empty key is never stored) */
     int32_t value;
 } g4_strmap_slot;
+
+static inline uint64_t g4_key_head(const char *key, size_t len) {
+    uint64_t v = 0;
+    if (len >= 8) memcpy(&v, key, 8);
+    else
+        for (size_t i = 0; i < len; i++) v |= (uint64_t)(unsigned char)key[i] << (8 * i);
+    return v;
+}
 
 typedef struct {
     g4_strmap_slot *slots;
@@ -43,18 +52,25 @@ typedef struct {
 int g4_strmap_init(g4_strmap *m, size_t expected);
 void g4_strmap_free(g4_strmap *m);
 /* Inserts key -> value; returns the existing value if the key was present
- * (leaving it unchanged), else -1. Grows as needed; -2 on allocation failure. */
+ * (leaving it unchanged), else -1. Grows as needed; -2 on allocation
+ * failure; -3 for the empty key, which is not stored. */
 int32_t g4_strmap_put(g4_strmap *m, const char *key, size_t len, int32_t value);
 
-static inline int32_t g4_strmap_get(const g4_strmap *m, const char *key, size_t len) {
-    if (!m->slots) return -1;
-    uint64_t h64 = g4_hash_bytes(key, len);
-    uint32_t h = (uint32_t)h64 | 1u; /* 0 marks an empty slot */
-    for (uint32_t i = (uint32_t)(h64 >> 32) & m->mask;; i = (i + 1) & m->mask) {
+static inline uint32_t g4_strmap_index(const g4_strmap *m, uint64_t hash) { return (uint32_t)(hash >> 40) & m->mask; }
+
+/* Lookup with a precomputed g4_hash_bytes(key, len). */
+static inline int32_t g4_strmap_get_hashed(const g4_strmap *m, const char *key, size_t len, uint64_t hash) {
+    if (!m->slots || !len) return -1;
+    uint64_t head = g4_key_head(key, len);
+    for (uint32_t i = g4_strmap_index(m, hash);; i = (i + 1) & m->mask) {
         const g4_strmap_slot *s = &m->slots[i];
-        if (!s->hash) return -1;
-        if (s->hash == h && s->len == len && !memcmp(s->key, key, len)) return s->value;
+        if (!s->len) return -1;
+        if (s->head == head && s->len == len && (len <= 8 || !memcmp(s->key + 8, key + 8, len - 8))) return s->value;
     }
+}
+
+static inline int32_t g4_strmap_get(const g4_strmap *m, const char *key, size_t len) {
+    return g4_strmap_get_hashed(m, key, len, g4_hash_bytes(key, len));
 }
 
 /* (left id, right id) -> (rank, merged id). */

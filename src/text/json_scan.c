@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "text/utf8.h"
 
@@ -154,11 +155,16 @@ g4_status g4_json_skip(g4_json_scan *s, const char **start, size_t *len) {
         }
         char ch = *p;
         if (ch == '"') {
-            p++;
-            while (p < s->end && *p != '"') p += (*p == '\\') ? 2 : 1;
-            if (p >= s->end) {
-                s->p = s->end;
-                return g4_json_error(s, "unterminated string");
+            /* the closing quote is the first one preceded by an even number of backslashes */
+            for (p++;; p++) {
+                p = p < s->end ? memchr(p, '"', (size_t)(s->end - p)) : NULL;
+                if (!p) {
+                    s->p = s->end;
+                    return g4_json_error(s, "unterminated string");
+                }
+                const char *b = p;
+                while (b[-1] == '\\') b--;
+                if (((p - b) & 1) == 0) break;
             }
             p++;
         } else if (ch == '{' || ch == '[') {

@@ -182,14 +182,92 @@ static g4_status load_vocab(g4_tokenizer *t, const extent *e, vocab_entry **entr
     return st;
 }
 
+/* Merges are resolved in batches: the three hash slots of each merge (left,
+ * right, merged token) are prefetched before any is read, which hides most
+ * of the cache misses of 1.5 million lookups in a 12 MB table. */
+#define MERGE_BATCH 64
+
+typedef struct {
+    size_t a_off, a_len, b_off, b_len, c_off, c_len; /* into the batch bytes */
+    uint64_t ha, hb, hc;
+} pending_merge;
+
+typedef struct {
+    pending_merge items[MERGE_BATCH];
+    int count;
+    size_t first_rank;
+    g4_strbuf bytes;
+    int32_t *triples; /* (left, right, merged) per rank */
+    size_t n, cap;
+} merge_batch;
+
+static g4_status resolve_batch(g4_tokenizer *t, merge_batch *mb) {
+    const g4_strmap *v = &t->vocab;
+    for (int i = 0; i < mb->count; i++) {
+        pending_merge *p = &mb->items[i];
+        const char *base = mb->bytes.data;
+        p->ha = g4_hash_bytes(base + p->a_off, p->a_len);
+        p->hb = g4_hash_bytes(base + p->b_off, p->b_len);
+        p->hc = g4_hash_bytes(base + p->c_off, p->c_len);
+        __builtin_prefetch(&v->slots[g4_strmap_index(v, p->ha)]);
+        __builtin_prefetch(&v->slots[g4_strmap_index(v, p->hb)]);
+        __builtin_prefetch(&v->slots[g4_strmap_index(v, p->hc)]);
+    }
+    if (mb->n + (size_t)mb->count > mb->cap) {
+        size_t cap = mb->cap ? mb->cap * 2 : 8192;
+        int32_t *q = realloc(mb->triples, cap * 3 * sizeof *q);
+        if (!q) return g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: merges", t->label);
+        mb->triples = q;
+        mb->cap = cap;
+    }
+    for (int i = 0; i < mb->count; i++) {
+        const pending_merge *p = &mb->items[i];
+        const char *base = mb->bytes.data;
+        size_t rank = mb->first_rank + (size_t)i + 1;
+        int32_t ia = g4_strmap_get_hashed(v, base + p->a_off, p->a_len, p->ha);
+        int32_t ib = g4_strmap_get_hashed(v, base + p->b_off, p->b_len, p->hb);
+        if (ia < 0 || ib < 0)
+            return g4_fail(G4_ERR_FORMAT, "%s: merge %zu uses token '%.*s' that is not in the vocab", t->label, rank,
+                           (int)(ia < 0 ? p->a_len : p->b_len), base + (ia < 0 ? p->a_off : p->b_off));
+        int32_t ic = g4_strmap_get_hashed(v, base + p->c_off, p->c_len, p->hc);
+        if (ic < 0)
+            return g4_fail(G4_ERR_FORMAT, "%s: merge %zu: the merged token '%.*s' is not in the vocab", t->label, rank,
+                           (int)p->c_len, base + p->c_off);
+        int32_t *tr = &mb->triples[3 * mb->n++];
+        tr[0] = ia, tr[1] = ib, tr[2] = ic;
+    }
+    mb->first_rank += (size_t)mb->count;
+    mb->count = 0;
+    g4_strbuf_clear(&mb->bytes);
+    return G4_OK;
+}
+
+static g4_status queue_merge(g4_tokenizer *t, merge_batch *mb, const char *a, size_t an, const char *b, size_t bn) {
+    size_t skip = t->prefix ? t->prefix_len : 0;
+    if (bn < skip)
+        return g4_fail(G4_ERR_FORMAT, "%s: merge %zu: '%.*s' is shorter than the subword prefix", t->label,
+                       mb->first_rank + (size_t)mb->count + 1, (int)bn, b);
+    pending_merge *p = &mb->items[mb->count++];
+    g4_strbuf *w = &mb->bytes;
+    p->a_off = w->len, p->a_len = an;
+    p->b_off = w->len + an, p->b_len = bn;
+    p->c_off = w->len + an + bn, p->c_len = an + bn - skip;
+    if (!g4_strbuf_reserve(w, 2 * (an + bn))) return g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: merges", t->label);
+    g4_strbuf_append(w, a, an);
+    g4_strbuf_append(w, b, bn);
+    g4_strbuf_append(w, a, an);
+    g4_strbuf_append(w, b + skip, bn - skip);
+    return mb->count == MERGE_BATCH ? resolve_batch(t, mb) : G4_OK;
+}
+
 /* model.merges: [["a","b"], ...] or ["a b", ...]; rank = position. */
 static g4_status load_merges(g4_tokenizer *t, const extent *e) {
     if (is_null(e)) return g4_merge_map_init(&t->merges, 0) ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "%s", t->label);
     g4_json_scan s;
     g4_json_scan_init(&s, e->start, e->len, t->label);
-    g4_strbuf buf_a = {0}, buf_b = {0}, cat = {0};
-    int32_t *triples = NULL;
-    size_t n = 0, cap = 0;
+    g4_strbuf buf_a = {0}, buf_b = {0};
+    merge_batch *mb = calloc(1, sizeof *mb);
+    if (!mb) return g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: merges", t->label);
     g4_status st = g4_json_expect(&s, '[');
     int first = 1, done = 0;
     while (!st) {
@@ -207,51 +285,23 @@ static g4_status load_merges(g4_tokenizer *t, const extent *e) {
             if ((st = g4_json_string(&s, &buf_a, &line, &ln))) break;
             const char *sp = memchr(line, ' ', ln);
             if (!sp || memchr(sp + 1, ' ', ln - (size_t)(sp + 1 - line))) {
-                st = g4_fail(G4_ERR_FORMAT, "%s: merge %zu is not two tokens separated by one space", t->label, n + 1);
+                st = g4_fail(G4_ERR_FORMAT, "%s: merge %zu is not two tokens separated by one space", t->label,
+                             mb->first_rank + (size_t)mb->count + 1);
                 break;
             }
             a = line, an = (size_t)(sp - line), b = sp + 1, bn = ln - an - 1;
         }
-        int32_t ia = g4_strmap_get(&t->vocab, a, an), ib = g4_strmap_get(&t->vocab, b, bn);
-        if (ia < 0 || ib < 0) {
-            st = g4_fail(G4_ERR_FORMAT, "%s: merge %zu uses token '%.*s' that is not in the vocab", t->label, n + 1,
-                         ia < 0 ? (int)an : (int)bn, ia < 0 ? a : b);
-            break;
-        }
-        size_t skip = t->prefix ? t->prefix_len : 0;
-        if (bn < skip) {
-            st = g4_fail(G4_ERR_FORMAT, "%s: merge %zu: '%.*s' is shorter than the subword prefix", t->label, n + 1, (int)bn, b);
-            break;
-        }
-        g4_strbuf_clear(&cat);
-        if (!g4_strbuf_append(&cat, a, an) || !g4_strbuf_append(&cat, b + skip, bn - skip)) {
-            st = g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: merges", t->label);
-            break;
-        }
-        int32_t merged = g4_strmap_get(&t->vocab, cat.data, cat.len);
-        if (merged < 0) {
-            st = g4_fail(G4_ERR_FORMAT, "%s: merge %zu: the merged token '%s' is not in the vocab", t->label, n + 1, cat.data);
-            break;
-        }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 4096;
-            int32_t *p = realloc(triples, cap * 3 * sizeof *p);
-            if (!p) {
-                st = g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: merges", t->label);
-                break;
-            }
-            triples = p;
-        }
-        triples[3 * n] = ia, triples[3 * n + 1] = ib, triples[3 * n + 2] = merged;
-        n++;
+        st = queue_merge(t, mb, a, an, b, bn);
     }
-    if (!st && !g4_merge_map_init(&t->merges, n)) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: merges", t->label);
-    for (size_t i = 0; i < n && !st; i++)
-        g4_merge_map_put(&t->merges, triples[3 * i], triples[3 * i + 1], (uint32_t)i, triples[3 * i + 2]);
-    free(triples);
+    if (!st && mb->count) st = resolve_batch(t, mb);
+    if (!st && !g4_merge_map_init(&t->merges, mb->n)) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: merges", t->label);
+    for (size_t i = 0; i < mb->n && !st; i++)
+        g4_merge_map_put(&t->merges, mb->triples[3 * i], mb->triples[3 * i + 1], (uint32_t)i, mb->triples[3 * i + 2]);
+    free(mb->triples);
+    g4_strbuf_free(&mb->bytes);
+    free(mb);
     g4_strbuf_free(&buf_a);
     g4_strbuf_free(&buf_b);
-    g4_strbuf_free(&cat);
     return st;
 }
 

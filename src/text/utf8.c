@@ -59,6 +59,14 @@ int g4_utf8_valid(const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
+        if (i + 8 <= n) { /* eight ASCII bytes at a time */
+            uint64_t v;
+            memcpy(&v, p + i, 8);
+            if (!(v & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
         if (p[i] < 0x80) {
             i++;
             continue;
