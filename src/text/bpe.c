@@ -10,21 +10,19 @@
 #include "text/utf8.h"
 
 typedef struct {
-    int32_t id;
+    int32_t id; /* -1 once merged into its left neighbour */
     int32_t prev, next; /* neighbour positions, -1 at the ends */
-    int32_t alive;
 } bpe_symbol;
 
-typedef struct {
-    uint32_t rank;
-    uint32_t pos;
-    int32_t new_id;
-} bpe_merge;
-
+/* Heap entries are (rank << 32 | position): one integer compare orders by
+ * rank, then leftmost position, as `tokenizers`' Merge ordering does. The
+ * merged id is looked up again when an entry is popped; an entry is stale
+ * exactly when the pair at its position has changed, and a changed pair
+ * always has a different rank (ranks are unique per pair). */
 struct g4_bpe_work {
     bpe_symbol *sym;
     size_t sym_cap;
-    bpe_merge *heap;
+    uint64_t *heap;
     size_t heap_len, heap_cap;
     g4_strbuf piece;
 };
@@ -51,43 +49,47 @@ int g4_id_list_push(g4_id_list *l, int32_t id) {
     return 1;
 }
 
-static inline int merge_before(const bpe_merge *a, const bpe_merge *b) {
-    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
-}
-
-static int heap_push(g4_bpe_work *w, bpe_merge m) {
+/* A 4-ary min-heap: shallower than a binary one, with siblings in one cache line. */
+static int heap_push(g4_bpe_work *w, uint64_t key) {
     if (w->heap_len == w->heap_cap) {
         size_t cap = w->heap_cap ? w->heap_cap * 2 : 256;
-        bpe_merge *p = realloc(w->heap, cap * sizeof *p);
+        uint64_t *p = realloc(w->heap, cap * sizeof *p);
         if (!p) return 0;
         w->heap = p;
         w->heap_cap = cap;
     }
+    uint64_t *h = w->heap;
     size_t i = w->heap_len++;
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!merge_before(&m, &w->heap[parent])) break;
-        w->heap[i] = w->heap[parent];
+        size_t parent = (i - 1) / 4;
+        if (h[parent] <= key) break;
+        h[i] = h[parent];
         i = parent;
     }
-    w->heap[i] = m;
+    h[i] = key;
     return 1;
 }
 
-static bpe_merge heap_pop(g4_bpe_work *w) {
-    bpe_merge top = w->heap[0], last = w->heap[--w->heap_len];
+static uint64_t heap_pop(g4_bpe_work *w) {
+    uint64_t *h = w->heap;
+    uint64_t top = h[0], last = h[--w->heap_len];
     size_t n = w->heap_len, i = 0;
     for (;;) {
-        size_t c = 2 * i + 1;
+        size_t c = 4 * i + 1;
         if (c >= n) break;
-        if (c + 1 < n && merge_before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!merge_before(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
+        size_t best = c;
+        size_t end = c + 4 < n ? c + 4 : n;
+        for (size_t k = c + 1; k < end; k++)
+            if (h[k] < h[best]) best = k;
+        if (h[best] >= last) break;
+        h[i] = h[best];
+        i = best;
     }
-    if (n) w->heap[i] = last;
+    if (n) h[i] = last;
     return top;
 }
+
+static inline uint64_t merge_key(uint32_t rank, size_t pos) { return ((uint64_t)rank << 32) | (uint64_t)pos; }
 
 static int add_symbol(g4_bpe_work *w, size_t *count, int32_t id) {
     if (*count == w->sym_cap) {
@@ -98,7 +100,7 @@ static int add_symbol(g4_bpe_work *w, size_t *count, int32_t id) {
         w->sym_cap = cap;
     }
     size_t i = (*count)++;
-    w->sym[i] = (bpe_symbol){id, (int32_t)i - 1, (int32_t)i + 1, 1};
+    w->sym[i] = (bpe_symbol){id, (int32_t)i - 1, (int32_t)i + 1};
     return 1;
 }
 
@@ -169,31 +171,30 @@ g4_status g4_bpe_encode_word(const g4_tokenizer *t, const char *w, size_t n, g4_
     work->heap_len = 0;
     for (size_t i = 0; i + 1 < count; i++) {
         const g4_merge_slot *m = g4_merge_map_get(&t->merges, s[i].id, s[i + 1].id);
-        if (m && !heap_push(work, (bpe_merge){m->rank, (uint32_t)i, m->new_id})) return g4_fail(G4_ERR_OUT_OF_MEMORY, "bpe");
+        if (m && !heap_push(work, merge_key(m->rank, i))) return g4_fail(G4_ERR_OUT_OF_MEMORY, "bpe");
     }
     while (work->heap_len) {
-        bpe_merge top = heap_pop(work);
-        bpe_symbol *cur = &s[top.pos];
-        if (!cur->alive || cur->next < 0) continue;
+        uint64_t top = heap_pop(work);
+        uint32_t rank = (uint32_t)(top >> 32), pos = (uint32_t)top;
+        bpe_symbol *cur = &s[pos];
+        if (cur->id < 0 || cur->next < 0) continue;
         bpe_symbol *right = &s[cur->next];
-        /* skip entries made stale by earlier merges */
         const g4_merge_slot *m = g4_merge_map_get(&t->merges, cur->id, right->id);
-        if (!m || m->new_id != top.new_id) continue;
-        cur->id = top.new_id;
-        right->alive = 0;
+        if (!m || m->rank != rank) continue; /* stale */
+        cur->id = m->new_id;
+        right->id = -1;
         cur->next = right->next;
-        if (right->next >= 0) s[right->next].prev = (int32_t)top.pos;
+        if (right->next >= 0) s[right->next].prev = (int32_t)pos;
         if (cur->prev >= 0) {
             m = g4_merge_map_get(&t->merges, s[cur->prev].id, cur->id);
-            if (m && !heap_push(work, (bpe_merge){m->rank, (uint32_t)cur->prev, m->new_id}))
-                return g4_fail(G4_ERR_OUT_OF_MEMORY, "bpe");
+            if (m && !heap_push(work, merge_key(m->rank, (size_t)cur->prev))) return g4_fail(G4_ERR_OUT_OF_MEMORY, "bpe");
         }
         if (cur->next >= 0) {
             m = g4_merge_map_get(&t->merges, cur->id, s[cur->next].id);
-            if (m && !heap_push(work, (bpe_merge){m->rank, top.pos, m->new_id})) return g4_fail(G4_ERR_OUT_OF_MEMORY, "bpe");
+            if (m && !heap_push(work, merge_key(m->rank, pos))) return g4_fail(G4_ERR_OUT_OF_MEMORY, "bpe");
         }
     }
     for (size_t i = 0; i < count; i++)
-        if (s[i].alive && !g4_id_list_push(out, s[i].id)) return g4_fail(G4_ERR_OUT_OF_MEMORY, "bpe");
+        if (s[i].id >= 0 && !g4_id_list_push(out, s[i].id)) return g4_fail(G4_ERR_OUT_OF_MEMORY, "bpe");
     return G4_OK;
 }
