@@ -50,6 +50,10 @@ typedef struct {
 typedef struct {
     char *content; /* owned, NUL-terminated */
     size_t len;
+    /* what the id decodes to: the content, normalized when the token is
+     * matched after normalization (as `tokenizers` 0.23 id_to_token gives) */
+    char *text; /* owned, NUL-terminated */
+    size_t text_len;
     int32_t id;
     int special, normalized, lstrip, rstrip, single_word;
 } g4_added_token;

@@ -364,13 +364,23 @@ static g4_status build_tries(g4_tokenizer *t) {
     g4_trie_init(&t->norm_trie);
     g4_strbuf norm = {0};
     for (int i = 0; i < t->n_added; i++) {
-        const g4_added_token *a = &t->added[i];
+        g4_added_token *a = &t->added[i];
         int ok;
         if (a->normalized) {
             ok = g4_normalize(&t->normalizer, a->content, a->len, &norm) && g4_trie_add(&t->norm_trie, norm.data, norm.len, i);
+            a->text_len = norm.len;
         } else {
             ok = g4_trie_add(&t->raw_trie, a->content, a->len, i);
+            g4_strbuf_clear(&norm);
+            ok = ok && g4_strbuf_append(&norm, a->content, a->len);
+            a->text_len = a->len;
         }
+        a->text = ok ? malloc(a->text_len + 1) : NULL;
+        if (a->text) {
+            memcpy(a->text, norm.data ? norm.data : "", a->text_len);
+            a->text[a->text_len] = 0;
+        }
+        ok = ok && a->text;
         if (!ok) {
             g4_strbuf_free(&norm);
             return g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: added tokens", t->label);
@@ -474,11 +484,16 @@ static g4_status build(g4_tokenizer *t, const sections *sec) {
     if (st) return st;
     for (int i = 0; i < t->n_added; i++) { /* added tokens' texts win, as in id_to_token */
         const g4_added_token *a = &t->added[i];
-        t->id_text[a->id] = a->content;
-        t->id_len[a->id] = (uint32_t)a->len;
+        t->id_text[a->id] = a->text;
+        t->id_len[a->id] = (uint32_t)a->text_len;
     }
-    for (int i = 0; i < t->n_added; i++)
-        if (t->added[i].special) t->id_special[t->added[i].id] = 1;
+    /* special-ness follows the text an id decodes to, as decode's check of
+     * the special set does (it differs from the content only for
+     * normalized tokens) */
+    for (int i = 0; i < t->n_added; i++) {
+        int32_t k = g4_strmap_get(&t->added_map, t->added[i].text, t->added[i].text_len);
+        t->id_special[t->added[i].id] = k >= 0 && t->added[k].special;
+    }
 
     t->unk_id = -1;
     if (sec->unk_token.start && !is_null(&sec->unk_token)) {
@@ -557,7 +572,10 @@ void g4_tokenizer_free(g4_tokenizer *t) {
     g4_merge_map_free(&t->merges);
     free(t->prefix);
     free(t->suffix);
-    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (int i = 0; i < t->n_added; i++) {
+        free(t->added[i].content);
+        free(t->added[i].text);
+    }
     free(t->added);
     g4_strmap_free(&t->added_map);
     g4_trie_free(&t->raw_trie);

@@ -243,7 +243,7 @@ def variant_specs():
         {"type": "Prepend", "prepend": "▁"}, rep(" ", "▁")]}, "decoder": {"type": "Sequence", "decoders": [
         rep("▁", " "), {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}}
     out["strip_per_token"] = {"decoder": {"type": "Sequence", "decoders": [
-        rep("a", " "), {"type": "Strip", "content": " ", "start": 1, "stop": 2}]}}
+        rep("a", " "), {"type": "Strip", "content": " ", "start": 2, "stop": 1}]}}
     out["fuse_then_strip_both"] = {"decoder": {"type": "Sequence", "decoders": [
         {"type": "Fuse"}, {"type": "Strip", "content": "t", "start": 1, "stop": 1}]}}
     out["fuse_then_replace"] = {"decoder": {"type": "Sequence", "decoders": [{"type": "Fuse"}, rep("th", "TH")]}}
@@ -333,15 +333,23 @@ def write_variants(stage, rng):
             tok = Tokenizer.from_str(text)
             f.write(json.dumps({"kind": "variant", "name": name, "file": rel,
                                 "vocab_size": tok.get_vocab_size(with_added_tokens=True)}) + "\n")
+            # tokenizers panics in Strip when `stop` reaches past a token's start:
+            # those cases have no reference and are left out
             for t in VARIANT_TEXTS:
-                f.write(json.dumps(text_record(tok, t)) + "\n")
+                try:
+                    f.write(json.dumps(text_record(tok, t)) + "\n")
+                except BaseException:
+                    pass
             size = tok.get_vocab_size(with_added_tokens=True)
             for _ in range(15):
                 ids = [rng.randrange(size) for _ in range(rng.randint(1, 12))]
-                f.write(json.dumps({"kind": "decode", "ids": ids,
-                                    "decode_hex": tok.decode(ids, skip_special_tokens=False).encode("utf-8").hex(),
-                                    "decode_skip_hex": tok.decode(ids, skip_special_tokens=True).encode("utf-8").hex()})
-                        + "\n")
+                try:
+                    rec = {"kind": "decode", "ids": ids,
+                           "decode_hex": tok.decode(ids, skip_special_tokens=False).encode("utf-8").hex(),
+                           "decode_skip_hex": tok.decode(ids, skip_special_tokens=True).encode("utf-8").hex()}
+                except BaseException:
+                    continue
+                f.write(json.dumps(rec) + "\n")
     return names + ["expected_variants.jsonl"]
 
 

@@ -154,100 +154,151 @@ static void check_long(const g4_tokenizer *t, const cJSON *rec) {
     free(unit);
 }
 
-static void check_corpus(const char *tok_name, const char *expected_name) {
-    g4_tokenizer *t = NULL;
-    double t0 = cpu_seconds();
-    g4_status st = g4_tokenizer_load(test_fixture(tok_name), &t);
-    double load_s = cpu_seconds() - t0;
-    CHECK(!st, "load %s: %s", tok_name, g4_error_message());
-    if (st) return;
-    printf("%s: loaded in %.3f s of CPU, %d ids\n", tok_name, load_s, g4_tokenizer_vocab_size(t));
-    CHECK(load_s < 1.0, "loading took %.2f s of CPU", load_s);
+typedef struct {
+    int n_text, ok_ids, ok_special, ok_plain, ok_dec, ok_skip, ok_stream, ok_rt, n_rt;
+    int n_bytes, ok_bytes, n_decode, ok_decode, n_long;
+} counts;
+
+static void check_record(const g4_tokenizer *t, const cJSON *rec, counts *c) {
+    const char *kind = cJSON_GetObjectItem(rec, "kind")->valuestring;
+    if (!strcmp(kind, "text")) {
+        size_t n;
+        char *text = hex_decode(cJSON_GetObjectItem(rec, "hex")->valuestring, &n);
+        c->n_text++;
+        c->ok_ids += encode_matches(t, text, n, 0, cJSON_GetObjectItem(rec, "ids"), "ids");
+        c->ok_special += encode_matches(t, text, n, G4_TOK_ADD_SPECIAL, cJSON_GetObjectItem(rec, "ids_special"), "ids with special");
+        c->ok_plain += encode_matches(t, text, n, G4_TOK_PLAIN_TEXT, cJSON_GetObjectItem(rec, "ids_plain"), "ids as plain text");
+        size_t k, wl, wsl;
+        int32_t *ids = json_ids(cJSON_GetObjectItem(rec, "ids"), &k);
+        char *want = hex_decode(cJSON_GetObjectItem(rec, "decode_hex")->valuestring, &wl);
+        char *want_skip = hex_decode(cJSON_GetObjectItem(rec, "decode_skip_hex")->valuestring, &wsl);
+        c->ok_dec += decode_matches(t, ids, k, 0, want, wl);
+        c->ok_skip += decode_matches(t, ids, k, 1, want_skip, wsl);
+        c->ok_stream += stream_matches(t, ids, k, 0, want, wl) && stream_matches(t, ids, k, 1, want_skip, wsl);
+        if (cJSON_IsTrue(cJSON_GetObjectItem(rec, "roundtrip"))) {
+            c->n_rt++;
+            char *dec = NULL;
+            size_t dl = 0;
+            c->ok_rt += !g4_tokenizer_decode(t, ids, k, 0, &dec, &dl) && dl == n && !memcmp(dec, text, n);
+            free(dec);
+        }
+        free(want);
+        free(want_skip);
+        free(ids);
+        free(text);
+    } else if (!strcmp(kind, "bytes")) {
+        size_t n;
+        char *bytes = hex_decode(cJSON_GetObjectItem(rec, "hex")->valuestring, &n);
+        c->n_bytes++;
+        c->ok_bytes += encode_matches(t, bytes, n, 0, cJSON_GetObjectItem(rec, "ids"), "ids of invalid UTF-8");
+        free(bytes);
+    } else if (!strcmp(kind, "decode")) {
+        size_t k, wl, wsl;
+        int32_t *ids = json_ids(cJSON_GetObjectItem(rec, "ids"), &k);
+        char *want = hex_decode(cJSON_GetObjectItem(rec, "decode_hex")->valuestring, &wl);
+        char *want_skip = hex_decode(cJSON_GetObjectItem(rec, "decode_skip_hex")->valuestring, &wsl);
+        c->n_decode++;
+        c->ok_decode += decode_matches(t, ids, k, 0, want, wl) && decode_matches(t, ids, k, 1, want_skip, wsl) &&
+                        stream_matches(t, ids, k, 0, want, wl) && stream_matches(t, ids, k, 1, want_skip, wsl);
+        free(want);
+        free(want_skip);
+        free(ids);
+    } else if (!strcmp(kind, "long")) {
+        c->n_long++;
+        check_long(t, rec);
+    }
+}
+
+static void check_counts(const char *what, const counts *c) {
+    printf("%s: %d texts: ids %d, with special %d, plain %d, decode %d, decode skipping special %d, stream %d, "
+           "round trips %d/%d; invalid UTF-8 %d/%d; random id decodes %d/%d; %d long inputs\n",
+           what, c->n_text, c->ok_ids, c->ok_special, c->ok_plain, c->ok_dec, c->ok_skip, c->ok_stream, c->ok_rt, c->n_rt,
+           c->ok_bytes, c->n_bytes, c->ok_decode, c->n_decode, c->n_long);
+    CHECK(c->ok_ids == c->n_text, "%s ids: %d of %d texts match", what, c->ok_ids, c->n_text);
+    CHECK(c->ok_special == c->n_text, "%s ids with special tokens: %d of %d match", what, c->ok_special, c->n_text);
+    CHECK(c->ok_plain == c->n_text, "%s ids as plain text: %d of %d match", what, c->ok_plain, c->n_text);
+    CHECK(c->ok_dec == c->n_text && c->ok_skip == c->n_text, "%s decodes: %d and %d of %d match", what, c->ok_dec, c->ok_skip, c->n_text);
+    CHECK(c->ok_stream == c->n_text, "%s streamed decodes: %d of %d match", what, c->ok_stream, c->n_text);
+    CHECK(c->ok_rt == c->n_rt, "%s round trips: %d of %d", what, c->ok_rt, c->n_rt);
+    CHECK(c->ok_bytes == c->n_bytes, "%s invalid UTF-8: %d of %d match", what, c->ok_bytes, c->n_bytes);
+    CHECK(c->ok_decode == c->n_decode, "%s random id decodes: %d of %d match", what, c->ok_decode, c->n_decode);
+}
+
+/* Calls fn on every JSON line of a fixture file. */
+static void each_record(const char *name, void (*fn)(const cJSON *rec, void *ctx), void *ctx) {
     char *data;
     size_t len;
-    st = g4_read_file(test_fixture(expected_name), (size_t)1 << 28, &data, &len);
-    CHECK(!st, "read %s: %s", expected_name, g4_error_message());
-    if (st) {
-        g4_tokenizer_free(t);
-        return;
-    }
-    int n_text = 0, ok_ids = 0, ok_special = 0, ok_plain = 0, ok_dec = 0, ok_skip = 0, ok_stream = 0, ok_rt = 0, n_rt = 0;
-    int n_bytes = 0, ok_bytes = 0, n_decode = 0, ok_decode = 0, n_long = 0;
+    g4_status st = g4_read_file(test_fixture(name), (size_t)1 << 28, &data, &len);
+    CHECK(!st, "read %s: %s", name, g4_error_message());
+    if (st) return;
     for (char *line = data, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = 0;
         cJSON *rec = cJSON_Parse(line);
-        if (!rec) continue;
-        const char *kind = cJSON_GetObjectItem(rec, "kind")->valuestring;
-        if (!strcmp(kind, "header")) {
-            CHECK((int)cJSON_GetObjectItem(rec, "vocab_size")->valuedouble == g4_tokenizer_vocab_size(t),
-                  "vocab size %d, tokenizers says %d", g4_tokenizer_vocab_size(t),
-                  (int)cJSON_GetObjectItem(rec, "vocab_size")->valuedouble);
-        } else if (!strcmp(kind, "text")) {
-            size_t n;
-            char *text = hex_decode(cJSON_GetObjectItem(rec, "hex")->valuestring, &n);
-            n_text++;
-            ok_ids += encode_matches(t, text, n, 0, cJSON_GetObjectItem(rec, "ids"), "ids");
-            ok_special += encode_matches(t, text, n, G4_TOK_ADD_SPECIAL, cJSON_GetObjectItem(rec, "ids_special"), "ids with special");
-            ok_plain += encode_matches(t, text, n, G4_TOK_PLAIN_TEXT, cJSON_GetObjectItem(rec, "ids_plain"), "ids as plain text");
-            size_t k;
-            int32_t *ids = json_ids(cJSON_GetObjectItem(rec, "ids"), &k);
-            size_t wl, wsl;
-            char *want = hex_decode(cJSON_GetObjectItem(rec, "decode_hex")->valuestring, &wl);
-            char *want_skip = hex_decode(cJSON_GetObjectItem(rec, "decode_skip_hex")->valuestring, &wsl);
-            ok_dec += decode_matches(t, ids, k, 0, want, wl);
-            ok_skip += decode_matches(t, ids, k, 1, want_skip, wsl);
-            ok_stream += stream_matches(t, ids, k, 0, want, wl) && stream_matches(t, ids, k, 1, want_skip, wsl);
-            free(want);
-            free(want_skip);
-            if (cJSON_IsTrue(cJSON_GetObjectItem(rec, "roundtrip"))) {
-                n_rt++;
-                char *dec = NULL;
-                size_t dl = 0;
-                ok_rt += !g4_tokenizer_decode(t, ids, k, 0, &dec, &dl) && dl == n && !memcmp(dec, text, n);
-                free(dec);
-            }
-            free(ids);
-            free(text);
-        } else if (!strcmp(kind, "bytes")) {
-            size_t n;
-            char *bytes = hex_decode(cJSON_GetObjectItem(rec, "hex")->valuestring, &n);
-            n_bytes++;
-            ok_bytes += encode_matches(t, bytes, n, 0, cJSON_GetObjectItem(rec, "ids"), "ids of invalid UTF-8");
-            free(bytes);
-        } else if (!strcmp(kind, "decode")) {
-            size_t k;
-            int32_t *ids = json_ids(cJSON_GetObjectItem(rec, "ids"), &k);
-            size_t wl, wsl;
-            char *want = hex_decode(cJSON_GetObjectItem(rec, "decode_hex")->valuestring, &wl);
-            char *want_skip = hex_decode(cJSON_GetObjectItem(rec, "decode_skip_hex")->valuestring, &wsl);
-            n_decode++;
-            ok_decode += decode_matches(t, ids, k, 0, want, wl) && decode_matches(t, ids, k, 1, want_skip, wsl) &&
-                         stream_matches(t, ids, k, 0, want, wl) && stream_matches(t, ids, k, 1, want_skip, wsl);
-            free(want);
-            free(want_skip);
-            free(ids);
-        } else if (!strcmp(kind, "long")) {
-            n_long++;
-            check_long(t, rec);
-        }
+        CHECK(rec != NULL, "%s: a line is not JSON", name);
+        if (rec) fn(rec, ctx);
         cJSON_Delete(rec);
     }
-    printf("%s: %d texts: ids %d, with special %d, plain %d, decode %d, decode skipping special %d, stream %d, "
-           "round trips %d/%d; invalid UTF-8 %d/%d; random id decodes %d/%d; %d long inputs\n",
-           tok_name, n_text, ok_ids, ok_special, ok_plain, ok_dec, ok_skip, ok_stream, ok_rt, n_rt, ok_bytes, n_bytes,
-           ok_decode, n_decode, n_long);
-    CHECK(n_text > 500 && n_decode > 100 && n_bytes > 20 && n_long > 10, "corpus is incomplete");
-    CHECK(ok_ids == n_text, "ids: %d of %d texts match", ok_ids, n_text);
-    CHECK(ok_special == n_text, "ids with special tokens: %d of %d match", ok_special, n_text);
-    CHECK(ok_plain == n_text, "ids as plain text: %d of %d match", ok_plain, n_text);
-    CHECK(ok_dec == n_text && ok_skip == n_text, "decodes: %d and %d of %d match", ok_dec, ok_skip, n_text);
-    CHECK(ok_stream == n_text, "streamed decodes: %d of %d match", ok_stream, n_text);
-    CHECK(ok_rt == n_rt, "round trips: %d of %d", ok_rt, n_rt);
-    CHECK(ok_bytes == n_bytes, "invalid UTF-8: %d of %d match", ok_bytes, n_bytes);
-    CHECK(ok_decode == n_decode, "random id decodes: %d of %d match", ok_decode, n_decode);
     free(data);
-    g4_tokenizer_free(t);
+}
+
+typedef struct {
+    g4_tokenizer *t;
+    counts c;
+    char name[128];
+} corpus_state;
+
+static void corpus_record(const cJSON *rec, void *ctx) {
+    corpus_state *s = ctx;
+    const char *kind = cJSON_GetObjectItem(rec, "kind")->valuestring;
+    if (!strcmp(kind, "header") || !strcmp(kind, "variant")) {
+        if (!strcmp(kind, "variant")) { /* expected_variants.jsonl: each variant names its file */
+            char path[256];
+            snprintf(path, sizeof path, "tokenizer/%s", cJSON_GetObjectItem(rec, "file")->valuestring);
+            snprintf(s->name, sizeof s->name, "%s", cJSON_GetObjectItem(rec, "name")->valuestring);
+            g4_tokenizer_free(s->t);
+            s->t = NULL;
+            g4_status st = g4_tokenizer_load(test_fixture(path), &s->t);
+            CHECK(!st, "load variant %s: %s", s->name, g4_error_message());
+        }
+        if (s->t)
+            CHECK((int)cJSON_GetObjectItem(rec, "vocab_size")->valuedouble == g4_tokenizer_vocab_size(s->t),
+                  "%s: vocab size %d, tokenizers says %d", s->name, g4_tokenizer_vocab_size(s->t),
+                  (int)cJSON_GetObjectItem(rec, "vocab_size")->valuedouble);
+        return;
+    }
+    if (!s->t) return;
+    counts before = s->c;
+    check_record(s->t, rec, &s->c);
+    int ok = s->c.ok_ids - before.ok_ids == s->c.n_text - before.n_text && s->c.ok_dec - before.ok_dec == s->c.n_text - before.n_text;
+    if (!ok && failures_shown < 20) fprintf(stderr, "  (in %s)\n", s->name);
+}
+
+static void check_corpus(const char *tok_name, const char *expected_name) {
+    corpus_state s = {0};
+    snprintf(s.name, sizeof s.name, "%s", tok_name);
+    double t0 = cpu_seconds();
+    g4_status st = g4_tokenizer_load(test_fixture(tok_name), &s.t);
+    double load_s = cpu_seconds() - t0;
+    CHECK(!st, "load %s: %s", tok_name, g4_error_message());
+    if (st) return;
+    printf("%s: loaded in %.3f s of CPU, %d ids\n", tok_name, load_s, g4_tokenizer_vocab_size(s.t));
+    CHECK(load_s < 1.0, "loading took %.2f s of CPU", load_s);
+    each_record(expected_name, corpus_record, &s);
+    check_counts(tok_name, &s.c);
+    CHECK(s.c.n_text > 500 && s.c.n_decode > 100 && s.c.n_bytes > 20 && s.c.n_long > 10, "corpus is incomplete");
+    g4_tokenizer_free(s.t);
+}
+
+/* Small tokenizers for the parts the Gemma files do not use: every Split
+ * behaviour, Strip/Prepend normalizers, Strip decoders, added-token flags,
+ * unknown tokens, legacy merges, subword affixes, other post-processors. */
+static void check_variants(void) {
+    corpus_state s = {0};
+    each_record("tokenizer/expected_variants.jsonl", corpus_record, &s);
+    check_counts("variants", &s.c);
+    CHECK(s.c.n_text > 500, "variant corpus is incomplete");
+    g4_tokenizer_free(s.t);
 }
 
 /* ids from an independent implementation (transformers.js), shipped with the tokenizer files */
@@ -367,6 +418,7 @@ static void check_lookup(void) {
 int main(void) {
     check_corpus("tokenizer/tokenizer.json", "tokenizer/expected_gemma3.jsonl");
     check_corpus("tokenizer/tokenizer-gemma4-style.json", "tokenizer/expected_gemma4style.jsonl");
+    check_variants();
     check_reference_ids();
     check_errors();
     check_lookup();
