@@ -39,7 +39,7 @@ def make_text(mb, seed=1234):
     rng = random.Random(seed)
     parts, size = [], 0
     langs = list(WORDS)
-    weights = [50, 8, 8, 10, 8, 5, 4, 3, 4]
+    weights = [50, 8, 8, 10, 8, 5, 4, 3, 2, 4]  # per language, then code
     while size < mb * 1_000_000:
         kind = rng.choices(langs + ["code"], weights=weights)[0]
         if kind == "code":
