@@ -1,13 +1,31 @@
 /* The text tokenizer: a general implementation of what a Hugging Face
- * tokenizer.json declares (normalizer, pre-tokenizer, BPE model, added
- * tokens, post-processor, decoder), giving the ids the `tokenizers` library
- * gives. Special tokens (turn markers, image placeholders...) are looked up
- * by name from the loaded file, never by fixed id.
+ * tokenizer.json declares, giving the ids and text that the `tokenizers`
+ * library (0.23) gives. Special tokens (turn markers, image placeholders...)
+ * are looked up by name in the loaded file, never by fixed id.
+ *
+ * Supported: normalizers Replace (String pattern), Prepend, Strip, Sequence;
+ * pre-tokenizers Split (String pattern, every behaviour, invert),
+ * WhitespaceSplit, Sequence; the BPE model (merges as pairs or "a b" lines,
+ * byte_fallback, unk_token with fuse_unk, ignore_merges, subword prefix and
+ * word suffix); added tokens with special, normalized, lstrip and rstrip;
+ * post-processors TemplateProcessing, Bert/RobertaProcessing, ByteLevel,
+ * Sequence; decoders Replace, ByteFallback, Fuse, Strip, Sequence. Anything
+ * else (Regex patterns, NFC..., Metaspace, ByteLevel, other models,
+ * single_word tokens, truncation/padding, BPE dropout) fails to load with
+ * G4_ERR_UNSUPPORTED naming it.
+ *
+ * Where this differs from `tokenizers` on purpose: decoding an unknown id is
+ * an error (it silently drops it); an unk_token missing from the vocab fails
+ * at load (it fails when an unknown character is met); a Strip decoder that
+ * would cut past a token's start stops there (it panics).
  *
  * Input that is not valid UTF-8 is repaired before encoding: each maximal
  * invalid subpart becomes U+FFFD, the rule of Python's
  * bytes.decode("utf-8", "replace") and Rust's String::from_utf8_lossy, so the
- * ids equal those of `tokenizers` on the repaired string. */
+ * ids equal those of `tokenizers` on the repaired string.
+ *
+ * A loaded tokenizer is read-only: encode and decode may run on many threads
+ * at once. A detokenizer belongs to one thread. */
 #ifndef G4_TEXT_TOKENIZER_H
 #define G4_TEXT_TOKENIZER_H
 
