@@ -87,12 +87,14 @@ static int push_segment(g4_segments *out, size_t start, size_t end, int32_t toke
     return 1;
 }
 
-/* Start of the run of whitespace that ends at s[end] (regex \s*$). */
-static size_t trailing_space_start(const char *s, size_t end) {
+/* Start of the run of whitespace that ends at s[end] (regex \s*$), but not
+ * before `floor` (the caller clamps there anyway; stopping keeps runs of
+ * whitespace tokens linear). */
+static size_t trailing_space_start(const char *s, size_t end, size_t floor) {
     size_t i = end;
-    while (i > 0) {
+    while (i > floor) {
         size_t j = i - 1;
-        while (j > 0 && ((unsigned char)s[j] & 0xC0) == 0x80) j--;
+        while (j > floor && ((unsigned char)s[j] & 0xC0) == 0x80) j--;
         uint32_t cp;
         if (!g4_utf8_decode((const unsigned char *)s + j, i - j, &cp) || !g4_unicode_is_space(cp)) break;
         i = j;
@@ -116,6 +118,7 @@ int g4_added_split(const g4_tokenizer *t, const g4_trie *trie, const char *s, si
                    g4_segments *out) {
     const unsigned char *p = (const unsigned char *)s;
     size_t start_offset = 0;
+    size_t ws_from = 1, ws_end = 0; /* last whitespace run found for rstrip (none yet) */
     if (trie->count > 0) {
         size_t i = 0;
         while (i < n) {
@@ -135,10 +138,17 @@ int g4_added_split(const g4_tokenizer *t, const g4_trie *trie, const char *s, si
             if (plain_text && a->special) continue;
             /* single_word is refused at load time (it needs Unicode \w) */
             if (a->lstrip) {
-                size_t ns = trailing_space_start(s, start);
+                size_t ns = trailing_space_start(s, start, start_offset);
                 start = ns > start_offset ? ns : start_offset;
             }
-            if (a->rstrip) stop += leading_space_len(s, stop, n);
+            if (a->rstrip) {
+                /* reuse the last scan when stop lies inside the whitespace run it found */
+                if (stop < ws_from || stop > ws_end) {
+                    ws_from = stop;
+                    ws_end = stop + leading_space_len(s, stop, n);
+                }
+                stop = ws_end;
+            }
             if (start_offset < start && !push_segment(out, start_offset, start, -1)) return 0;
             if (!push_segment(out, start, stop, tok)) return 0;
             start_offset = stop;

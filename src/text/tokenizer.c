@@ -49,6 +49,7 @@ static g4_status encode_normalized(const g4_tokenizer *t, const char *s, size_t 
     if (!g4_added_split(t, &t->norm_trie, s, n, plain, &sc->norm)) return g4_fail(G4_ERR_OUT_OF_MEMORY, "encode");
     for (size_t i = 0; i < sc->norm.count; i++) {
         const g4_segment *g = &sc->norm.items[i];
+        if (g->end == g->start) continue; /* empty splits are dropped, even added tokens' */
         if (g->token >= 0) {
             if (!g4_id_list_push(out, t->added[g->token].id)) return g4_fail(G4_ERR_OUT_OF_MEMORY, "encode");
             continue;
@@ -75,11 +76,11 @@ static g4_status encode_text(const g4_tokenizer *t, const char *s, size_t n, int
     g4_status st = G4_OK;
     for (size_t i = 0; i < sc.raw.count && !st; i++) {
         const g4_segment *g = &sc.raw.items[i];
+        if (g->end == g->start) continue; /* empty splits are dropped, even added tokens' */
         if (g->token >= 0) {
             if (!g4_id_list_push(out, t->added[g->token].id)) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "encode");
             continue;
         }
-        if (g->end == g->start) continue;
         if (t->normalizer.count == 0) {
             st = encode_normalized(t, s + g->start, g->end - g->start, plain, &sc, out);
             continue;

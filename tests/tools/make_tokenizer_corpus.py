@@ -200,6 +200,14 @@ def decode_id_cases(rng, tok, n):
     return out
 
 
+def long_record(tok, unit, count):
+    text = unit * count
+    ids = tok.encode(text, add_special_tokens=False).ids
+    dec = tok.decode(ids, skip_special_tokens=False)
+    return {"kind": "long", "unit_hex": unit.encode("utf-8").hex(), "count": count, "n_ids": len(ids),
+            "ids_fnv": fnv64(ids), "decode_fnv": fnv64_bytes(dec.encode("utf-8")), "roundtrip": dec == text}
+
+
 def text_record(tok, text):
     ids = tok.encode(text, add_special_tokens=False).ids
     ids_special = tok.encode(text, add_special_tokens=True).ids
@@ -225,7 +233,8 @@ VARIANT_TEXTS = [
     "", " ", "the quick brown fox", " the  quick   brown    fox ", "hello world", "theory", "thethethe",
     "naïve café", "unknown 日本語 chars", "a\tb\nc", "aaaa bbbb", "xyz q", "hello<s>world", "hello <s> world",
     "hello  <s>  world", "<s></s>", "<sep> <sep>", "<S>", "<a><b>", "<a><b><a>", "x<a>y", "  <a>  ", "HELLO",
-    "te st", "▁the", "the▁quick", "  ", "ba ab", "é", "ü日", "🙂 hello",
+    "te st", "▁the", "the▁quick", "  ", "ba ab", "é", "ü日", "🙂 hello", "\n\n\n", " \n \n ", "a\t\t b",
+    "x \n\t y\t", "\t \t",
 ]
 
 
@@ -258,6 +267,10 @@ def variant_specs():
                   {"content": "hello", "special": False, "normalized": True, "lstrip": False, "rstrip": False},
                   {"content": "o w", "special": False, "normalized": True, "lstrip": False, "rstrip": False},
                   {"content": "xyz", "special": True, "normalized": True, "lstrip": False, "rstrip": False}]}
+    out["whitespace_tokens"] = {
+        "added": [{"content": "\n", "special": False, "normalized": False, "lstrip": True, "rstrip": True},
+                  {"content": "\t", "special": False, "normalized": False, "lstrip": False, "rstrip": True}],
+        "long": [("\n", 5000), ("\t", 5000), (" \n", 3000), ("a\t ", 3000)]}
     out["unk_fused"] = {"byte_fallback": False, "fuse_unk": True}
     out["unk_unfused"] = {"byte_fallback": False, "fuse_unk": False}
     out["unk_with_byte_fallback"] = {"byte_fallback": True, "fuse_unk": True, "partial_bytes": True}
@@ -350,6 +363,8 @@ def write_variants(stage, rng):
                 except BaseException:
                     continue
                 f.write(json.dumps(rec) + "\n")
+            for unit, count in spec.get("long", []):
+                f.write(json.dumps(long_record(tok, unit, count)) + "\n")
     return names + ["expected_variants.jsonl"]
 
 
@@ -389,13 +404,7 @@ def main():
                                     "decode_skip_hex": tok.decode(ids, skip_special_tokens=True).encode("utf-8").hex()})
                         + "\n")
             for unit, count in long_units():
-                text = unit * count
-                ids = tok.encode(text, add_special_tokens=False).ids
-                dec = tok.decode(ids, skip_special_tokens=False)
-                f.write(json.dumps({"kind": "long", "unit_hex": unit.encode("utf-8").hex(), "count": count,
-                                    "n_ids": len(ids), "ids_fnv": fnv64(ids),
-                                    "decode_fnv": fnv64_bytes(dec.encode("utf-8")),
-                                    "roundtrip": dec == text}) + "\n")
+                f.write(json.dumps(long_record(tok, unit, count)) + "\n")
         print("wrote", path)
 
     names = ["expected_%s.jsonl" % n for n in FILES] + write_variants(stage, random.Random(11))

@@ -301,6 +301,35 @@ static void check_variants(void) {
     g4_tokenizer_free(s.t);
 }
 
+/* Added tokens made of whitespace with lstrip/rstrip: `tokenizers` rescans
+ * the run for every match (quadratic); ours must stay linear. The shapes of
+ * the results are those HF gives at 5,000 repeats (the "long" records of
+ * the whitespace_tokens variant): one token for a run of "\n" (lstrip +
+ * rstrip), one per "\t" (rstrip only). */
+static void check_whitespace_token_scaling(void) {
+    g4_tokenizer *t = NULL;
+    g4_status st = g4_tokenizer_load(test_fixture("tokenizer/variants/whitespace_tokens.json"), &t);
+    CHECK(!st, "load whitespace_tokens: %s", g4_error_message());
+    if (st) return;
+    int32_t nl = g4_tokenizer_token_id(t, "\n"), tab = g4_tokenizer_token_id(t, "\t");
+    size_t n = 1000000;
+    char *text = malloc(n);
+    for (int pass = 0; pass < 2; pass++) {
+        memset(text, pass ? '\t' : '\n', n);
+        int32_t *ids = NULL;
+        size_t count = 0;
+        double t0 = cpu_seconds();
+        st = g4_tokenizer_encode(t, text, n, 0, &ids, &count);
+        double dt = cpu_seconds() - t0;
+        int ok = !st && (pass ? count == n : count == 1);
+        for (size_t i = 0; ok && i < count; i++) ok = ids[i] == (pass ? tab : nl);
+        CHECK(ok && dt < 1.0, "a million %s: %zu ids in %.2f s of CPU", pass ? "tabs" : "newlines", count, dt);
+        free(ids);
+    }
+    free(text);
+    g4_tokenizer_free(t);
+}
+
 /* ids from an independent implementation (transformers.js), shipped with the tokenizer files */
 static void check_reference_ids(void) {
     g4_tokenizer *t = NULL;
@@ -419,6 +448,7 @@ int main(void) {
     check_corpus("tokenizer/tokenizer.json", "tokenizer/expected_gemma3.jsonl");
     check_corpus("tokenizer/tokenizer-gemma4-style.json", "tokenizer/expected_gemma4style.jsonl");
     check_variants();
+    check_whitespace_token_scaling();
     check_reference_ids();
     check_errors();
     check_lookup();
