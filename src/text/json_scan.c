@@ -142,6 +142,33 @@ g4_status g4_json_int(g4_json_scan *s, int64_t *v) {
     return G4_OK;
 }
 
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Length of the literal or number at p (JSON grammar), 0 if there is none. */
+static size_t scalar_len(const char *p, const char *end) {
+    static const char *const literals[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(literals[i]);
+        if ((size_t)(end - p) >= n && !memcmp(p, literals[i], n)) return n;
+    }
+    const char *q = p;
+    if (q < end && *q == '-') q++;
+    if (q >= end || !is_digit(*q)) return 0;
+    if (*q == '0') q++;
+    else
+        while (q < end && is_digit(*q)) q++;
+    if (q < end && *q == '.') {
+        if (++q >= end || !is_digit(*q)) return 0;
+        while (q < end && is_digit(*q)) q++;
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        if (++q < end && (*q == '+' || *q == '-')) q++;
+        if (q >= end || !is_digit(*q)) return 0;
+        while (q < end && is_digit(*q)) q++;
+    }
+    return (size_t)(q - p);
+}
+
 g4_status g4_json_skip(g4_json_scan *s, const char **start, size_t *len) {
     int c = g4_json_peek(s);
     if (c < 0) return g4_json_error(s, "expected a value");
@@ -175,14 +202,13 @@ g4_status g4_json_skip(g4_json_scan *s, const char **start, size_t *len) {
                 return g4_json_error(s, "unexpected closing bracket");
             }
             depth--, p++;
-        } else if (depth == 0) { /* a bare scalar: number or literal */
-            const char *q = p;
-            while (q < s->end && (((*q | 32) >= 'a' && (*q | 32) <= 'z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '+' || *q == '.')) q++;
-            if (q == p) {
+        } else if (depth == 0) { /* a bare scalar: number or literal, checked */
+            size_t n = scalar_len(p, s->end);
+            if (!n) {
                 s->p = p;
                 return g4_json_error(s, "expected a value");
             }
-            p = q;
+            p += n;
         } else {
             p++;
         }

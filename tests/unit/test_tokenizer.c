@@ -381,6 +381,38 @@ static void check_errors(void) {
               "truncated at %zu bytes: status %d, message '%s'", cuts[i], st, g4_error_message());
     }
     free(data);
+    /* every truncation of a small file fails cleanly; corrupted bytes never crash */
+    st = g4_read_file(test_fixture("tokenizer/variants/llama_style.json"), 1 << 24, &data, &len);
+    CHECK(!st, "read llama_style.json");
+    if (!st) {
+        int clean = 1;
+        for (size_t cut = 0; cut < len; cut += 3) {
+            if (g4_tokenizer_load_from_memory(data, cut, "cut.json", &t) != G4_ERR_FORMAT || t) clean = 0;
+            g4_tokenizer_free(t);
+            t = NULL;
+        }
+        CHECK(clean, "some truncation of llama_style.json did not fail with a format error");
+        unsigned seed = 12345;
+        for (int trial = 0; trial < 300; trial++) {
+            char *copy = malloc(len);
+            memcpy(copy, data, len);
+            for (int k = 0; k < 4; k++) {
+                seed = seed * 1103515245u + 12345u;
+                size_t at = (seed >> 8) % len;
+                seed = seed * 1103515245u + 12345u;
+                copy[at] = "\"{}[]:,\\0a \x80"[(seed >> 8) % 12];
+            }
+            if (!g4_tokenizer_load_from_memory(copy, len, "corrupt.json", &t)) {
+                int32_t *ids;
+                size_t n;
+                if (!g4_tokenizer_encode(t, "hello world", 11, 0, &ids, &n)) free(ids);
+                g4_tokenizer_free(t);
+                t = NULL;
+            }
+            free(copy);
+        }
+        free(data);
+    }
     st = load_text("{\"added_tokens\": [], \"normalizer\": null}", &t);
     CHECK(st == G4_ERR_FORMAT && strstr(g4_error_message(), "model"), "missing model: %d %s", st, g4_error_message());
     st = load_text("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}", &t);
