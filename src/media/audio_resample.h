@@ -1,0 +1,33 @@
+/* Sample-rate conversion and the 30 s cap: what turns any decoded upload into
+ * the 16 kHz mono waveform Gemma 4's audio feature extractor expects.
+ *
+ * The resampler is libsoxr at SOXR_HQ with float32 samples, fed the same
+ * way as the python-soxr wrapper feeds it. transformers' load_audio
+ * (soundfile backend) and librosa.load both resample with
+ * soxr.resample(..., quality="soxr_hq"), so this reproduces the reference
+ * pipeline's waveform (bit-identical on the machine it was measured on),
+ * which libsamplerate's SRC_SINC_BEST_QUALITY does not (~0.5% relative
+ * difference, mostly near Nyquist) and is ~50x faster. */
+#ifndef G4_MEDIA_AUDIO_RESAMPLE_H
+#define G4_MEDIA_AUDIO_RESAMPLE_H
+
+#include "media/audio.h"
+
+/* Resamples `in` to rate_out Hz into a new *out (metadata copied; in is
+ * unchanged). Equal rates copy. */
+g4_status g4_audio_resample(const g4_audio *in, int rate_out, g4_audio *out);
+
+/* Resamples to G4_AUDIO_MODEL_RATE and keeps at most max_samples (0: the
+ * model's G4_AUDIO_MODEL_MAX_SAMPLES, 30 s). Only the part of the input
+ * that reaches the kept output (plus a 1 s margin for the filter) is
+ * resampled, so long sources cost no more than 31 s; the kept samples equal
+ * those of resampling everything. out->truncated is set when anything was
+ * cut, here or earlier; the library prints nothing, the caller tells the
+ * user. */
+g4_status g4_audio_prepare(const g4_audio *in, size_t max_samples, g4_audio *out);
+
+/* Decode + prepare in one call: what a server does with an upload. */
+g4_status g4_audio_load_memory(const void *data, size_t size, const char *name, g4_audio *out);
+g4_status g4_audio_load_file(const char *path, g4_audio *out);
+
+#endif
