@@ -114,6 +114,9 @@ g4_status g4_audio_decode_memory(const void *data, size_t size, const char *name
         if (st == G4_ERR_UNSUPPORTED && needs_sndfile) st = g4_sndfile_decode(bytes, size, name, max_seconds, out);
         break;
     }
+    case G4_AUDIO_FORMAT_MP3:
+        st = g4_mp3_decode(bytes, size, name, max_seconds, out);
+        break;
     case G4_AUDIO_FORMAT_UNKNOWN:
         return g4_fail(G4_ERR_UNSUPPORTED,
                        "%s: not a recognised audio file (expected WAV, FLAC, Ogg Vorbis/Opus, MP3, AIFF or RF64)",

@@ -2,10 +2,11 @@
  *
  * The container is recognised from the bytes, never from a file name: WAV
  * (RIFF/RIFX: integer PCM 8/16/24/32-bit, IEEE float 32/64, also inside
- * WAVE_FORMAT_EXTENSIBLE) is parsed in-tree (audio_wav.c); FLAC, Ogg
- * (Vorbis, Opus), MP3, AIFF, RF64 and the telephony WAV codecs (mu-law, A-law,
- * ADPCM, GSM) go through libsndfile (audio_sndfile.c). Anything else is
- * refused, so libsndfile's rarer parsers are never exposed to uploads.
+ * WAVE_FORMAT_EXTENSIBLE) is parsed in-tree (audio_wav.c); MP3 goes to
+ * libmpg123 (audio_mp3.c); FLAC, Ogg (Vorbis, Opus), AIFF, RF64 and the
+ * telephony WAV codecs (mu-law, A-law, ADPCM, GSM) go through libsndfile
+ * (audio_sndfile.c). Anything else is refused, so libsndfile's rarer parsers
+ * are never exposed to uploads.
  *
  * Channels are averaged into mono: sum in float in channel order, then divide
  * by the channel count. That is what transformers' load_audio (soundfile
@@ -54,6 +55,10 @@ g4_status g4_audio_check_source(const char *name, int channels, int rate, double
  * *needs_sndfile = 1 for WAV codecs that libsndfile decodes instead. */
 g4_status g4_wav_decode(const unsigned char *data, size_t size, const char *name,
                         double max_seconds, g4_audio *out, int *needs_sndfile);
+
+/* MP3 through libmpg123 (audio_mp3.c). */
+g4_status g4_mp3_decode(const unsigned char *data, size_t size, const char *name,
+                        double max_seconds, g4_audio *out);
 
 /* Decodes through libsndfile's virtual I/O (no temporary file). */
 g4_status g4_sndfile_decode(const unsigned char *data, size_t size, const char *name,

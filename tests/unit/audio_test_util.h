@@ -7,8 +7,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "io/safetensors.h"
+#include "media/audio_features.h"
 #include "test_util.h"
 
 static inline int64_t audio_floor_div(int64_t a, int64_t b) {
@@ -81,6 +83,75 @@ static inline size_t audio_ref_count(const g4_st_tensor *t) {
     size_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
     return n;
+}
+
+/* The largest feature relative RMS error seen, for the summary line. */
+static inline double *audio_worst_error(void) {
+    static double worst;
+    return &worst;
+}
+
+static inline void note_error(double e) {
+    if (e > *audio_worst_error()) *audio_worst_error() = e;
+}
+
+/* Compares features/mask with the stored reference under `prefix`. */
+static inline void compare_features(const g4_st_set *refs, const char *prefix, const float *feat, const uint8_t *mask,
+                             int frames) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.mask", prefix);
+    const g4_st_tensor *m = audio_ref(refs, name, G4_DTYPE_U8);
+    if (!m) return;
+    CHECK(frames == (int)m->shape[0], "%s: %d frames, transformers has %lld", prefix, frames, (long long)m->shape[0]);
+    if (frames != (int)m->shape[0]) return;
+    CHECK(frames == 0 || memcmp(mask, m->data, (size_t)frames) == 0, "%s: the frame mask differs", prefix);
+
+    snprintf(name, sizeof name, "%s.row_sums", prefix);
+    const g4_st_tensor *rs = audio_ref(refs, name, G4_DTYPE_F64);
+    snprintf(name, sizeof name, "%s.col_sums", prefix);
+    const g4_st_tensor *cs = audio_ref(refs, name, G4_DTYPE_F64);
+    if (rs && cs && frames > 0) {
+        double num = 0, den = 0, col[G4_AUDIO_MEL_BINS] = {0};
+        for (int i = 0; i < frames; i++) {
+            double r = 0;
+            for (int b = 0; b < G4_AUDIO_MEL_BINS; b++) {
+                r += feat[(size_t)i * G4_AUDIO_MEL_BINS + b];
+                col[b] += feat[(size_t)i * G4_AUDIO_MEL_BINS + b];
+            }
+            double ref = ((const double *)rs->data)[i];
+            num += (r - ref) * (r - ref);
+            den += ref * ref;
+        }
+        CHECK(sqrt(num / (den + 1e-300)) < 1e-5, "%s: frame sums differ (relative RMS %.3g)", prefix,
+              sqrt(num / (den + 1e-300)));
+        num = den = 0;
+        for (int b = 0; b < G4_AUDIO_MEL_BINS; b++) {
+            double ref = ((const double *)cs->data)[b];
+            num += (col[b] - ref) * (col[b] - ref);
+            den += ref * ref;
+        }
+        CHECK(sqrt(num / (den + 1e-300)) < 1e-5, "%s: bin sums differ (relative RMS %.3g)", prefix,
+              sqrt(num / (den + 1e-300)));
+    }
+
+    snprintf(name, sizeof name, "%s.features", prefix);
+    const g4_st_tensor *f = audio_ref(refs, name, G4_DTYPE_F32);
+    if (!f) return;
+    snprintf(name, sizeof name, "%s.rows", prefix);
+    const g4_st_tensor *rows = g4_st_find(refs, name);
+    int n_rows = (int)f->shape[0];
+    float *picked = malloc((size_t)n_rows * G4_AUDIO_MEL_BINS * sizeof *picked);
+    for (int r = 0; r < n_rows; r++) {
+        int i = rows ? ((const int32_t *)rows->data)[r] : r;
+        memcpy(picked + (size_t)r * G4_AUDIO_MEL_BINS, feat + (size_t)i * G4_AUDIO_MEL_BINS,
+               G4_AUDIO_MEL_BINS * sizeof *picked);
+    }
+    double e = test_rel_rms(picked, (const float *)f->data, (size_t)n_rows * G4_AUDIO_MEL_BINS);
+    note_error(e);
+    CHECK(e < 1e-4, "%s: features differ from transformers' (relative RMS %.3g)", prefix, e);
+    printf("  %-12s %5d frames: relative RMS %.2e over %d%s frames\n", prefix, frames, e, n_rows,
+           rows ? " sampled" : "");
+    free(picked);
 }
 
 #endif
