@@ -200,6 +200,7 @@ add_file("ext_f32_6ch_16k.wav", scaled(multichannel(800, 16000, 6), "float"), 16
 add_file("rifx_s16_stereo_16k.wav", multichannel(1600, 16000, 2), 16000, "WAV", "PCM_16", endian="BIG")
 add_file("rifx_f32_mono_16k.wav", scaled(synth_int(800, 16000), "float"), 16000, "WAV", "FLOAT", endian="BIG")
 add_file("ulaw_mono_8k.wav", synth_int(800, 8000), 8000, "WAV", "ULAW")
+add_file("rf64_s16_stereo_16k.wav", multichannel(800, 16000, 2), 16000, "RF64", "PCM_16")
 add_file("imaadpcm_mono_16k.wav", synth_int(1600, 16000), 16000, "WAV", "IMA_ADPCM")
 # Compressed: half a second each.
 add_file("flac_mono_16k.flac", synth_int(8000, 16000), 16000, "FLAC", "PCM_16")

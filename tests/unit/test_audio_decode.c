@@ -29,6 +29,7 @@ static const media_case CASES[] = {
     {"rifx_f32_mono_16k.wav", G4_AUDIO_FORMAT_WAV, 0, 0},
     {"ulaw_mono_8k.wav", G4_AUDIO_FORMAT_WAV, 0, 0},
     {"imaadpcm_mono_16k.wav", G4_AUDIO_FORMAT_WAV, 0, 0},
+    {"rf64_s16_stereo_16k.wav", G4_AUDIO_FORMAT_RF64, 0, 0},
     {"aiff_s16_mono_16k.aiff", G4_AUDIO_FORMAT_AIFF, 0, 0},
     {"flac_mono_16k.flac", G4_AUDIO_FORMAT_FLAC, 0, 0},
     {"vorbis_stereo_16k.ogg", G4_AUDIO_FORMAT_OGG, 1e-5, 10},
