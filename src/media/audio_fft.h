@@ -1,8 +1,10 @@
 /* A real-input FFT in double precision for power-of-two lengths: the 512-point
  * transform behind the log-mel features. In-tree rather than kissfft because
- * Debian's kissfft is float-only and the reference (numpy) is float32 or
- * float64 depending on the numpy version; double keeps us within ~4e-8 of
- * either, and a 512-point transform per 10 ms frame is cheap at any speed. */
+ * Debian's kissfft is float-only: on the e2b fixture, features through
+ * kissfft-float differ from transformers' by 5.5e-7 (relative RMS), through
+ * this double FFT by 3.8e-8 (numpy 2 itself runs the FFT in float32, numpy 1
+ * in float64; double sits within 4e-8 of both). Speed is no concern: one
+ * 512-point transform per 10 ms of audio. */
 #ifndef G4_MEDIA_AUDIO_FFT_H
 #define G4_MEDIA_AUDIO_FFT_H
 

@@ -2,12 +2,14 @@
  * the 16 kHz mono waveform Gemma 4's audio feature extractor expects.
  *
  * The resampler is libsoxr at SOXR_HQ with float32 samples, fed the same
- * way as the python-soxr wrapper feeds it. transformers' load_audio
- * (soundfile backend) and librosa.load both resample with
- * soxr.resample(..., quality="soxr_hq"), so this reproduces the reference
- * pipeline's waveform (bit-identical on the machine it was measured on),
- * which libsamplerate's SRC_SINC_BEST_QUALITY does not (~0.5% relative
- * difference, mostly near Nyquist) and is ~50x faster. */
+ * way as the python-soxr wrapper feeds it, and the output length fixed to
+ * ceil(n * 16000 / rate) as librosa does. transformers 5.17's load_audio is
+ * librosa.load(path, sr=16000) (soundfile decode, mean of channels,
+ * soxr.resample(..., quality="soxr_hq"), fix_length), so this reproduces the
+ * reference pipeline's waveform (bit-identical on the machine it was
+ * measured on). libsamplerate's SRC_SINC_BEST_QUALITY, the other candidate,
+ * is as good a filter but a different one (0.4-0.7% relative difference from
+ * the reference, mostly near Nyquist) and ~50x slower. */
 #ifndef G4_MEDIA_AUDIO_RESAMPLE_H
 #define G4_MEDIA_AUDIO_RESAMPLE_H
 

@@ -20,7 +20,7 @@ static sf_count_t mem_length(void *user) { return ((memory_reader *)user)->size;
 static sf_count_t mem_seek(sf_count_t offset, int whence, void *user) {
     memory_reader *m = user;
     sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : m->size;
-    if ((offset < 0 && -offset > base) || (offset > 0 && offset > INT64_MAX - base)) return -1;
+    if (offset < -base || (offset > 0 && offset > INT64_MAX - base)) return -1;
     m->pos = base + offset;
     return m->pos;
 }
