@@ -9,7 +9,7 @@ packages=(
   libcjson-dev          # JSON: config.json, tokenizer.json, HTTP bodies
   libmicrohttpd-dev     # HTTP server
   libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev  # image decoders
-  libsndfile1-dev libsamplerate0-dev   # audio decoders, resampler
+  libsndfile1-dev libmpg123-dev libsoxr-dev   # audio decoders (FLAC/Ogg/MP3), resampler
   libkissfft-dev        # FFT for log-mel features
   libcurl4-openssl-dev libssl-dev  # gemma4 pull
   libedit-dev           # line editing in gemma4 chat

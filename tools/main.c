@@ -11,6 +11,8 @@ int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_audio(int argc, char **argv);
 
 const g4_command g4_commands[] = {
     {"logits", cmd_logits, "logits of a token sequence to a safetensors file (verification)"},
@@ -18,6 +20,8 @@ const g4_command g4_commands[] = {
     {"info", cmd_info, "architecture, layer plan, parameters and weight bytes of a model"},
     {"bench", cmd_bench, "prefill and decode speed beside this machine's limits"},
     {"pull", cmd_pull, "download a model from the Hugging Face hub into the local cache"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"audio", cmd_audio, "decode an audio file and show or save the model's audio input"},
     {NULL, NULL, NULL},
 };
 
