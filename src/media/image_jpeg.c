@@ -121,6 +121,8 @@ g4_status g4_jpeg_decode(const uint8_t *data, size_t size, uint64_t max_pixels, 
         jpeg_destroy_decompress(&d);
         return g4_fail(G4_ERR_UNSUPPORTED, "JPEG image: %d colour components", d.num_components);
     }
+    /* Saved markers live until the decompression finishes: read them now. */
+    *orientation = jpeg_orientation(&d);
     d.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
     d.dct_method = JDCT_ISLOW;
     d.do_fancy_upsampling = TRUE;
@@ -147,15 +149,16 @@ g4_status g4_jpeg_decode(const uint8_t *data, size_t size, uint64_t max_pixels, 
             for (size_t x = 0; x < w; x++)
                 for (int c = 0; c < 3; c++) dst[3 * x + c] = cmyk_channel(row[4 * x + c], row[4 * x + 3]);
     }
-    if (err.truncated) {
+    /* Reading on to the EOI marker, as PIL's decoder does, catches files cut
+     * right after the last scan. */
+    if (!err.truncated && d.output_scanline == d.output_height) jpeg_finish_decompress(&d);
+    if (err.truncated || d.output_scanline < d.output_height) {
         jpeg_abort_decompress(&d);
         jpeg_destroy_decompress(&d);
         free(row);
         g4_image_free(out);
         return g4_fail(G4_ERR_FORMAT, "JPEG image: file is truncated (pixel data ends early)");
     }
-    *orientation = jpeg_orientation(&d);
-    jpeg_abort_decompress(&d); /* trailing data after the last scan is not read, as in PIL */
     jpeg_destroy_decompress(&d);
     free(row);
     return G4_OK;

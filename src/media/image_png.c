@@ -51,13 +51,13 @@ static void convert_row(const struct spng_ihdr *h, const struct spng_plte *plte,
     case SPNG_COLOR_TYPE_INDEXED:
         for (size_t x = 0; x < w; x++) {
             unsigned i = packed_sample(in, x, d);
-            /* Entries past PLTE: PIL's palette starts as a grey ramp. */
+            /* Indices past the PLTE entries come out black in PIL. */
             if (i < plte->n_entries) {
                 out[3 * x] = plte->entries[i].red;
                 out[3 * x + 1] = plte->entries[i].green;
                 out[3 * x + 2] = plte->entries[i].blue;
             } else {
-                out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = (uint8_t)i;
+                out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = 0;
             }
         }
         break;

@@ -28,11 +28,15 @@ g4_status g4_webp_decode(const uint8_t *data, size_t size, uint64_t max_pixels, 
     WebPData webp = {data, size};
     WebPDemuxState state;
     WebPDemuxer *demux = WebPDemuxInternal(&webp, 0, &state, WEBP_DEMUX_ABI_VERSION);
-    if (!demux)
-        return g4_fail(G4_ERR_FORMAT, "WebP image: %s",
-                       state == WEBP_DEMUX_PARSED_HEADER || state == WEBP_DEMUX_PARSING_HEADER
-                           ? "file is truncated"
-                           : "malformed container");
+    if (!demux) {
+        /* The RIFF header states the file size: a shorter buffer was cut. */
+        const uint32_t riff = size >= 8 ? (uint32_t)data[4] | (uint32_t)data[5] << 8 | (uint32_t)data[6] << 16 |
+                                              (uint32_t)data[7] << 24
+                                        : 0;
+        const int truncated = state == WEBP_DEMUX_PARSED_HEADER || state == WEBP_DEMUX_PARSING_HEADER ||
+                              (uint64_t)riff + 8 > size;
+        return g4_fail(G4_ERR_FORMAT, "WebP image: %s", truncated ? "file is truncated" : "malformed container");
+    }
     uint32_t w = WebPDemuxGetI(demux, WEBP_FF_CANVAS_WIDTH), h = WebPDemuxGetI(demux, WEBP_FF_CANVAS_HEIGHT);
     g4_status st = g4_image_check_size("WebP", w, h, max_pixels);
     if (st != G4_OK) {
