@@ -173,10 +173,19 @@ g4_status g4_image_resize_bicubic(const g4_image *src, int width, int height, g4
     g4_image tmp = {0};
     if (need_h && (st = axis_build(&hx, src->width, width, backend)) != G4_OK) goto done;
     if (need_v && (st = axis_build(&vy, src->height, height, backend)) != G4_OK) goto done;
+    /* Pillow 13 runs the vertical pass first when the height shrinks by more
+     * than twice as many pixels as the width (a speed choice that changes the
+     * rounding of the 8-bit intermediate); PyTorch is always horizontal first. */
+    const int dh = src->height - height, dw = src->width - width;
+    const int vertical_first = backend == G4_IMAGE_BACKEND_PIL && dh > 0 && dh > dw * 2;
     if (need_h && !need_v) {
         pass_horizontal(src->rgb, src->width, src->height, out->rgb, width, &hx);
     } else if (!need_h) {
         st = pass_vertical(src->rgb, width, out->rgb, height, &vy);
+    } else if (vertical_first) {
+        if ((st = g4_image_alloc(&tmp, src->width, height)) != G4_OK) goto done;
+        if ((st = pass_vertical(src->rgb, src->width, tmp.rgb, height, &vy)) != G4_OK) goto done;
+        pass_horizontal(tmp.rgb, src->width, height, out->rgb, width, &hx);
     } else {
         /* Only the input rows the vertical pass reads go through the
          * horizontal pass (PIL does the same; the values do not change). */

@@ -7,10 +7,14 @@
  *                                 (Gemma4ImageProcessor, Gemma4UnifiedImageProcessor)
  * Both are separable Keys cubics (a = -0.5) whose support widens by the
  * downscale factor, with double weights rounded to fixed point, horizontal
- * pass first and an 8-bit intermediate image. They differ only in the cubic's
- * evaluation order and the fixed-point precision (PIL: 22 bits in int32;
- * PyTorch: int16 weights at the largest precision the axis's largest weight
- * allows), so their outputs differ by 1 in a few pixels. */
+ * pass first (but see below) and an 8-bit intermediate image. They differ in
+ * the cubic's evaluation order and the fixed-point precision (PIL: 22 bits in
+ * int32; PyTorch: int16 weights at the largest precision the axis's largest
+ * weight allows), so their outputs differ by 1 in a few pixels.
+ * Pass order: Pillow 13 runs the vertical pass first when the height shrinks
+ * by more than twice as many pixels as the width; older Pillow releases were
+ * always horizontal first, so against those this backend differs by a level
+ * or two in such downscales. */
 #ifndef G4_MEDIA_IMAGE_RESIZE_H
 #define G4_MEDIA_IMAGE_RESIZE_H
 
