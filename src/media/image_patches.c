@@ -71,7 +71,7 @@ g4_status g4_image_to_patches(const g4_image *img, int patch, int max_rows, g4_i
      * double then casts, torchvision multiplies float32 by float32(1/255). */
     float table[256];
     for (int v = 0; v < 256; v++)
-        table[v] = backend == G4_IMAGE_BACKEND_PIL ? (float)(v * (1.0 / 255.0)) : (float)v * (float)(1.0 / 255.0);
+        table[v] = backend == G4_IMAGE_BACKEND_TORCHVISION ? (float)v * (float)(1.0 / 255.0) : (float)(v * (1.0 / 255.0));
     const size_t row_len = (size_t)patch * patch * 3;
     for (int py = 0; py < ph; py++) {
         for (int px = 0; px < pw; px++) {

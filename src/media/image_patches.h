@@ -34,7 +34,7 @@ g4_status g4_image_target_size(int height, int width, int patch, int pool, int m
 g4_status g4_image_soft_token_count(int height, int width, int max_soft_tokens, int *count);
 
 /* Cuts img (both sides multiples of patch) into patches, rescaled by 1/255
- * with the rounding of `backend`'s processor (PIL: float32(v * (1/255.0));
+ * with the rounding of `backend`'s processor (PIL, PIL12: float32(v * (1/255.0));
  * torchvision: float32(v) * float32(1/255)). Writes max_rows rows of
  * patch*patch*3 floats and (x, y) pairs; rows past the image are zero with
  * position (-1, -1). Fails when the image has more than max_rows patches. */

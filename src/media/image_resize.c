@@ -72,7 +72,7 @@ static g4_status axis_build(resample_axis *ax, int in_size, int out_size, g4_ima
         double *row = w + (size_t)i * ax->taps, total = 0.0;
         for (int j = 0; j < n; j++) {
             double t = (j + lo - center + 0.5) * inv;
-            row[j] = backend == G4_IMAGE_BACKEND_PIL ? cubic_pil(t) : cubic_torch(t);
+            row[j] = backend == G4_IMAGE_BACKEND_TORCHVISION ? cubic_torch(t) : cubic_pil(t);
             total += row[j];
         }
         for (int j = 0; j < n; j++) {
@@ -83,7 +83,7 @@ static g4_status axis_build(resample_axis *ax, int in_size, int out_size, g4_ima
         ax->first[i] = lo;
         ax->count[i] = n;
     }
-    if (backend == G4_IMAGE_BACKEND_PIL) {
+    if (backend != G4_IMAGE_BACKEND_TORCHVISION) {
         ax->precision = 22; /* 32 bits - 8 for the pixel - 2 of headroom */
     } else {
         /* The largest precision at which 2 * w_max still fits in int16. */
@@ -160,7 +160,8 @@ g4_status g4_image_resize_bicubic(const g4_image *src, int width, int height, g4
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "image resize: empty source image");
     if (width <= 0 || height <= 0)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "image resize: invalid target size %dx%d", width, height);
-    if (backend != G4_IMAGE_BACKEND_PIL && backend != G4_IMAGE_BACKEND_TORCHVISION)
+    if (backend != G4_IMAGE_BACKEND_PIL && backend != G4_IMAGE_BACKEND_TORCHVISION &&
+        backend != G4_IMAGE_BACKEND_PIL12)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "image resize: unknown backend %d", (int)backend);
     g4_status st = g4_image_alloc(out, width, height);
     if (st != G4_OK) return st;
@@ -173,11 +174,15 @@ g4_status g4_image_resize_bicubic(const g4_image *src, int width, int height, g4
     g4_image tmp = {0};
     if (need_h && (st = axis_build(&hx, src->width, width, backend)) != G4_OK) goto done;
     if (need_v && (st = axis_build(&vy, src->height, height, backend)) != G4_OK) goto done;
-    /* Pillow 13 runs the vertical pass first when the height shrinks by more
-     * than twice as many pixels as the width (a speed choice that changes the
-     * rounding of the 8-bit intermediate); PyTorch is always horizontal first. */
+    /* Pass order, a speed choice that changes the rounding of the 8-bit
+     * intermediate: Pillow 13 runs the vertical pass first when the height
+     * shrinks by more than twice as many pixels as the width; Pillow 12 only
+     * for images over 100 times taller than wide whose height shrinks;
+     * PyTorch is always horizontal first. */
     const int dh = src->height - height, dw = src->width - width;
-    const int vertical_first = backend == G4_IMAGE_BACKEND_PIL && dh > 0 && dh > dw * 2;
+    int vertical_first = 0;
+    if (backend == G4_IMAGE_BACKEND_PIL) vertical_first = dh > 0 && dh > dw * 2;
+    if (backend == G4_IMAGE_BACKEND_PIL12) vertical_first = src->height > src->width * 100 && dh > 0;
     if (need_h && !need_v) {
         pass_horizontal(src->rgb, src->width, src->height, out->rgb, width, &hx);
     } else if (!need_h) {

@@ -12,17 +12,19 @@
  * int32; PyTorch: int16 weights at the largest precision the axis's largest
  * weight allows), so their outputs differ by 1 in a few pixels.
  * Pass order: Pillow 13 runs the vertical pass first when the height shrinks
- * by more than twice as many pixels as the width; older Pillow releases were
- * always horizontal first, so against those this backend differs by a level
- * or two in such downscales. */
+ * by more than twice as many pixels as the width; Pillow 12 only when the
+ * image is over 100 times taller than wide (G4_IMAGE_BACKEND_PIL12; the
+ * fixtures' reference machine runs Pillow 12.3). The two differ by a level or
+ * two, in a few pixels, for the downscales where only one runs vertical first. */
 #ifndef G4_MEDIA_IMAGE_RESIZE_H
 #define G4_MEDIA_IMAGE_RESIZE_H
 
 #include "media/image.h"
 
 typedef enum {
-    G4_IMAGE_BACKEND_PIL = 0,
-    G4_IMAGE_BACKEND_TORCHVISION = 1,
+    G4_IMAGE_BACKEND_PIL = 0,         /* Pillow 13 and later */
+    G4_IMAGE_BACKEND_TORCHVISION = 1, /* torchvision / PyTorch CPU uint8 kernel */
+    G4_IMAGE_BACKEND_PIL12 = 2,       /* Pillow 12 (its pass order; otherwise the same) */
 } g4_image_backend;
 
 /* out receives a new width x height image (free with g4_image_free). When

@@ -9,9 +9,12 @@ makes of them, for tests/unit/test_image_*.c.
               results (raw bytes in resize_pil.bin, or a CRC-32
               for the large ones).
   resize_torchvision.{txt,bin}  the same cases through torchvision's
-              resize(BICUBIC, antialias=True) on uint8 tensors; written with
-              --torch on a machine that has torch (the rest needs only
-              Pillow, numpy and transformers, no torch).
+              resize(BICUBIC, antialias=True) on uint8 tensors, and
+  resize_pil12.{txt,bin}  PIL.Image.resize under Pillow 12 (before Pillow 13
+              made tall downscales run the vertical pass first); both written
+              with --torch on a machine with torch and Pillow 12 (the GPU
+              machine: torch 2.11, torchvision 0.26, Pillow 12.3). The rest
+              needs only Pillow 13, numpy and transformers, no torch.
   target_sizes.txt  get_aspect_ratio_preserving_size from transformers.
   preprocess_pil.txt Gemma4ImageProcessorPil end to end (checksums).
 
@@ -327,7 +330,7 @@ def write_resize_sources():
 
 
 def write_resize(kind):
-    if kind == "pil":
+    if kind in ("pil", "pil12"):
         def resize(arr, w, h):
             return np.asarray(Image.fromarray(arr, "RGB").resize((w, h), Image.Resampling.BICUBIC))
     else:
@@ -344,7 +347,11 @@ def write_resize(kind):
     for w, h in RESIZE_SOURCES:
         src = np.asarray(Image.open(os.path.join(OUT, "resize", f"src_{w}x{h}.png")).convert("RGB"))
         for tw, th in resize_targets(w, h):
-            out = np.ascontiguousarray(resize(src, tw, th), dtype=np.uint8)
+            try:
+                out = np.ascontiguousarray(resize(src, tw, th), dtype=np.uint8)
+            except Exception as e:  # noqa: BLE001 - torch asserts on some 1x1 outputs
+                lines.append(f"# ERROR src_{w}x{h}.png {tw} {th} {str(e)[:60]}")
+                continue
             assert out.shape == (th, tw, 3)
             data = out.tobytes()
             off = -1
@@ -357,11 +364,11 @@ def write_resize(kind):
     with open(os.path.join(OUT, f"resize_{kind}.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     if kind != "pil":
+        import PIL
         import torch
-        import torchvision
         with open(os.path.join(OUT, f"resize_{kind}.txt"), "a") as f:
-            f.write(f"# torch {torch.__version__} torchvision {torchvision.__version__} "
-                    f"cpu capability {torch.backends.cpu.get_cpu_capability()}\n")
+            f.write(f"# torch {torch.__version__} pillow {PIL.__version__} "
+                    f"cpu {torch.backends.cpu.get_cpu_capability()}\n")
 
 
 # ---------------------------------------------------------------- sizes and tokens
@@ -416,6 +423,9 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     if "--torch" in sys.argv:
         write_resize("torchvision")
+        import PIL
+        if int(PIL.__version__.split(".")[0]) < 13:
+            write_resize("pil12")
         return
     write_decode()
     write_resize_sources()
