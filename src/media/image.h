@@ -2,8 +2,18 @@
  * RGB with the semantics of transformers' `load_image` (PIL opens the file,
  * `ImageOps.exif_transpose` applies the EXIF orientation, `.convert("RGB")`
  * drops alpha and expands grey/palette/CMYK). Every image a chat request
- * names by path, URL or base64 goes through `load_image`, so this is what the
- * reference feeds its image processor. */
+ * names by path, URL or base64 goes through `load_image` (the processors'
+ * fetch_images), so this is what the reference feeds its image processor;
+ * the processor's own convert_to_rgb then sees RGB and changes nothing.
+ * (Only a PIL image with alpha handed straight to the processor differs:
+ * transformers >= 5.24 composites it onto white, 5.17 drops alpha.)
+ * Where PIL looks for the orientation: JPEG APP1 Exif (else XMP
+ * tiff:Orientation), PNG eXIf (else a "Raw profile type exif" text, else
+ * XMP), WebP EXIF (else XMP). PIL decodes with the same libraries (libjpeg-
+ * turbo with the default accurate IDCT and fancy upsampling, libwebp's
+ * animation decoder) and we reproduce its PNG and CMYK conversions, so the
+ * pixels are bit-exact (tests/unit/test_image_decode.c). A malformed EXIF
+ * block is ignored here, where PIL's exif_transpose would raise. */
 #ifndef G4_MEDIA_IMAGE_H
 #define G4_MEDIA_IMAGE_H
 
