@@ -1,0 +1,216 @@
+#include "runtime/prompt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "media/audio_features.h"
+#include "media/audio_resample.h"
+#include "media/image_patches.h"
+#include "model/audio_tower.h"
+#include "model/vision_tower.h"
+
+/* One encoded media item: its soft tokens in backend memory. */
+typedef struct {
+    g4_media_kind kind;
+    float *soft;
+    int n_soft;
+} encoded_media;
+
+static g4_status encode_image(g4_context *c, const g4_media_input *in, encoded_media *out) {
+    const g4_model *m = c->model;
+    if (!m->vision)
+        return g4_fail(G4_ERR_UNSUPPORTED, "%s: this model has no vision tower", in->label ? in->label : "image");
+    int budget = in->max_soft_tokens > 0 ? in->max_soft_tokens : c->image_tokens;
+    if (!g4_image_soft_tokens_supported(budget))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "image token budget %d is not one of 70, 140, 280, 560, 1120", budget);
+    g4_image img = {0};
+    g4_status st = g4_image_decode_memory(in->data, in->size, NULL, &img);
+    if (st != G4_OK) return g4_fail_context(st, "%s", in->label ? in->label : "image");
+    g4_image_patches p = {0};
+    st = g4_image_preprocess_gemma4(&img, budget, c->image_backend, &p);
+    g4_image_free(&img);
+    if (st == G4_OK) st = g4_vision_encode(m, p.pixel_values, p.positions, p.rows, &out->soft, &out->n_soft);
+    if (st == G4_OK && out->n_soft != p.n_soft_tokens)
+        st = g4_fail(G4_ERR_INTERNAL, "vision tower gave %d soft tokens for an image of %d", out->n_soft,
+                     p.n_soft_tokens);
+    g4_image_patches_free(&p);
+    if (st != G4_OK) return g4_fail_context(st, "%s", in->label ? in->label : "image");
+    out->kind = G4_MEDIA_IMAGE;
+    return G4_OK;
+}
+
+static g4_status encode_audio(g4_context *c, const g4_media_input *in, encoded_media *out, int *truncated) {
+    const g4_model *m = c->model;
+    if (!m->audio)
+        return g4_fail(G4_ERR_UNSUPPORTED, "%s: this model has no audio tower (only E2B and E4B hear)",
+                       in->label ? in->label : "audio");
+    g4_audio a = {0};
+    g4_status st = g4_audio_load_memory(in->data, in->size, in->label ? in->label : "audio", &a);
+    float *features = NULL;
+    uint8_t *mask = NULL;
+    int n_frames = 0;
+    if (st == G4_OK) {
+        if (a.truncated) *truncated = 1;
+        st = g4_audio_log_mel(a.samples, a.n_samples, &features, &mask, &n_frames);
+    }
+    if (st == G4_OK && n_frames > 0) st = g4_audio_encode(m, features, mask, n_frames, &out->soft, &out->n_soft);
+    if (st == G4_OK && out->n_soft == 0)
+        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s is too short to give any audio token", in->label ? in->label : "audio");
+    free(features);
+    free(mask);
+    g4_audio_free(&a);
+    if (st != G4_OK) return g4_fail_context(st, "%s", in->label ? in->label : "audio");
+    out->kind = G4_MEDIA_AUDIO;
+    return G4_OK;
+}
+
+static void release_encoded(g4_context *c, encoded_media *e, int n) {
+    for (int i = 0; i < n; i++)
+        if (e[i].soft) c->backend->ops->release(c->backend, e[i].soft);
+}
+
+/* Places every item's soft tokens at the rows of its placeholders, in
+ * order; takes ownership of ids. */
+static g4_status assemble(g4_context *c, int32_t *ids, size_t n_ids, encoded_media *enc, int n_enc, g4_prompt *out) {
+    const g4_token_ids *tk = &c->model->config.tokens;
+    g4_backend *be = c->backend;
+    const int d = c->model->config.text.hidden_size;
+    out->ids = ids; /* owned by the prompt from here on, also on failure */
+    out->n_ids = (int)n_ids;
+    int total = 0;
+    for (int i = 0; i < n_enc; i++) total += enc[i].n_soft;
+    int n_img_rows = 0, n_aud_rows = 0, want_img = 0, want_aud = 0;
+    for (size_t r = 0; r < n_ids; r++) {
+        n_img_rows += ids[r] == tk->image_id;
+        n_aud_rows += ids[r] == tk->audio_id;
+    }
+    for (int i = 0; i < n_enc; i++) {
+        if (enc[i].kind == G4_MEDIA_IMAGE) want_img += enc[i].n_soft;
+        if (enc[i].kind == G4_MEDIA_AUDIO) want_aud += enc[i].n_soft;
+    }
+    if (n_img_rows != want_img || n_aud_rows != want_aud) {
+        return g4_fail(G4_ERR_INVALID_ARGUMENT,
+                       "the prompt has %d image and %d audio placeholder tokens but the media give %d and %d "
+                       "(placeholder strings typed into the text?)",
+                       n_img_rows, n_aud_rows, want_img, want_aud);
+    }
+    if (total == 0) return G4_OK;
+    out->media.rows = malloc((size_t)total * sizeof *out->media.rows);
+    out->media.embeds = be->ops->alloc(be, (size_t)total * d * sizeof(float));
+    if (!out->media.rows || !out->media.embeds) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    /* walk the prompt; each placeholder takes the next soft token of the next item of its kind */
+    int item[2] = {-1, -1}, used[2] = {0, 0}, k = 0;
+    for (size_t r = 0; r < n_ids; r++) {
+        int kind = ids[r] == tk->image_id ? 0 : ids[r] == tk->audio_id ? 1 : -1;
+        if (kind < 0) continue;
+        g4_media_kind want = kind == 0 ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO;
+        if (item[kind] < 0 || used[kind] == enc[item[kind]].n_soft) {
+            int next = item[kind] + 1;
+            while (next < n_enc && enc[next].kind != want) next++;
+            item[kind] = next;
+            used[kind] = 0;
+        }
+        const encoded_media *e = &enc[item[kind]];
+        be->ops->copy(be, out->media.embeds + (size_t)k * d, e->soft + (size_t)used[kind] * d, (size_t)d * sizeof(float));
+        out->media.rows[k++] = (int32_t)r;
+        used[kind]++;
+    }
+    out->media.n = k;
+    return G4_OK;
+}
+
+static g4_status encode_all(g4_context *c, const g4_media_input *media, int n_media, encoded_media *enc,
+                            g4_media_item *items, g4_prompt *out) {
+    g4_status st = G4_OK;
+    for (int i = 0; st == G4_OK && i < n_media; i++) {
+        if (media[i].kind == G4_MEDIA_IMAGE)
+            st = encode_image(c, &media[i], &enc[i]);
+        else if (media[i].kind == G4_MEDIA_AUDIO)
+            st = encode_audio(c, &media[i], &enc[i], &out->audio_truncated);
+        else
+            st = g4_fail(G4_ERR_UNSUPPORTED, "video input is not supported yet");
+        if (items) {
+            items[i].kind = media[i].kind;
+            items[i].n_tokens = enc[i].n_soft;
+        }
+    }
+    return st;
+}
+
+static g4_status build(g4_context *c, const char *text, size_t len, int flags, const g4_media_input *media,
+                       int n_media, g4_prompt *out) {
+    if (!c->tokenizer)
+        return g4_fail(G4_ERR_UNSUPPORTED, "%s has no tokenizer.json: text prompts need one", c->dir);
+    encoded_media *enc = calloc((size_t)(n_media > 0 ? n_media : 1), sizeof *enc);
+    g4_media_item *items = calloc((size_t)(n_media > 0 ? n_media : 1), sizeof *items);
+    g4_status st = (enc && items) ? encode_all(c, media, n_media, enc, items, out)
+                                  : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    char *expanded = NULL;
+    size_t expanded_len = 0;
+    if (st == G4_OK) st = g4_chat_expand_media(text, len, items, (size_t)n_media, &expanded, &expanded_len);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (st == G4_OK) st = g4_tokenizer_encode(c->tokenizer, expanded, expanded_len, flags, &ids, &n_ids);
+    if (st == G4_OK) st = assemble(c, ids, n_ids, enc, n_media, out);
+    if (st == G4_OK) {
+        out->text = expanded;
+        expanded = NULL;
+    }
+    free(expanded);
+    release_encoded(c, enc, n_media);
+    free(enc);
+    free(items);
+    if (st != G4_OK) g4_prompt_free(c, out);
+    return st;
+}
+
+g4_status g4_prompt_from_messages(g4_context *c, const cJSON *messages, const cJSON *tools,
+                                  const g4_prompt_options *opt, const g4_media_input *media, int n_media,
+                                  g4_prompt *out) {
+    memset(out, 0, sizeof *out);
+    g4_prompt_options o = {0};
+    if (opt) o = *opt;
+    char *text = NULL;
+    size_t len = 0;
+    g4_status st = g4_chat_render(c->chat.variant, messages, tools, &o.chat, &text, &len);
+    if (st != G4_OK) return st;
+    out->starts_in_reasoning = g4_chat_prompt_opens_reasoning(text, len);
+    int reasoning = out->starts_in_reasoning;
+    st = build(c, text, len, 0, media, n_media, out);
+    out->starts_in_reasoning = reasoning;
+    free(text);
+    return st;
+}
+
+g4_status g4_prompt_from_text(g4_context *c, const char *text, size_t len, const g4_media_input *media, int n_media,
+                              g4_prompt *out) {
+    memset(out, 0, sizeof *out);
+    return build(c, text, len, 0, media, n_media, out);
+}
+
+g4_status g4_prompt_from_ids(g4_context *c, const int32_t *ids, int n_ids, const g4_media_input *media, int n_media,
+                             g4_prompt *out) {
+    memset(out, 0, sizeof *out);
+    encoded_media *enc = calloc((size_t)(n_media > 0 ? n_media : 1), sizeof *enc);
+    int32_t *copy = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *copy);
+    g4_status st = (enc && copy) ? encode_all(c, media, n_media, enc, NULL, out)
+                                 : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == G4_OK) {
+        memcpy(copy, ids, (size_t)n_ids * sizeof *copy);
+        st = assemble(c, copy, (size_t)n_ids, enc, n_media, out);
+        copy = NULL;
+    }
+    free(copy);
+    release_encoded(c, enc, n_media);
+    free(enc);
+    if (st != G4_OK) g4_prompt_free(c, out);
+    return st;
+}
+
+void g4_prompt_free(g4_context *c, g4_prompt *p) {
+    free(p->ids);
+    free(p->text);
+    free(p->media.rows);
+    if (p->media.embeds) c->backend->ops->release(c->backend, p->media.embeds);
+    memset(p, 0, sizeof *p);
+}
