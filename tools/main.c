@@ -6,6 +6,8 @@
 #include "commands.h"
 #include "gemma4.h"
 
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);
@@ -15,6 +17,8 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_audio(int argc, char **argv);
 
 const g4_command g4_commands[] = {
+    {"run", cmd_run, "answer one prompt (text, images, audio), streamed"},
+    {"chat", cmd_chat, "interactive conversation that keeps its KV cache between turns"},
     {"logits", cmd_logits, "logits of a token sequence to a safetensors file (verification)"},
     {"generate", cmd_generate, "greedy continuation of token ids (verification)"},
     {"info", cmd_info, "architecture, layer plan, parameters and weight bytes of a model"},

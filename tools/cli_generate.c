@@ -1,0 +1,171 @@
+#include "cli_generate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "cli_common.h"
+
+void cli_sampling_usage(FILE *f) {
+    fprintf(f, "  -n N              at most N new tokens (default 512)\n"
+               "  --temp T          temperature (0 = greedy; default from generation_config.json)\n"
+               "  --top-k K  --top-p P  --min-p P\n"
+               "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
+               "  --seed S          random seed (default 0: reproducible)\n"
+               "  --hide-thinking   do not print the model's reasoning\n");
+}
+
+static int parse_float(const char *text, const char *what, float *out) {
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end) {
+        fprintf(stderr, "gemma4: %s must be a number, got '%s'\n", what, text);
+        return -1;
+    }
+    *out = (float)v;
+    return 1;
+}
+
+int cli_sampling_option(int argc, char **argv, int *i, cli_generate_options *o) {
+    const char *v;
+    int r;
+    if ((r = cli_option(argc, argv, i, "-n", &v))) {
+        long n = r > 0 ? cli_parse_count(v, "-n") : -1;
+        if (n <= 0) return -1;
+        o->max_tokens = (int)n;
+        return 1;
+    }
+    if ((r = cli_option(argc, argv, i, "--temp", &v))) return r < 0 ? -1 : parse_float(v, "--temp", &o->sampling.temperature);
+    if ((r = cli_option(argc, argv, i, "--top-p", &v))) return r < 0 ? -1 : parse_float(v, "--top-p", &o->sampling.top_p);
+    if ((r = cli_option(argc, argv, i, "--min-p", &v))) return r < 0 ? -1 : parse_float(v, "--min-p", &o->sampling.min_p);
+    if ((r = cli_option(argc, argv, i, "--repeat-penalty", &v)))
+        return r < 0 ? -1 : parse_float(v, "--repeat-penalty", &o->sampling.repetition_penalty);
+    if ((r = cli_option(argc, argv, i, "--presence-penalty", &v)))
+        return r < 0 ? -1 : parse_float(v, "--presence-penalty", &o->sampling.presence_penalty);
+    if ((r = cli_option(argc, argv, i, "--frequency-penalty", &v)))
+        return r < 0 ? -1 : parse_float(v, "--frequency-penalty", &o->sampling.frequency_penalty);
+    if ((r = cli_option(argc, argv, i, "--top-k", &v))) {
+        long k = r > 0 ? cli_parse_count(v, "--top-k") : -1;
+        if (k < 0) return -1;
+        o->sampling.top_k = (int)k;
+        return 1;
+    }
+    if ((r = cli_option(argc, argv, i, "--seed", &v))) {
+        long s = r > 0 ? cli_parse_count(v, "--seed") : -1;
+        if (s < 0) return -1;
+        o->sampling.seed = (uint64_t)s;
+        return 1;
+    }
+    if (cli_flag(argv, *i, "--hide-thinking")) {
+        o->show_reasoning = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* Routes decoded text: the answer to stdout; reasoning (inside the thought
+ * channel, without its "thought\n" label) to stderr or nowhere. */
+typedef struct {
+    int in_reasoning;
+    int label_left; /* bytes of "thought\n" still to drop */
+    int show_reasoning;
+} text_router;
+
+static void route_text(text_router *tr, const char *text, size_t len) {
+    if (!len) return;
+    if (!tr->in_reasoning) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+        return;
+    }
+    static const char label[] = "thought\n";
+    while (tr->label_left > 0 && len > 0) {
+        const char *expect = label + (sizeof label - 1) - (size_t)tr->label_left;
+        if (*text != *expect) {
+            tr->label_left = 0;
+            break;
+        }
+        text++, len--, tr->label_left--;
+    }
+    if (tr->show_reasoning && len) {
+        fwrite(text, 1, len, stderr);
+        fflush(stderr);
+    }
+}
+
+g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int from, const cli_generate_options *o,
+                       volatile sig_atomic_t *interrupt, cli_generate_result *r) {
+    memset(r, 0, sizeof *r);
+    const int V = c->model->config.text.vocab_size;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    r->ids = malloc((size_t)(o->max_tokens + 1) * sizeof *r->ids);
+    int32_t *rows = malloc((size_t)(p->media.n + 1) * sizeof *rows);
+    g4_sampler *sampler = NULL;
+    g4_detokenizer *detok = NULL;
+    g4_status st = (logits && r->ids && rows) ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == G4_OK) st = g4_sampler_create(V, &o->sampling, &sampler);
+    if (st == G4_OK) st = g4_sampler_add_prompt(sampler, p->ids, (size_t)p->n_ids);
+    if (st == G4_OK) st = g4_detokenizer_new(c->tokenizer, 1, &detok);
+    /* soft tokens of the part still to evaluate, rows relative to `from` */
+    g4_soft_tokens soft = {0};
+    int first = 0;
+    while (first < p->media.n && p->media.rows[first] < from) first++;
+    for (int k = first; k < p->media.n; k++) rows[k - first] = p->media.rows[k] - from;
+    soft.n = p->media.n - first;
+    soft.rows = rows;
+    soft.embeds = p->media.n ? p->media.embeds + (size_t)first * c->model->config.text.hidden_size : NULL;
+    double t0 = g4_now_seconds();
+    r->n_prompt = p->n_ids - from;
+    if (st == G4_OK && r->n_prompt > 0)
+        st = g4_session_eval(s, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, G4_LOGITS_LAST, logits);
+    r->prefill_seconds = g4_now_seconds() - t0;
+    text_router tr = {.in_reasoning = p->starts_in_reasoning, .show_reasoning = o->show_reasoning};
+    const int32_t open_id = g4_tokenizer_token_id(c->tokenizer, "<|channel>");
+    const int32_t close_id = g4_tokenizer_token_id(c->tokenizer, "<channel|>");
+    t0 = g4_now_seconds();
+    while (st == G4_OK && r->n_generated < o->max_tokens && !(interrupt && *interrupt)) {
+        g4_sample sample;
+        st = g4_sampler_sample(sampler, logits, &sample);
+        if (st == G4_OK) st = g4_sampler_accept(sampler, sample.token);
+        if (st != G4_OK) break;
+        int32_t tok = sample.token;
+        int stop = 0;
+        for (int k = 0; k < c->n_stop; k++) stop |= tok == c->stop_ids[k];
+        if (stop) {
+            r->hit_stop = 1;
+            break;
+        }
+        r->ids[r->n_generated++] = tok;
+        const char *text;
+        size_t len;
+        if (tok == open_id || tok == close_id) {
+            if (g4_detokenizer_flush(detok, &text, &len) == G4_OK) route_text(&tr, text, len);
+            tr.in_reasoning = tok == open_id;
+            tr.label_left = tok == open_id ? 8 : 0;
+            if (tok == close_id && o->show_reasoning) fputc('\n', stderr);
+        } else if (g4_detokenizer_push(detok, tok, &text, &len) == G4_OK) {
+            route_text(&tr, text, len);
+        }
+        if (r->n_generated == o->max_tokens || g4_session_length(s) + 1 >= s->opt.n_ctx) break;
+        st = g4_session_eval(s, &tok, 1, NULL, G4_LOGITS_LAST, logits);
+    }
+    const char *text;
+    size_t len;
+    if (detok && g4_detokenizer_flush(detok, &text, &len) == G4_OK) route_text(&tr, text, len);
+    r->decode_seconds = g4_now_seconds() - t0;
+    r->interrupted = interrupt && *interrupt;
+    fputc('\n', stdout);
+    fflush(stdout);
+    g4_detokenizer_free(detok);
+    g4_sampler_free(sampler);
+    free(rows);
+    free(logits);
+    return st;
+}
+
+void cli_print_stats(const cli_generate_result *r) {
+    fprintf(stderr, "[prompt %d tokens, %.1f tok/s | %d tokens, %.1f tok/s%s]\n", r->n_prompt,
+            r->prefill_seconds > 0 ? r->n_prompt / r->prefill_seconds : 0.0, r->n_generated,
+            r->decode_seconds > 0 ? r->n_generated / r->decode_seconds : 0.0, r->interrupted ? ", interrupted" : "");
+}

@@ -1,0 +1,46 @@
+/* Generating a reply on the terminal: shared by `gemma4 run` and `gemma4 chat`.
+ * Streams the answer to stdout as it is produced (never a broken UTF-8
+ * sequence), reasoning (the thought channel) to stderr, and reports speed. */
+#ifndef G4_TOOLS_CLI_GENERATE_H
+#define G4_TOOLS_CLI_GENERATE_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#include "runtime/context.h"
+#include "runtime/prompt.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+
+typedef struct {
+    g4_sampler_params sampling;
+    int max_tokens;
+    int show_reasoning; /* print the thought channel to stderr */
+    int quiet_stats;    /* no timing line */
+} cli_generate_options;
+
+typedef struct {
+    int n_prompt;           /* tokens evaluated for this reply (the new part of the prompt) */
+    int n_generated;
+    double prefill_seconds, decode_seconds;
+    int interrupted;        /* stopped by Ctrl-C */
+    int hit_stop;           /* ended with a stop token */
+    int32_t *ids;           /* generated ids (malloc'd) */
+} cli_generate_result;
+
+/* Parses the sampling/generation flags common to run and chat at argv[*i];
+ * returns 1 if it consumed one, 0 if not, -1 on a bad value. */
+int cli_sampling_option(int argc, char **argv, int *i, cli_generate_options *o);
+void cli_sampling_usage(FILE *f);
+
+/* Evaluates prompt ids [from, n) (earlier ones are already in the session)
+ * with the prompt's soft tokens, then samples until a stop token,
+ * max_tokens, the context end or *interrupt. */
+g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int from, const cli_generate_options *o,
+                       volatile sig_atomic_t *interrupt, cli_generate_result *r);
+
+/* "[prompt 42 tokens, 350.2 tok/s | 17 tokens, 25.3 tok/s]" to stderr. */
+void cli_print_stats(const cli_generate_result *r);
+
+#endif

@@ -1,0 +1,23 @@
+/* --image FILE / --audio FILE options: files read into prompt media inputs. */
+#ifndef G4_TOOLS_CLI_MEDIA_H
+#define G4_TOOLS_CLI_MEDIA_H
+
+#include "runtime/prompt.h"
+
+#define CLI_MAX_MEDIA 32
+
+typedef struct {
+    g4_media_input items[CLI_MAX_MEDIA];
+    char *buffers[CLI_MAX_MEDIA];
+    int n;
+    int image_tokens; /* --image-tokens (0: the model's default) */
+} cli_media;
+
+/* Consumes --image/--audio/--image-tokens at argv[*i]: 1 if consumed, 0 if
+ * not, -1 on error (message printed). */
+int cli_media_option(int argc, char **argv, int *i, cli_media *m);
+void cli_media_free(cli_media *m);
+/* Appends {"type": "image"|"audio"} parts for every item, in order. */
+void cli_media_add_parts(const cli_media *m, void *cjson_array);
+
+#endif
