@@ -8,7 +8,10 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "cli_media.h"
 #include "io/safetensors.h"
+#include "runtime/context.h"
+#include "runtime/prompt.h"
 #include "runtime/session.h"
 
 #define N_HIDDEN 4
@@ -34,18 +37,25 @@ static void capture_hidden(void *ctx, const char *name, const float *data, int r
 
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 logits -m DIR --ids 2,17,33,... -o OUT.safetensors [--decode] [--hidden]\n"
-               "                     [--threads N]\n");
+               "                     [--image FILE]... [--audio FILE]... [--image-tokens N] [--threads N]\n"
+               "  Images and audio replace the placeholder ids of --ids (the processor's expanded\n"
+               "  input_ids: <|image|> x soft tokens inside <|image>...<image|>) in order.\n");
 }
 
 int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *ids_text = NULL, *out_path = NULL, *threads_text = NULL;
     int decode = 0, hidden = 0;
+    cli_media media = {0};
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--ids", &ids_text)) ||
             (r = cli_option(argc, argv, &i, "-o", &out_path)) ||
-            (r = cli_option(argc, argv, &i, "--threads", &threads_text))) {
-            if (r < 0) return 2;
+            (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
+            (r = cli_media_option(argc, argv, &i, &media))) {
+            if (r < 0) {
+                cli_media_free(&media);
+                return 2;
+            }
         } else if (cli_flag(argv, i, "--decode")) {
             decode = 1;
         } else if (cli_flag(argv, i, "--hidden")) {
@@ -61,23 +71,45 @@ int cmd_logits(int argc, char **argv) {
     }
     if (!model_path || !ids_text || !out_path) {
         usage(stderr);
+        cli_media_free(&media);
         return 2;
     }
     int32_t *ids;
     int n;
-    if (cli_parse_ids(ids_text, &ids, &n) != 0) return 2;
+    if (cli_parse_ids(ids_text, &ids, &n) != 0) {
+        cli_media_free(&media);
+        return 2;
+    }
     if (n == 0) {
         fprintf(stderr, "gemma4 logits: empty prompt: --ids lists no tokens\n");
         free(ids);
+        cli_media_free(&media);
         return 2;
     }
     long threads = threads_text ? cli_parse_count(threads_text, "--threads") : 0;
     if (threads < 0) return 2;
-    g4_backend *be;
-    g4_model *model;
-    if (cli_open_model(model_path, (int)threads, &be, &model) != 0) {
+    g4_context *ctx;
+    g4_context_options co = {.device = "cpu", .threads = (int)threads};
+    if (g4_context_open(model_path, &co, &ctx) != G4_OK) {
+        fprintf(stderr, "gemma4 logits: cannot load model: %s\n", g4_error_message());
         free(ids);
+        cli_media_free(&media);
         return 1;
+    }
+    g4_backend *be = ctx->backend;
+    g4_model *model = ctx->model;
+    g4_prompt prompt = {0};
+    g4_soft_tokens soft = {0};
+    if (media.n > 0) {
+        g4_status pst = g4_prompt_from_ids(ctx, ids, n, media.items, media.n, &prompt);
+        if (pst != G4_OK) {
+            cli_report_error("logits", pst);
+            free(ids);
+            cli_media_free(&media);
+            g4_context_close(ctx);
+            return 1;
+        }
+        soft = (g4_soft_tokens){prompt.media.n, prompt.media.rows, prompt.media.embeds};
     }
     const int V = model->config.text.vocab_size, d = model->config.text.hidden_size;
     g4_session_options opt = {.n_ctx = n};
@@ -95,11 +127,13 @@ int cmd_logits(int argc, char **argv) {
         s->hook_ctx = &hc;
     }
     if (st == G4_OK) {
-        if (decode) {
+        if (decode && soft.n > 0) {
+            st = g4_fail(G4_ERR_INVALID_ARGUMENT, "--decode works on text ids only (images are prefilled whole)");
+        } else if (decode) {
             for (int t = 0; t < n && st == G4_OK; t++)
                 st = g4_session_eval(s, ids + t, 1, NULL, G4_LOGITS_LAST, logits + (size_t)t * V);
         } else {
-            st = g4_session_eval(s, ids, n, NULL, G4_LOGITS_ALL, logits);
+            st = g4_session_eval(s, ids, n, soft.n ? &soft : NULL, G4_LOGITS_ALL, logits);
         }
     }
     if (st == G4_OK) {
@@ -122,6 +156,8 @@ int cmd_logits(int argc, char **argv) {
     g4_session_destroy(s);
     free(logits);
     free(ids);
-    cli_close_model(be, model);
+    g4_prompt_free(ctx, &prompt);
+    g4_context_close(ctx);
+    cli_media_free(&media);
     return rc;
 }

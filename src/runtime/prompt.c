@@ -16,16 +16,35 @@ typedef struct {
     int n_soft;
 } encoded_media;
 
-static g4_status encode_image(g4_context *c, const g4_media_input *in, encoded_media *out) {
+/* The budget whose token count for an h x w image is `tokens`, or 0. */
+static int budget_giving(int h, int w, int tokens) {
+    static const int budgets[] = {70, 140, 280, 560, 1120};
+    for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+        int count;
+        if (g4_image_soft_token_count(h, w, budgets[i], &count) == G4_OK && count == tokens) return budgets[i];
+    }
+    return 0;
+}
+
+/* want_tokens > 0: the prompt already holds that many placeholders for this
+ * image (pre-expanded ids); without an explicit budget, pick the one that
+ * gives it. */
+static g4_status encode_image(g4_context *c, const g4_media_input *in, int want_tokens, encoded_media *out) {
     const g4_model *m = c->model;
     if (!m->vision)
         return g4_fail(G4_ERR_UNSUPPORTED, "%s: this model has no vision tower", in->label ? in->label : "image");
-    int budget = in->max_soft_tokens > 0 ? in->max_soft_tokens : c->image_tokens;
-    if (!g4_image_soft_tokens_supported(budget))
-        return g4_fail(G4_ERR_INVALID_ARGUMENT, "image token budget %d is not one of 70, 140, 280, 560, 1120", budget);
     g4_image img = {0};
     g4_status st = g4_image_decode_memory(in->data, in->size, NULL, &img);
     if (st != G4_OK) return g4_fail_context(st, "%s", in->label ? in->label : "image");
+    int budget = in->max_soft_tokens > 0 ? in->max_soft_tokens : c->image_tokens;
+    if (in->max_soft_tokens <= 0 && want_tokens > 0) {
+        int inferred = budget_giving(img.height, img.width, want_tokens);
+        if (inferred) budget = inferred;
+    }
+    if (!g4_image_soft_tokens_supported(budget)) {
+        g4_image_free(&img);
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "image token budget %d is not one of 70, 140, 280, 560, 1120", budget);
+    }
     g4_image_patches p = {0};
     st = g4_image_preprocess_gemma4(&img, budget, c->image_backend, &p);
     g4_image_free(&img);
@@ -119,12 +138,12 @@ static g4_status assemble(g4_context *c, int32_t *ids, size_t n_ids, encoded_med
     return G4_OK;
 }
 
-static g4_status encode_all(g4_context *c, const g4_media_input *media, int n_media, encoded_media *enc,
-                            g4_media_item *items, g4_prompt *out) {
+static g4_status encode_all(g4_context *c, const g4_media_input *media, int n_media, const int *want_tokens,
+                            encoded_media *enc, g4_media_item *items, g4_prompt *out) {
     g4_status st = G4_OK;
     for (int i = 0; st == G4_OK && i < n_media; i++) {
         if (media[i].kind == G4_MEDIA_IMAGE)
-            st = encode_image(c, &media[i], &enc[i]);
+            st = encode_image(c, &media[i], want_tokens ? want_tokens[i] : 0, &enc[i]);
         else if (media[i].kind == G4_MEDIA_AUDIO)
             st = encode_audio(c, &media[i], &enc[i], &out->audio_truncated);
         else
@@ -143,7 +162,7 @@ static g4_status build(g4_context *c, const char *text, size_t len, int flags, c
         return g4_fail(G4_ERR_UNSUPPORTED, "%s has no tokenizer.json: text prompts need one", c->dir);
     encoded_media *enc = calloc((size_t)(n_media > 0 ? n_media : 1), sizeof *enc);
     g4_media_item *items = calloc((size_t)(n_media > 0 ? n_media : 1), sizeof *items);
-    g4_status st = (enc && items) ? encode_all(c, media, n_media, enc, items, out)
+    g4_status st = (enc && items) ? encode_all(c, media, n_media, NULL, enc, items, out)
                                   : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     char *expanded = NULL;
     size_t expanded_len = 0;
@@ -193,8 +212,20 @@ g4_status g4_prompt_from_ids(g4_context *c, const int32_t *ids, int n_ids, const
     memset(out, 0, sizeof *out);
     encoded_media *enc = calloc((size_t)(n_media > 0 ? n_media : 1), sizeof *enc);
     int32_t *copy = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *copy);
-    g4_status st = (enc && copy) ? encode_all(c, media, n_media, enc, NULL, out)
-                                 : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    int *want = calloc((size_t)(n_media > 0 ? n_media : 1), sizeof *want);
+    /* the i-th run of image placeholders belongs to the i-th image */
+    const int32_t image_id = c->model->config.tokens.image_id;
+    for (int r = 0, img = 0; want && r < n_ids; r++) {
+        if (ids[r] != image_id || (r > 0 && ids[r - 1] == image_id)) continue;
+        while (img < n_media && media[img].kind != G4_MEDIA_IMAGE) img++;
+        if (img == n_media) break;
+        int e = r;
+        while (e < n_ids && ids[e] == image_id) e++;
+        want[img++] = e - r;
+    }
+    g4_status st = (enc && copy && want) ? encode_all(c, media, n_media, want, enc, NULL, out)
+                                         : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    free(want);
     if (st == G4_OK) {
         memcpy(copy, ids, (size_t)n_ids * sizeof *copy);
         st = assemble(c, copy, (size_t)n_ids, enc, n_media, out);
