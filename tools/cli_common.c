@@ -96,3 +96,17 @@ void cli_close_model(g4_backend *be, g4_model *model) {
     g4_model_release(model);
     g4_backend_destroy(be);
 }
+
+int cli_parse_vision_mask(const char *text, g4_vision_mask *mask) {
+    if (!strcmp(text, "default"))
+        *mask = G4_VISION_MASK_DEFAULT;
+    else if (!strcmp(text, "causal"))
+        *mask = G4_VISION_MASK_CAUSAL;
+    else if (!strcmp(text, "all-layers"))
+        *mask = G4_VISION_MASK_ALL_LAYERS;
+    else {
+        fprintf(stderr, "gemma4: --vision-mask must be default, all-layers or causal, got '%s'\n", text);
+        return -1;
+    }
+    return 0;
+}

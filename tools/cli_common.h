@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "runtime/session.h"
 
 /* If argv[*i] is `name`, stores the next argument in *value, advances *i and
  * returns 1; prints an error and returns -1 when the value is missing. */
@@ -22,6 +23,10 @@ long cli_parse_count(const char *text, const char *what);
  * returns nonzero on failure. */
 int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **model);
 void cli_close_model(g4_backend *be, g4_model *model);
+
+/* --vision-mask: "default" (the model family's rule), "all-layers"
+ * (transformers 5.17's plain forward for the 12B) or "causal". */
+int cli_parse_vision_mask(const char *text, g4_vision_mask *mask);
 
 /* Prints "gemma4 <cmd>: <message>" for the last library error. */
 void cli_report_error(const char *cmd, g4_status st);

@@ -38,12 +38,13 @@ static void capture_hidden(void *ctx, const char *name, const float *data, int r
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 logits -m DIR --ids 2,17,33,... -o OUT.safetensors [--decode] [--hidden]\n"
                "                     [--image FILE]... [--audio FILE]... [--image-tokens N] [--threads N]\n"
+               "                     [--vision-mask default|all-layers|causal]\n"
                "  Images and audio replace the placeholder ids of --ids (the processor's expanded\n"
                "  input_ids: <|image|> x soft tokens inside <|image>...<image|>) in order.\n");
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model_path = NULL, *ids_text = NULL, *out_path = NULL, *threads_text = NULL;
+    const char *model_path = NULL, *ids_text = NULL, *out_path = NULL, *threads_text = NULL, *mask_text = NULL;
     int decode = 0, hidden = 0;
     cli_media media = {0};
     for (int i = 1; i < argc; i++) {
@@ -51,6 +52,7 @@ int cmd_logits(int argc, char **argv) {
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--ids", &ids_text)) ||
             (r = cli_option(argc, argv, &i, "-o", &out_path)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
+            (r = cli_option(argc, argv, &i, "--vision-mask", &mask_text)) ||
             (r = cli_media_option(argc, argv, &i, &media))) {
             if (r < 0) {
                 cli_media_free(&media);
@@ -113,6 +115,12 @@ int cmd_logits(int argc, char **argv) {
     }
     const int V = model->config.text.vocab_size, d = model->config.text.hidden_size;
     g4_session_options opt = {.n_ctx = n};
+    if (mask_text && cli_parse_vision_mask(mask_text, &opt.vision_mask) != 0) {
+        free(ids);
+        cli_media_free(&media);
+        g4_context_close(ctx);
+        return 2;
+    }
     g4_session *s = NULL;
     float *logits = malloc((size_t)n * V * sizeof *logits);
     hidden_capture hc = {.be = be, .cap = n};

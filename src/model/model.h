@@ -59,6 +59,7 @@ typedef struct g4_model {
     size_t n_unused_tensors;
     unsigned char *tensor_used; /* [tensor count]: consumed by a loader */
     struct g4_vision_weights *vision; /* NULL without a vision tower */
+    struct g4_unified_weights *unified; /* gemma4_unified's encoder-free embedders, or NULL */
     void **device_allocs;     /* backend arrays owned by the model */
     size_t n_device_allocs, cap_device_allocs;
     void **host_allocs;       /* synthetic weights owned by the model */

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "model/audio_tower.h"
 #include "model/model.h"
+#include "model/unified_embedders.h"
 #include "model/vision_tower.h"
 #include "model/weight_loader.h"
 
@@ -213,6 +214,7 @@ g4_status g4_model_load_dir(const char *dir, g4_backend *be, g4_model **out) {
         st = load_text(m);
     }
     if (st == G4_OK) st = g4_vision_tower_load(m);
+    if (st == G4_OK) st = g4_unified_embedders_load(m);
     if (st == G4_OK && m->config.audio.present) st = g4_audio_tower_load(m);
     if (st == G4_OK)
         for (size_t t = 0; t < g4_st_count(m->tensors); t++) m->n_unused_tensors += !m->tensor_used[t];
@@ -232,6 +234,7 @@ void g4_model_release(g4_model *m) {
     free(m->host_allocs);
     free(m->tensor_used);
     g4_vision_tower_free(m);
+    g4_unified_embedders_free(m);
     free(m->text.layers);
     g4_audio_tower_free(m);
     g4_st_close(m->tensors);

@@ -7,6 +7,7 @@
 #include "media/audio_resample.h"
 #include "media/image_patches.h"
 #include "model/audio_tower.h"
+#include "model/unified_embedders.h"
 #include "model/vision_tower.h"
 
 /* One encoded media item: its soft tokens in backend memory. */
@@ -31,7 +32,7 @@ static int budget_giving(int h, int w, int tokens) {
  * gives it. */
 static g4_status encode_image(g4_context *c, const g4_media_input *in, int want_tokens, encoded_media *out) {
     const g4_model *m = c->model;
-    if (!m->vision)
+    if (!m->vision && !m->unified)
         return g4_fail(G4_ERR_UNSUPPORTED, "%s: this model has no vision tower", in->label ? in->label : "image");
     g4_image img = {0};
     g4_status st = g4_image_decode_memory(in->data, in->size, NULL, &img);
@@ -46,9 +47,16 @@ static g4_status encode_image(g4_context *c, const g4_media_input *in, int want_
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "image token budget %d is not one of 70, 140, 280, 560, 1120", budget);
     }
     g4_image_patches p = {0};
-    st = g4_image_preprocess_gemma4(&img, budget, c->image_backend, &p);
+    if (m->unified) {
+        /* the 12B's processor exists only with the torchvision backend */
+        st = g4_image_preprocess_unified(&img, budget, G4_IMAGE_BACKEND_TORCHVISION, &p);
+        if (st == G4_OK)
+            st = g4_unified_vision_encode(m, p.pixel_values, p.positions, p.rows, NULL, NULL, &out->soft, &out->n_soft);
+    } else {
+        st = g4_image_preprocess_gemma4(&img, budget, c->image_backend, &p);
+        if (st == G4_OK) st = g4_vision_encode(m, p.pixel_values, p.positions, p.rows, &out->soft, &out->n_soft);
+    }
     g4_image_free(&img);
-    if (st == G4_OK) st = g4_vision_encode(m, p.pixel_values, p.positions, p.rows, &out->soft, &out->n_soft);
     if (st == G4_OK && out->n_soft != p.n_soft_tokens)
         st = g4_fail(G4_ERR_INTERNAL, "vision tower gave %d soft tokens for an image of %d", out->n_soft,
                      p.n_soft_tokens);
@@ -58,8 +66,28 @@ static g4_status encode_image(g4_context *c, const g4_media_input *in, int want_
     return G4_OK;
 }
 
+/* gemma4_unified: one soft token per 640 raw samples. */
+static g4_status encode_unified_audio(g4_context *c, const g4_media_input *in, encoded_media *out, int *truncated) {
+    g4_audio a = {0};
+    float *frames = NULL;
+    int n_frames = 0;
+    g4_status st = g4_audio_load_memory(in->data, in->size, in->label ? in->label : "audio", &a);
+    if (st == G4_OK) {
+        if (a.truncated) *truncated = 1;
+        st = g4_unified_audio_frames(a.samples, a.n_samples, &frames, &n_frames);
+    }
+    if (st == G4_OK) st = g4_unified_audio_encode(c->model, frames, n_frames, &out->soft);
+    out->n_soft = st == G4_OK ? n_frames : 0;
+    free(frames);
+    g4_audio_free(&a);
+    if (st != G4_OK) return g4_fail_context(st, "%s", in->label ? in->label : "audio");
+    out->kind = G4_MEDIA_AUDIO;
+    return G4_OK;
+}
+
 static g4_status encode_audio(g4_context *c, const g4_media_input *in, encoded_media *out, int *truncated) {
     const g4_model *m = c->model;
+    if (m->unified) return encode_unified_audio(c, in, out, truncated);
     if (!m->audio)
         return g4_fail(G4_ERR_UNSUPPORTED, "%s: this model has no audio tower (only E2B and E4B hear)",
                        in->label ? in->label : "audio");
