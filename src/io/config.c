@@ -294,15 +294,20 @@ static void parse_unified(const cJSON *v, const cJSON *a, g4_unified_config *uc)
 
 /* ---- quantisation --------------------------------------------------------- */
 
-static g4_status parse_quant_params(const cJSON *q, const g4_quant_params *def, g4_quant_params *out,
-                                    const char *label, const char *where) {
-    *out = def ? *def : (g4_quant_params){G4_QUANT_AFFINE, 4, 64};
+/* One quantization entry, read as MLX reads it: the top-level block and each
+ * per-module entry are separate keyword sets for to_quantized(), so a key an
+ * entry leaves out takes MLX's default for that entry's own mode (mode
+ * "affine"; affine 4 bits group 64, mxfp4 4 bits group 32), never the
+ * top-level value. mlx-vlm writes mxfp4 checkpoints whose router entries are
+ * {"group_size": 64, "bits": 8}: affine 8-bit. */
+static g4_status parse_quant_params(const cJSON *q, g4_quant_params *out, const char *label, const char *where) {
+    *out = (g4_quant_params){G4_QUANT_AFFINE, 4, 64};
     const char *mode = get_string(q, "mode");
     if (mode) {
         if (!strcmp(mode, "affine"))
             out->mode = G4_QUANT_AFFINE;
         else if (!strcmp(mode, "mxfp4"))
-            out->mode = G4_QUANT_MXFP4;
+            *out = (g4_quant_params){G4_QUANT_MXFP4, 4, 32};
         else
             return g4_fail(G4_ERR_UNSUPPORTED, "%s: quantization mode '%s' (%s) is not supported", label,
                            mode, where);
@@ -332,7 +337,7 @@ static g4_status parse_quant(const cJSON *root, const char *label, g4_quant_conf
     if (!q) return G4_OK;
     if (!cJSON_IsObject(q)) return g4_fail(G4_ERR_FORMAT, "%s: \"quantization\" is not an object", label);
     qc->present = 1;
-    g4_status st = parse_quant_params(q, NULL, &qc->defaults, label, "defaults");
+    g4_status st = parse_quant_params(q, &qc->defaults, label, "defaults");
     if (st != G4_OK) return st;
     int n = 0;
     const cJSON *e;
@@ -352,7 +357,7 @@ static g4_status parse_quant(const cJSON *root, const char *label, g4_quant_conf
             o->params.mode = G4_QUANT_NONE;
             continue;
         }
-        st = parse_quant_params(e, &qc->defaults, &o->params, label, e->string);
+        st = parse_quant_params(e, &o->params, label, e->string);
         if (st != G4_OK) return st;
     }
     return G4_OK;
