@@ -159,7 +159,7 @@ done:
  * against `want`. */
 static void check_image_logits(const char *name, g4_model *m, const int32_t *ids, int n_ids, const int32_t *rows,
                                int k, const float *soft, g4_vision_mask rule, const float *want, double tol,
-                               const char *what) {
+                               const char *what, int median_rows) {
     const int V = m->config.text.vocab_size;
     g4_session_options opt = {.n_ctx = n_ids + 1, .vision_mask = rule};
     g4_session *s;
@@ -171,7 +171,26 @@ static void check_image_logits(const char *name, g4_model *m, const int32_t *ids
         g4_session_destroy(s);
     }
     CHECK(st == G4_OK, "%s: image prompt: %s", name, g4_error_message());
-    if (st == G4_OK) {
+    if (st == G4_OK && median_rows) {
+        /* The rule check: a different mask moves every row after the image
+         * by ~1 (relative); rounding moves rows by ~1e-3 except where the
+         * MoE router's top-k has a near tie and flips for a few rows, so the
+         * median row error is the robust statistic here. */
+        double *row_err = malloc((size_t)n_ids * sizeof *row_err);
+        for (int r = 0; r < n_ids; r++)
+            row_err[r] = test_rel_rms(logits + (size_t)r * V, want + (size_t)r * V, V);
+        for (int a = 1; a < n_ids; a++)
+            for (int b = a; b > 0 && row_err[b - 1] > row_err[b]; b--) {
+                double t = row_err[b];
+                row_err[b] = row_err[b - 1];
+                row_err[b - 1] = t;
+            }
+        double median = row_err[n_ids / 2];
+        printf("  %-17s image logits vs %-21s median row rel_rms %.2e, worst %.2e (tolerance %.1e on the median)\n",
+               name, what, median, row_err[n_ids - 1], tol);
+        CHECK(median < tol, "%s image logits vs %s median row rel_rms %.3e", name, what, median);
+        free(row_err);
+    } else if (st == G4_OK) {
         double err = test_rel_rms(logits, want, (size_t)n_ids * V);
         printf("  %-17s image logits vs %-21s rel_rms %.2e (tolerance %.1e)\n", name, what, err, tol);
         if (getenv("G4_DEBUG_ROWS"))
@@ -238,11 +257,11 @@ static void check_image(const char *name, g4_model *m, const fixture_ref *ref, c
         const double tol = 1e-4 + 1.5 * mlx_err->valuedouble;
         if (bidir) {
             check_image_logits(name, m, ids, n_ids, rows, k, soft, G4_VISION_MASK_ALL_LAYERS, want_logits,
-                               SAME_RULE_TOLERANCE, "MLX (its own mask)");
+                               SAME_RULE_TOLERANCE, "MLX (its own mask)", 1);
             check_image_logits(name, m, ids, n_ids, rows, k, soft, G4_VISION_MASK_DEFAULT, want_hf_mask, tol,
-                               "MLX (HF mask)");
+                               "MLX (HF mask)", 0);
         } else {
-            check_image_logits(name, m, ids, n_ids, rows, k, soft, G4_VISION_MASK_DEFAULT, want_logits, tol, "MLX");
+            check_image_logits(name, m, ids, n_ids, rows, k, soft, G4_VISION_MASK_DEFAULT, want_logits, tol, "MLX", 0);
         }
     }
     free(rows);
