@@ -396,10 +396,6 @@ static void free_index_contents(index_contents *ic) {
     free(ic->tensor_shard);
 }
 
-static int compare_strings(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static g4_status open_indexed(g4_st_set *set, const char *dir, const char *index_path) {
     char *text;
     size_t len;
@@ -433,10 +429,42 @@ static g4_status open_indexed(g4_st_set *set, const char *dir, const char *index
 }
 
 /* model-00001-of-00003.safetensors style shards, when there is no index. */
+static int parse_shard_name(const char *name, unsigned *index, unsigned *count) {
+    char tail[32];
+    return sscanf(name, "model-%5u-of-%5u.%31s", index, count, tail) == 3 && !strcmp(tail, "safetensors");
+}
+
 static int is_shard_name(const char *name) {
     unsigned a, b;
-    char tail[32];
-    return sscanf(name, "model-%5u-of-%5u.%31s", &a, &b, tail) == 3 && !strcmp(tail, "safetensors");
+    return parse_shard_name(name, &a, &b);
+}
+
+static int compare_shard_names(const void *a, const void *b) {
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    unsigned xi, xn, yi, yn;
+    parse_shard_name(x, &xi, &xn);
+    parse_shard_name(y, &yi, &yn);
+    if (xi != yi) return xi < yi ? -1 : 1;
+    return strcmp(x, y);
+}
+
+/* Sorted shard names must be exactly 1..N of one N: a missing shard (an
+ * interrupted download) would otherwise open as a model without its tensors. */
+static g4_status check_shard_series(const char *dir, char **names, size_t n) {
+    unsigned index, count, first_count = 0;
+    for (size_t i = 0; i < n; i++) {
+        parse_shard_name(names[i], &index, &count);
+        if (i == 0) first_count = count;
+        if (count != first_count)
+            return g4_fail(G4_ERR_FORMAT, "%s: shards of different series (%s and %s)", dir, names[0], names[i]);
+        if (index != i + 1)
+            return g4_fail(G4_ERR_NOT_FOUND, "%s: shard %zu of %u is missing (found %s)", dir, i + 1, count,
+                           names[i]);
+    }
+    if (n != first_count)
+        return g4_fail(G4_ERR_NOT_FOUND, "%s: found %zu of %u shards (model-%05u-of-%05u.safetensors missing)",
+                       dir, n, first_count, (unsigned)n + 1, first_count);
+    return G4_OK;
 }
 
 static g4_status open_unindexed_shards(g4_st_set *set, const char *dir) {
@@ -470,7 +498,8 @@ static g4_status open_unindexed_shards(g4_st_set *set, const char *dir) {
                      "%s: no model.safetensors, model.safetensors.index.json or model-*-of-*.safetensors "
                      "files",
                      dir);
-    if (st == G4_OK) qsort(names, n, sizeof *names, compare_strings);
+    if (st == G4_OK) qsort(names, n, sizeof *names, compare_shard_names);
+    if (st == G4_OK) st = check_shard_series(dir, names, n);
     for (size_t i = 0; st == G4_OK && i < n; i++) {
         char *path = g4_path_join(dir, names[i]);
         st = path ? add_file(set, path) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");

@@ -257,6 +257,44 @@ static void check_unindexed_shards(void) {
     }
     g4_st_close(a);
     g4_st_close(b);
+
+    /* A shard missing from the series (an interrupted download) is an error. */
+    char gone[1200];
+    snprintf(gone, sizeof gone, "%s/model-00004-of-00006.safetensors", dir);
+    unlink(gone);
+    a = NULL;
+    CHECK(g4_st_open(dir, &a) != G4_OK && strstr(g4_error_message(), dir) &&
+              strstr(g4_error_message(), "shard 4 of 6 is missing"),
+          "unindexed shards with one missing: '%s'", g4_error_message());
+    g4_st_close(a);
+    snprintf(gone, sizeof gone, "%s/model-00006-of-00006.safetensors", dir);
+    unlink(gone);
+    snprintf(gone, sizeof gone, "%s/model-00004-of-00006.safetensors", dir);
+    char src[1200];
+    snprintf(src, sizeof src, "%s/model-00004-of-00006.safetensors", test_fixture("moe"));
+    CHECK(symlink(src, gone) == 0, "symlink %s", gone);
+    a = NULL;
+    CHECK(g4_st_open(dir, &a) != G4_OK && strstr(g4_error_message(), "found 5 of 6 shards"),
+          "unindexed shards without the last: '%s'", g4_error_message());
+    g4_st_close(a);
+    /* Series are ordered by number, not by name: model-10-of-10 comes after model-2-of-10. */
+    const char *dir2 = test_tmp_path("st_unpadded");
+    mkdir(dir2, 0755);
+    float v = 1;
+    for (int i = 1; i <= 10; i++) {
+        char name[64], tensor[16];
+        snprintf(name, sizeof name, "model-%d-of-10.safetensors", i);
+        snprintf(tensor, sizeof tensor, "t%d", i);
+        g4_st_write_item item = {tensor, G4_DTYPE_F32, 1, {1}, &v};
+        char *p = g4_path_join(dir2, name);
+        CHECK(g4_st_write(p, &item, 1) == G4_OK, "write %s", p);
+        free(p);
+    }
+    a = NULL;
+    CHECK(g4_st_open(dir2, &a) == G4_OK && g4_st_count(a) == 10 &&
+              strstr(g4_st_file_path(a, 9), "model-10-of-10.safetensors"),
+          "unpadded shard numbers: %s", g4_error_message());
+    g4_st_close(a);
 }
 
 /* ---- a file written by Python safetensors -------------------------------- */
