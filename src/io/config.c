@@ -139,9 +139,11 @@ static g4_status check_per_layer_config(const cJSON *plc, int n_layers, const ch
     if (!cJSON_IsObject(plc)) return g4_fail(G4_ERR_FORMAT, "%s: per_layer_config is not an object", label);
     const cJSON *e;
     cJSON_ArrayForEach(e, plc) {
-        char *end;
+        /* Keys are looked up as "%d", so only that spelling counts ("+2", "02" would be ignored). */
+        char *end, canonical[16];
         long i = strtol(e->string, &end, 10);
-        if (!e->string[0] || *end || i < 0 || i >= n_layers)
+        snprintf(canonical, sizeof canonical, "%ld", i);
+        if (!e->string[0] || *end || i < 0 || i >= n_layers || strcmp(canonical, e->string))
             return g4_fail(G4_ERR_FORMAT, "%s: per_layer_config key '%s' is not a layer index below %d", label,
                            e->string, n_layers);
         if (!cJSON_IsObject(e))

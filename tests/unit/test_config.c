@@ -90,11 +90,10 @@ static void check_release(const release *x) {
         CHECK(t->n_experts == x->experts && t->top_k_experts == x->top_k && t->moe_width == x->moe_width,
               "%s: experts %d top %d width %d", f, t->n_experts, t->top_k_experts, t->moe_width);
     int first_shared = x->n_layers - x->n_kv_shared;
-    int plan_ok = 1, n_full = 0;
+    int plan_ok = 1;
     for (int i = 0; i < x->n_layers; i++) {
         const g4_layer_config *l = &t->layers[i];
         int full = i % x->full_every == x->full_every - 1;
-        n_full += full;
         int donor = i >= first_shared ? (full ? x->donor_full : x->donor_sliding) : -1;
         int width = x->intermediate * (x->double_wide && i >= first_shared ? 2 : 1);
         int ok = l->kind == (full ? G4_LAYER_FULL : G4_LAYER_SLIDING) && l->head_dim == (full ? 512 : 256) &&
@@ -399,6 +398,7 @@ static void expect_mutation_fails(const char *base, const char *path, const char
 }
 
 static void expect_mutation_ok(const char *base, const char *path, const char *value, g4_config *c) {
+    memset(c, 0, sizeof *c); /* safe to free even if the base file is missing */
     char *text = mutate(base, path, value);
     g4_status st = text ? g4_config_parse(text, strlen(text), "LABEL", c) : G4_ERR_INTERNAL;
     CHECK(st == G4_OK, "%s: %s = %s refused: %s", base, path, value ? value : "(removed)", g4_error_message());
@@ -541,6 +541,8 @@ static void check_bad_per_layer_config(void) {
         {"{\"2\": {\"head_dim\": 64, \"num_key_value_heads\": 3}}", "multiple of its 3 KV heads"},
         {"{\"9\": {\"head_dim\": 64}}", "per_layer_config key '9' is not a layer index below 6"},
         {"{\"x\": {\"head_dim\": 64}}", "per_layer_config key 'x'"},
+        {"{\"02\": {\"head_dim\": 64}}", "per_layer_config key '02'"},
+        {"{\"+2\": {\"head_dim\": 64}}", "per_layer_config key '+2'"},
         {"{\"2\": 64}", "per_layer_config[2] is not an object"},
         {"[64]", "per_layer_config is not an object"},
         {"{\"2\": {\"head_dim\": \"64\"}}", "per_layer_config.head_dim must be an integer"},
