@@ -111,6 +111,38 @@ static g4_status parse_entry(const cJSON *entry, const char *label, const unsign
     return G4_OK;
 }
 
+/* __metadata__ is a string-to-string map, present at most once. */
+static g4_status check_metadata(const cJSON *md, const char *label, int occurrence) {
+    if (occurrence > 1) return g4_fail(G4_ERR_FORMAT, "%s: __metadata__ appears twice in the header", label);
+    if (!cJSON_IsObject(md)) return g4_fail(G4_ERR_FORMAT, "%s: __metadata__ is not an object", label);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, md) {
+        if (!cJSON_IsString(e))
+            return g4_fail(G4_ERR_FORMAT, "%s: __metadata__ value '%s' is not a string", label, e->string);
+    }
+    return G4_OK;
+}
+
+/* Ranges sorted by start overlap iff one starts before the furthest end seen
+ * so far; empty tensors occupy nothing and are skipped (comparing only
+ * neighbours would let an empty one hide an overlap). */
+static g4_status check_overlaps(const g4_st_tensor *by_offset, size_t n, const char *label) {
+    const g4_st_tensor *reach_owner = NULL;
+    const unsigned char *reach = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const g4_st_tensor *t = &by_offset[i];
+        if (t->nbytes == 0) continue;
+        if (reach_owner && t->data < reach)
+            return g4_fail(G4_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap in the file", label,
+                           reach_owner->name, t->name);
+        if (!reach_owner || t->data + t->nbytes > reach) {
+            reach = t->data + t->nbytes;
+            reach_owner = t;
+        }
+    }
+    return G4_OK;
+}
+
 g4_status g4_st_parse(const unsigned char *buf, size_t len, const char *label, g4_st_tensor **out,
                       size_t *n_out) {
     *out = NULL;
@@ -128,11 +160,22 @@ g4_status g4_st_parse(const unsigned char *buf, size_t len, const char *label, g
     const unsigned char *data_start = buf + 8 + header_len;
     uint64_t data_len = len - 8 - header_len;
 
-    cJSON *root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)header_len);
+    const char *header = (const char *)buf + 8;
+    const char *parse_end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(header, (size_t)header_len, &parse_end, 0);
     if (!root) return g4_fail(G4_ERR_FORMAT, "%s: header is not valid JSON", label);
-    if (!cJSON_IsObject(root)) {
+    /* The format allows only whitespace padding after the object; anything
+     * else means a corrupt header (Python safetensors refuses it too). */
+    for (const char *p = parse_end; p < header + header_len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(root);
+            return g4_fail(G4_ERR_FORMAT, "%s: unexpected bytes after the JSON header at byte %zu", label,
+                           (size_t)(p - header) + 8);
+        }
+    }
+    if (!cJSON_IsObject(root) || header[0] != '{') {
         cJSON_Delete(root);
-        return g4_fail(G4_ERR_FORMAT, "%s: header is not a JSON object", label);
+        return g4_fail(G4_ERR_FORMAT, "%s: header is not a JSON object starting with '{'", label);
     }
     size_t count = 0;
     const cJSON *entry;
@@ -145,13 +188,12 @@ g4_status g4_st_parse(const unsigned char *buf, size_t len, const char *label, g
         return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     }
     size_t n = 0;
+    int n_metadata = 0;
     g4_status st = G4_OK;
     cJSON_ArrayForEach(entry, root) {
         if (!strcmp(entry->string, "__metadata__")) {
-            if (!cJSON_IsObject(entry)) {
-                st = g4_fail(G4_ERR_FORMAT, "%s: __metadata__ is not an object", label);
-                break;
-            }
+            st = check_metadata(entry, label, ++n_metadata);
+            if (st != G4_OK) break;
             continue;
         }
         st = parse_entry(entry, label, data_start, data_len, &tensors[n]);
@@ -177,12 +219,7 @@ g4_status g4_st_parse(const unsigned char *buf, size_t len, const char *label, g
         } else {
             memcpy(by_offset, tensors, n * sizeof *by_offset);
             qsort(by_offset, n, sizeof *by_offset, compare_by_offset);
-            for (size_t i = 1; i < n && st == G4_OK; i++) {
-                const g4_st_tensor *a = &by_offset[i - 1], *b = &by_offset[i];
-                if (a->data + a->nbytes > b->data && b->nbytes > 0 && a->nbytes > 0)
-                    st = g4_fail(G4_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap in the file", label,
-                                 a->name, b->name);
-            }
+            st = check_overlaps(by_offset, n, label);
             free(by_offset);
         }
     }
@@ -287,6 +324,9 @@ g4_status g4_st_parse_index(const char *text, size_t len, const char *label, g4_
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(map)) {
         st = g4_fail(G4_ERR_FORMAT, "%s: missing \"weight_map\" object", label);
+    } else if (!map->child) {
+        /* An index that names nothing would open as an empty model. */
+        st = g4_fail(G4_ERR_FORMAT, "%s: weight_map lists no tensors", label);
     } else {
         const cJSON *e;
         cJSON_ArrayForEach(e, map) {
@@ -356,10 +396,6 @@ static void free_index_contents(index_contents *ic) {
     free(ic->tensor_shard);
 }
 
-static int compare_strings(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static g4_status open_indexed(g4_st_set *set, const char *dir, const char *index_path) {
     char *text;
     size_t len;
@@ -393,10 +429,42 @@ static g4_status open_indexed(g4_st_set *set, const char *dir, const char *index
 }
 
 /* model-00001-of-00003.safetensors style shards, when there is no index. */
+static int parse_shard_name(const char *name, unsigned *index, unsigned *count) {
+    char tail[32];
+    return sscanf(name, "model-%5u-of-%5u.%31s", index, count, tail) == 3 && !strcmp(tail, "safetensors");
+}
+
 static int is_shard_name(const char *name) {
     unsigned a, b;
-    char tail[32];
-    return sscanf(name, "model-%5u-of-%5u.%31s", &a, &b, tail) == 3 && !strcmp(tail, "safetensors");
+    return parse_shard_name(name, &a, &b);
+}
+
+static int compare_shard_names(const void *a, const void *b) {
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    unsigned xi, xn, yi, yn;
+    parse_shard_name(x, &xi, &xn);
+    parse_shard_name(y, &yi, &yn);
+    if (xi != yi) return xi < yi ? -1 : 1;
+    return strcmp(x, y);
+}
+
+/* Sorted shard names must be exactly 1..N of one N: a missing shard (an
+ * interrupted download) would otherwise open as a model without its tensors. */
+static g4_status check_shard_series(const char *dir, char **names, size_t n) {
+    unsigned index, count, first_count = 0;
+    for (size_t i = 0; i < n; i++) {
+        parse_shard_name(names[i], &index, &count);
+        if (i == 0) first_count = count;
+        if (count != first_count)
+            return g4_fail(G4_ERR_FORMAT, "%s: shards of different series (%s and %s)", dir, names[0], names[i]);
+        if (index != i + 1)
+            return g4_fail(G4_ERR_NOT_FOUND, "%s: shard %zu of %u is missing (found %s)", dir, i + 1, count,
+                           names[i]);
+    }
+    if (n != first_count)
+        return g4_fail(G4_ERR_NOT_FOUND, "%s: found %zu of %u shards (model-%05u-of-%05u.safetensors missing)",
+                       dir, n, first_count, (unsigned)n + 1, first_count);
+    return G4_OK;
 }
 
 static g4_status open_unindexed_shards(g4_st_set *set, const char *dir) {
@@ -430,7 +498,8 @@ static g4_status open_unindexed_shards(g4_st_set *set, const char *dir) {
                      "%s: no model.safetensors, model.safetensors.index.json or model-*-of-*.safetensors "
                      "files",
                      dir);
-    if (st == G4_OK) qsort(names, n, sizeof *names, compare_strings);
+    if (st == G4_OK) qsort(names, n, sizeof *names, compare_shard_names);
+    if (st == G4_OK) st = check_shard_series(dir, names, n);
     for (size_t i = 0; st == G4_OK && i < n; i++) {
         char *path = g4_path_join(dir, names[i]);
         st = path ? add_file(set, path) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
@@ -492,48 +561,123 @@ uint64_t g4_st_total_bytes(const g4_st_set *set) { return set->total_bytes; }
 /* ------------------------------------------------------------------------ */
 /* Writing                                                                   */
 
-g4_status g4_st_write(const char *path, const g4_st_write_item *items, size_t n) {
-    cJSON *root = cJSON_CreateObject();
-    if (!root) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    uint64_t offset = 0;
+/* Byte size of one item, or a failure naming what is wrong with it. */
+static g4_status item_bytes(const char *path, const g4_st_write_item *it, uint64_t *bytes) {
+    if (!it->name) return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: tensor without a name", path);
+    if (!strcmp(it->name, "__metadata__"))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: '__metadata__' is reserved, not a tensor name", path);
+    if (g4_dtype_size(it->dtype) == 0)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has an invalid dtype", path, it->name);
+    if (it->ndim < 0 || it->ndim > G4_ST_MAX_DIMS)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has %d dimensions (0 to %d allowed)", path,
+                       it->name, it->ndim, G4_ST_MAX_DIMS);
+    uint64_t elements = 1;
+    for (int d = 0; d < it->ndim; d++) {
+        if (it->shape[d] < 0)
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has a negative shape entry %d", path,
+                           it->name, d);
+        if (mul_overflows(elements, (uint64_t)it->shape[d], &elements))
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: tensor '%s': shape overflows", path, it->name);
+    }
+    if (mul_overflows(elements, g4_dtype_size(it->dtype), bytes) || *bytes > SIZE_MAX / 2)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: tensor '%s': byte size overflows", path, it->name);
+    if (*bytes && !it->data)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: tensor '%s' has no data", path, it->name);
+    return G4_OK;
+}
+
+/* Validates the items and returns the order to write them in: widest
+ * element first (stable), as Python safetensors does, so that with the data
+ * section 8-byte aligned every tensor is aligned to its element size. */
+static g4_status plan_write(const char *path, const g4_st_write_item *items, size_t n, size_t *order,
+                            uint64_t *total) {
+    *total = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t elements = 1;
-        for (int d = 0; d < items[i].ndim; d++) elements *= (uint64_t)items[i].shape[d];
-        uint64_t bytes = elements * g4_dtype_size(items[i].dtype);
-        cJSON *e = cJSON_AddObjectToObject(root, items[i].name);
-        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
-        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddStringToObject(e, "dtype", g4_dtype_name(items[i].dtype));
-        for (int d = 0; d < items[i].ndim; d++)
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)items[i].shape[d]));
+        uint64_t bytes = 0;
+        g4_status st = item_bytes(path, &items[i], &bytes);
+        if (st != G4_OK) return st;
+        if (bytes > SIZE_MAX / 2 - *total)
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: total size overflows", path);
+        *total += bytes;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(items[j].name, items[i].name))
+                return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is listed twice", path, items[i].name);
+    }
+    size_t k = 0;
+    for (size_t width = 8; width >= 1; width /= 2)
+        for (size_t i = 0; i < n; i++)
+            if (g4_dtype_size(items[i].dtype) == width) order[k++] = i;
+    return G4_OK;
+}
+
+static uint64_t item_size(const g4_st_write_item *it) {
+    uint64_t bytes = g4_dtype_size(it->dtype);
+    for (int d = 0; d < it->ndim; d++) bytes *= (uint64_t)it->shape[d];
+    return bytes;
+}
+
+/* The JSON header for items in `order` (NULL when out of memory). */
+static char *build_header(const g4_st_write_item *items, const size_t *order, size_t n) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    uint64_t offset = 0;
+    for (size_t k = 0; k < n; k++) {
+        const g4_st_write_item *it = &items[order[k]];
+        uint64_t bytes = item_size(it);
+        cJSON *e = cJSON_AddObjectToObject(root, it->name);
+        cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
+        cJSON *offs = e ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
+        if (!shape || !offs || !cJSON_AddStringToObject(e, "dtype", g4_dtype_name(it->dtype))) {
+            cJSON_Delete(root);
+            return NULL;
+        }
+        for (int d = 0; d < it->ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)it->shape[d]));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(offset + bytes)));
+        if (cJSON_GetArraySize(shape) != it->ndim || cJSON_GetArraySize(offs) != 2) {
+            cJSON_Delete(root);
+            return NULL;
+        }
         offset += bytes;
     }
     char *header = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    if (!header) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    return header;
+}
+
+g4_status g4_st_write(const char *path, const g4_st_write_item *items, size_t n) {
+    size_t *order = malloc((n ? n : 1) * sizeof *order);
+    if (!order) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    uint64_t data_bytes;
+    g4_status st = plan_write(path, items, n, order, &data_bytes);
+    char *header = st == G4_OK ? build_header(items, order, n) : NULL;
+    if (st == G4_OK && !header) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    if (st != G4_OK) {
+        free(order);
+        return st;
+    }
     size_t hlen = strlen(header);
     size_t padded = (hlen + 7) & ~(size_t)7; /* keep data 8-byte aligned */
-    size_t total = 8 + padded + (size_t)offset;
+    size_t total = 8 + padded + (size_t)data_bytes;
     unsigned char *buf = malloc(total);
     if (!buf) {
         free(header);
-        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+        free(order);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", path, total);
     }
     for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     memcpy(buf + 8, header, hlen);
     memset(buf + 8 + hlen, ' ', padded - hlen);
     free(header);
     unsigned char *p = buf + 8 + padded;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t elements = 1;
-        for (int d = 0; d < items[i].ndim; d++) elements *= (uint64_t)items[i].shape[d];
-        size_t bytes = (size_t)(elements * g4_dtype_size(items[i].dtype));
-        if (bytes) memcpy(p, items[i].data, bytes);
+    for (size_t k = 0; k < n; k++) {
+        size_t bytes = (size_t)item_size(&items[order[k]]);
+        if (bytes) memcpy(p, items[order[k]].data, bytes);
         p += bytes;
     }
-    g4_status st = g4_write_file(path, buf, total);
+    free(order);
+    st = g4_write_file(path, buf, total);
     free(buf);
     return st;
 }
