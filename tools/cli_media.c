@@ -46,10 +46,18 @@ void cli_media_free(cli_media *m) {
     m->n = 0;
 }
 
-void cli_media_add_parts(const cli_media *m, void *cjson_array) {
+void cli_media_add_user_message(const cli_media *m, void *messages, const char *text) {
+    cJSON *user = cJSON_CreateObject(), *content = cJSON_CreateArray();
+    cJSON_AddStringToObject(user, "role", "user");
     for (int k = 0; k < m->n; k++) {
         cJSON *part = cJSON_CreateObject();
         cJSON_AddStringToObject(part, "type", m->items[k].kind == G4_MEDIA_IMAGE ? "image" : "audio");
-        cJSON_AddItemToArray(cjson_array, part);
+        cJSON_AddItemToArray(content, part);
     }
+    cJSON *part = cJSON_CreateObject();
+    cJSON_AddStringToObject(part, "type", "text");
+    cJSON_AddStringToObject(part, "text", text);
+    cJSON_AddItemToArray(content, part);
+    cJSON_AddItemToObject(user, "content", content);
+    cJSON_AddItemToArray(messages, user);
 }

@@ -17,7 +17,8 @@ typedef struct {
  * not, -1 on error (message printed). */
 int cli_media_option(int argc, char **argv, int *i, cli_media *m);
 void cli_media_free(cli_media *m);
-/* Appends {"type": "image"|"audio"} parts for every item, in order. */
-void cli_media_add_parts(const cli_media *m, void *cjson_array);
+/* Appends a user message {"role": "user", "content": [media parts..., text]}
+ * to the cJSON array `messages` (media parts in order, then the text). */
+void cli_media_add_user_message(const cli_media *m, void *messages, const char *text);
 
 #endif

@@ -155,15 +155,7 @@ int cmd_chat(int argc, char **argv) {
                 cJSON_AddStringToObject(m, "content", system);
                 cJSON_AddItemToArray(messages, m);
             }
-            cJSON *user = cJSON_CreateObject(), *content = cJSON_CreateArray();
-            cJSON_AddStringToObject(user, "role", "user");
-            cli_media_add_parts(&pending, content);
-            cJSON *text = cJSON_CreateObject();
-            cJSON_AddStringToObject(text, "type", "text");
-            cJSON_AddStringToObject(text, "text", line);
-            cJSON_AddItemToArray(content, text);
-            cJSON_AddItemToObject(user, "content", content);
-            cJSON_AddItemToArray(messages, user);
+            cli_media_add_user_message(&pending, messages, line);
             for (int k = 0; k < pending.n && all_media.n < CLI_MAX_MEDIA; k++) {
                 all_media.items[all_media.n] = pending.items[k];
                 all_media.buffers[all_media.n++] = pending.buffers[k];

@@ -101,15 +101,7 @@ int cmd_run(int argc, char **argv) {
             cJSON_AddStringToObject(m, "content", system);
             cJSON_AddItemToArray(messages, m);
         }
-        cJSON *user = cJSON_CreateObject(), *content = cJSON_CreateArray();
-        cJSON_AddStringToObject(user, "role", "user");
-        cli_media_add_parts(&media, content);
-        cJSON *text = cJSON_CreateObject();
-        cJSON_AddStringToObject(text, "type", "text");
-        cJSON_AddStringToObject(text, "text", prompt);
-        cJSON_AddItemToArray(content, text);
-        cJSON_AddItemToObject(user, "content", content);
-        cJSON_AddItemToArray(messages, user);
+        cli_media_add_user_message(&media, messages, prompt);
         g4_prompt_options po = {.chat = {.add_generation_prompt = 1, .enable_thinking = think}};
         st = g4_prompt_from_messages(c, messages, NULL, &po, media.items, media.n, &p);
         cJSON_Delete(messages);
