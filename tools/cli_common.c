@@ -70,7 +70,36 @@ void cli_report_error(const char *cmd, g4_status st) {
     fprintf(stderr, "gemma4 %s: %s (%s)\n", cmd, g4_error_message(), g4_status_name(st));
 }
 
+int cli_create_backend(const char *device, int threads, g4_backend **be) {
+    *be = NULL;
+    g4_status st;
+    if (!device || !strcmp(device, "auto")) {
+        st = g4_backend_cuda_create(0, be);
+        if (st == G4_OK) return 0;
+        if (st != G4_ERR_UNSUPPORTED) fprintf(stderr, "gemma4: CUDA unusable, running on the CPU: %s\n", g4_error_message());
+        st = g4_backend_cpu_create(threads, be);
+    } else if (!strcmp(device, "cpu")) {
+        st = g4_backend_cpu_create(threads, be);
+    } else if (!strncmp(device, "cuda", 4) && (device[4] == 0 || device[4] == ':')) {
+        long index = device[4] == ':' ? cli_parse_count(device + 5, "--device cuda:N") : 0;
+        if (index < 0) return 1;
+        st = g4_backend_cuda_create((int)index, be);
+    } else {
+        fprintf(stderr, "gemma4: unknown device '%s' (cpu, cuda, cuda:N or auto)\n", device);
+        return 1;
+    }
+    if (st != G4_OK) {
+        fprintf(stderr, "gemma4: cannot create the %s backend: %s\n", device ? device : "cpu", g4_error_message());
+        return 1;
+    }
+    return 0;
+}
+
 int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **model) {
+    return cli_open_model_on(path, NULL, threads, be, model);
+}
+
+int cli_open_model_on(const char *path, const char *device, int threads, g4_backend **be, g4_model **model) {
     *be = NULL;
     *model = NULL;
     /* a local directory, or ORG/NAME[@rev] already downloaded by `gemma4 pull` */
@@ -80,8 +109,11 @@ int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **mo
         fprintf(stderr, "gemma4: %s\n", g4_error_message());
         return 1;
     }
-    st = g4_backend_cpu_create(threads, be);
-    if (st == G4_OK) st = g4_model_load_dir(dir, *be, model);
+    if (cli_create_backend(device, threads, be) != 0) {
+        free(dir);
+        return 1;
+    }
+    st = g4_model_load_dir(dir, *be, model);
     free(dir);
     if (st != G4_OK) {
         fprintf(stderr, "gemma4: cannot load model: %s\n", g4_error_message());

@@ -34,17 +34,18 @@ static void capture_hidden(void *ctx, const char *name, const float *data, int r
 
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 logits -m DIR --ids 2,17,33,... -o OUT.safetensors [--decode] [--hidden]\n"
-               "                     [--threads N]\n");
+               "                     [--threads N] [--device cpu|cuda|cuda:N]\n");
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model_path = NULL, *ids_text = NULL, *out_path = NULL, *threads_text = NULL;
+    const char *model_path = NULL, *ids_text = NULL, *out_path = NULL, *threads_text = NULL, *device = NULL;
     int decode = 0, hidden = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--ids", &ids_text)) ||
             (r = cli_option(argc, argv, &i, "-o", &out_path)) ||
-            (r = cli_option(argc, argv, &i, "--threads", &threads_text))) {
+            (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
+            (r = cli_option(argc, argv, &i, "--device", &device))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--decode")) {
             decode = 1;
@@ -75,7 +76,7 @@ int cmd_logits(int argc, char **argv) {
     if (threads < 0) return 2;
     g4_backend *be;
     g4_model *model;
-    if (cli_open_model(model_path, (int)threads, &be, &model) != 0) {
+    if (cli_open_model_on(model_path, device, (int)threads, &be, &model) != 0) {
         free(ids);
         return 1;
     }
