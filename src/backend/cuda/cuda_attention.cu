@@ -107,6 +107,7 @@ struct attn_params {
     int range_off; /* 0: sliding range, 2: full range */
     int n_tokens, n_heads, n_kv, D, G;
     int rows_per_tile, splits;
+    int split_len; /* positions per split, counted from the run's first key */
     float scale;
     float *part_acc, *part_ml;
 };
@@ -184,12 +185,9 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
             }
         }
         int s_lo = 0, s_hi = -1;
-        if (lo_u <= hi_u) {
-            const int span = hi_u - lo_u + 1;
-            int chunk = (span + p.splits - 1) / p.splits;
-            chunk = (chunk + T - 1) / T * T;
-            s_lo = lo_u + split * chunk;
-            s_hi = min(hi_u, s_lo + chunk - 1);
+        if (lo_u <= hi_u && (int64_t)split * p.split_len <= (int64_t)(hi_u - lo_u)) {
+            s_lo = lo_u + split * p.split_len;
+            s_hi = (int)min((int64_t)hi_u, (int64_t)s_lo + p.split_len - 1);
         }
         bool active[RPT];
         float m[RPT], l[RPT], acc[RPT][DK];
@@ -302,12 +300,12 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
             if (!active[i]) continue;
             const size_t th = (size_t)row_t[i] * p.n_heads + row_h[i];
             if (p.splits == 1) {
-                const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+                /* a division, as the merge does: one split gives the same bits either way */
                 float *o = p.out + th * D;
 #pragma unroll
                 for (int k = 0; k < DK; k++) {
                     const int d = lane + 32 * k;
-                    if (d < D) o[d] = l[i] > 0.0f ? acc[i][k] * inv : 0.0f;
+                    if (d < D) o[d] = l[i] > 0.0f ? acc[i][k] / l[i] : 0.0f;
                 }
             } else {
                 const size_t ps = th * p.splits + split;
@@ -393,7 +391,8 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     const int T = dmax > 256 ? 16 : 32;
     /* decode-like batches: one token's heads per tile, split keys instead */
     int rpt, rows_per_tile;
-    if (n <= 32 && G <= 4 * ATTN_WARPS) {
+    const int decode = n <= 32 && G <= 4 * ATTN_WARPS;
+    if (decode) {
         rows_per_tile = G;
         rpt = G <= ATTN_WARPS ? 1 : G <= 2 * ATTN_WARPS ? 2 : 4;
     } else {
@@ -401,15 +400,18 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         rows_per_tile = ATTN_WARPS * rpt;
     }
     const int tiles = (int)(((int64_t)n * G + rows_per_tile - 1) / rows_per_tile);
-    int splits = 1;
-    const int want = 2 * c->sm_count;
-    if ((int64_t)tiles * Hkv < want) {
+    /* Decode splits each token's keys into pieces of a fixed length from its
+     * first key (at most 64 pieces), so a token's result does not depend on
+     * what else is in the batch; prefill tiles are parallel enough alone. */
+    int splits = 1, split_len = INT32_MAX / 2;
+    if (decode) {
         const int64_t max_span = (int64_t)(sliding ? b->ring_blocks : b->full_table_stride) * b->block_size;
-        int64_t cap = (max_span + 2 * T - 1) / (2 * T);
-        int64_t s = (want + (int64_t)tiles * Hkv - 1) / ((int64_t)tiles * Hkv);
-        if (s > cap) s = cap;
-        if (s > 32) s = 32;
-        splits = s > 1 ? (int)s : 1;
+        int64_t len = (max_span + 63) / 64;
+        len = (len + T - 1) / T * T;
+        if (len < 128) len = 128;
+        split_len = (int)len;
+        splits = (int)((max_span + len - 1) / len);
+        if (splits < 1) splits = 1;
     }
     attn_params p;
     p.q = q;
@@ -427,6 +429,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     p.G = G;
     p.rows_per_tile = rows_per_tile;
     p.splits = splits;
+    p.split_len = split_len;
     p.scale = scale;
     p.part_acc = p.part_ml = NULL;
     if (splits > 1) {

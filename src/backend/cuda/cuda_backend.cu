@@ -128,11 +128,6 @@ static void cuda_synchronize(g4_backend *be) {
  * host copy of one chunk overlapping the DMA of the other. */
 static g4_status upload(cuda_ctx *c, const void *host, size_t bytes, void **out) {
     *out = NULL;
-    for (size_t i = 0; i < c->n_uploads; i++)
-        if (c->uploads[i].host == host && c->uploads[i].bytes == bytes) {
-            *out = c->uploads[i].dev;
-            return G4_OK;
-        }
     if (c->n_uploads == c->cap_uploads) {
         size_t cap = c->cap_uploads ? c->cap_uploads * 2 : 256;
         cuda_upload *grown = (cuda_upload *)realloc(c->uploads, cap * sizeof *grown);

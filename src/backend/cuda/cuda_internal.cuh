@@ -51,8 +51,8 @@ struct cuda_ctx {
     size_t blas_workspace_bytes;
     void *scratch[SCRATCH_COUNT];
     size_t scratch_bytes[SCRATCH_COUNT];
-    /* weights uploaded by prepare_matrix (owned here, freed at destroy);
-     * the same host bytes uploaded twice share one copy */
+    /* weights uploaded by prepare_matrix, owned here and freed at destroy
+     * (the op table has no per-matrix release) */
     cuda_upload *uploads;
     size_t n_uploads, cap_uploads;
     void *pinned[2];

@@ -510,10 +510,6 @@ __device__ __forceinline__ void dequant16(const uint32_t *w, float s, float b, u
     if constexpr (F == FF_F32) {
 #pragma unroll
         for (int i = 0; i < 16; i++) v[i] = __uint_as_float(w[i]);
-    } else if constexpr (F == FF_BF16) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) out[i] = w[i];
-        return;
     } else if constexpr (F == FF_F16) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -542,8 +538,14 @@ __device__ __forceinline__ void dequant16(const uint32_t *w, float s, float b, u
 #pragma unroll
             for (int k = 0; k < 8; k++) v[8 * i + k] = lut[(w[i] >> (4 * k)) & 15u] * s;
     }
+    if constexpr (F == FF_BF16) {
+        (void)v;
 #pragma unroll
-    for (int i = 0; i < 8; i++) out[i] = pack_bf16(v[2 * i], v[2 * i + 1]);
+        for (int i = 0; i < 8; i++) out[i] = w[i]; /* already bf16 pairs */
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) out[i] = pack_bf16(v[2 * i], v[2 * i + 1]);
+    }
 }
 
 template <int F, int BM>
