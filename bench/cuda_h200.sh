@@ -1,0 +1,79 @@
+#!/bin/bash
+# One call on the GPU machine: build with CUDA, run the CUDA tests, then
+# benchmark synthetic full-size models. Logs go to $OUT (default ./out).
+#   bench/cuda_h200.sh [tests|bench|all] [bench configs as NAME:FORMAT ...]
+# Each step has a time limit so that one hang cannot eat the whole lease.
+set -u
+OUT=${OUT:-$PWD/out}
+mode=${1:-all}
+shift || true
+configs=("$@")
+if [ ${#configs[@]} -eq 0 ]; then
+  configs=(e2b:bf16 e2b:mlx4 e2b:mxfp4 e4b:bf16 26b-a4b:bf16 26b-a4b:mlx4 26b-a4b:mxfp4 12b:bf16 31b:bf16 31b:mlx4
+           31b:mxfp4)
+fi
+mkdir -p "$OUT"
+summary=$OUT/summary.txt
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+note "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(tail -1 "$OUT/gpu.txt")"
+
+t0=$(date +%s)
+if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4_CUDA=ON &&
+       cmake --build build-gpu -j16; } > "$OUT/build.log" 2>&1; then
+  note "BUILD FAILED"; grep -v "^ptxas info" "$OUT/build.log" | tail -40; exit 1
+fi
+note "build: $(( $(date +%s) - t0 )) s"
+export G4_FIXTURES=$PWD/build-gpu/fixtures
+
+run_step() { # name limit command...
+  local name=$1 limit=$2; shift 2
+  local s=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  note "$name: rc=$rc, $(( $(date +%s) - s )) s; $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$name.log" | tail -1)"
+  grep -E '^FAIL|failed:' "$OUT/$name.log" | head -20 | tee -a "$summary"
+}
+
+if [ "$mode" = tests ] || [ "$mode" = all ]; then
+  run_step test_cuda_backend 300 build-gpu/tests/test_cuda_backend
+  sed -n '/^| op |/,$p' "$OUT/test_cuda_backend.log" | tee -a "$summary"
+  run_step test_cuda_fixtures 300 build-gpu/tests/test_cuda_fixtures
+  grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
+  if command -v compute-sanitizer > /dev/null; then
+    run_step memcheck_dense 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      build-gpu/tests/test_cuda_fixtures dense moe-mlx4
+    grep -E "ERROR SUMMARY" "$OUT/memcheck_dense.log" | tee -a "$summary"
+  fi
+fi
+
+if [ "$mode" = bench ] || [ "$mode" = all ]; then
+  : > "$OUT/bench.jsonl"
+  for cfg in "${configs[@]}"; do
+    name=${cfg%%:*} fmt=${cfg##*:}
+    s=$(date +%s)
+    timeout 240 build-gpu/gemma4 bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 128 -r 2 --json \
+      >> "$OUT/bench.jsonl" 2> "$OUT/bench_$name-$fmt.err"
+    note "bench $name $fmt: rc=$?, $(( $(date +%s) - s )) s"
+  done
+  python3 - "$OUT/bench.jsonl" <<'EOF' | tee -a "$summary"
+import json, sys
+print("| model | format | pp512 t/s | limit | tg128 t/s | limit | GB/token | GPU GiB |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+for line in open(sys.argv[1]):
+    try: r = json.loads(line)
+    except Exception: continue
+    print(f"| {r['model']} | {r['format']} | {r['pp_tps']:.0f} ± {r['pp_sd']:.0f} | {r['pp_limit_tps']:.0f} "
+          f"({100*r['pp_tps']/r['pp_limit_tps']:.0f}%) | {r['tg_tps']:.1f} ± {r['tg_sd']:.1f} | "
+          f"{r['tg_limit_tps']:.0f} ({100*r['tg_tps']/r['tg_limit_tps']:.0f}%) | {r['decode_bytes']/1e9:.2f} | "
+          f"{r['gpu_mem_gib']:.1f} |")
+if True:
+    try:
+        r = json.loads(open(sys.argv[1]).readline())
+        print(f"limits: {r['bandwidth_gbs']:.0f} GB/s device copy, {r['gflops']/1000:.0f} TFLOP/s cuBLAS bf16")
+    except Exception: pass
+EOF
+fi
+note "total: $(( $(date +%s) - t0 )) s"
