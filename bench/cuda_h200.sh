@@ -1,7 +1,10 @@
 #!/bin/bash
-# One call on the GPU machine: build with CUDA, run the CUDA tests, then
-# benchmark synthetic full-size models. Logs go to $OUT (default ./out).
-#   bench/cuda_h200.sh [tests|bench|all] [bench configs as NAME:FORMAT ...]
+# One call on the GPU machine: build with CUDA (or unpack prebuilt binaries),
+# run the CUDA tests, then benchmark synthetic full-size models. Logs go to
+# $OUT (default ./out). Run from the repository root:
+#   bench/cuda_h200.sh [tests|bench|all|quick] [bench configs as NAME:FORMAT ...]
+# G4_PREBUILT=path.tar.xz uses binaries built elsewhere (bin/, lib/ with the
+# shared libraries the GPU image may lack, COMMIT) instead of building there.
 # Each step has a time limit so that one hang cannot eat the whole lease.
 set -u
 OUT=${OUT:-$PWD/out}
@@ -18,15 +21,30 @@ summary=$OUT/summary.txt
 note() { echo "$*" | tee -a "$summary"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-note "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(tail -1 "$OUT/gpu.txt")"
-
 t0=$(date +%s)
-if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4_CUDA=ON &&
-       cmake --build build-gpu -j16; } > "$OUT/build.log" 2>&1; then
-  note "BUILD FAILED"; grep -v "^ptxas info" "$OUT/build.log" | tail -40; exit 1
+if [ -n "${G4_PREBUILT:-}" ]; then
+  pre=/tmp/g4-prebuilt
+  rm -rf "$pre" && mkdir -p "$pre/libx" "$pre/fixtures" && tar -xJf "$G4_PREBUILT" -C "$pre" || exit 1
+  # carried libraries only where the image has none of that name
+  for f in "$pre"/lib/*; do
+    ldconfig -p | grep -q "$(basename "$f") " || cp -a "$f" "$pre/libx/"
+  done
+  export LD_LIBRARY_PATH=$pre/libx:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  for a in tests/fixtures/*.tar.xz; do tar -xJf "$a" -C "$pre/fixtures"; done
+  GEMMA4=$pre/bin/gemma4 TESTS=$pre/bin
+  export G4_FIXTURES=$pre/fixtures
+  note "commit $(cat "$pre/COMMIT") (prebuilt); carried libs used: $(ls "$pre/libx" | tr '\n' ' ')"
+  ldd "$GEMMA4" | grep "not found" | tee -a "$summary"
+else
+  if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4_CUDA=ON &&
+         cmake --build build-gpu -j16; } > "$OUT/build.log" 2>&1; then
+    note "BUILD FAILED"; grep -v "^ptxas info" "$OUT/build.log" | tail -40; exit 1
+  fi
+  GEMMA4=build-gpu/gemma4 TESTS=build-gpu/tests
+  export G4_FIXTURES=$PWD/build-gpu/fixtures
+  note "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); build $(( $(date +%s) - t0 )) s"
 fi
-note "build: $(( $(date +%s) - t0 )) s"
-export G4_FIXTURES=$PWD/build-gpu/fixtures
+note "$(tail -1 "$OUT/gpu.txt")"
 
 run_step() { # name limit command...
   local name=$1 limit=$2; shift 2
@@ -37,24 +55,23 @@ run_step() { # name limit command...
   grep -E '^FAIL|failed:' "$OUT/$name.log" | head -20 | tee -a "$summary"
 }
 
-if [ "$mode" = tests ] || [ "$mode" = all ]; then
-  run_step test_cuda_backend 300 build-gpu/tests/test_cuda_backend
+if [ "$mode" != bench ]; then
+  run_step test_cuda_backend 300 "$TESTS/test_cuda_backend"
   sed -n '/^| op |/,$p' "$OUT/test_cuda_backend.log" | tee -a "$summary"
-  run_step test_cuda_fixtures 300 build-gpu/tests/test_cuda_fixtures
+  run_step test_cuda_fixtures 300 "$TESTS/test_cuda_fixtures"
   grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
   if command -v compute-sanitizer > /dev/null; then
-    run_step memcheck_dense 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      build-gpu/tests/test_cuda_fixtures dense moe-mlx4
-    grep -E "ERROR SUMMARY" "$OUT/memcheck_dense.log" | tee -a "$summary"
+    run_step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS/test_cuda_fixtures" dense
+    grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$summary"
   fi
 fi
 
-if [ "$mode" = bench ] || [ "$mode" = all ]; then
+if [ "$mode" != tests ]; then
   : > "$OUT/bench.jsonl"
   for cfg in "${configs[@]}"; do
     name=${cfg%%:*} fmt=${cfg##*:}
     s=$(date +%s)
-    timeout 240 build-gpu/gemma4 bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 128 -r 2 --json \
+    timeout 240 "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 128 -r 2 --json \
       >> "$OUT/bench.jsonl" 2> "$OUT/bench_$name-$fmt.err"
     note "bench $name $fmt: rc=$?, $(( $(date +%s) - s )) s"
   done
