@@ -20,7 +20,8 @@ summary=$OUT/summary.txt
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+gpu_txt=$(mktemp)
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$gpu_txt" 2>&1
 t0=$(date +%s)
 if [ -n "${G4_PREBUILT:-}" ]; then
   pre=/tmp/g4-prebuilt
@@ -44,7 +45,7 @@ else
   export G4_FIXTURES=$PWD/build-gpu/fixtures
   note "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); build $(( $(date +%s) - t0 )) s"
 fi
-note "$(tail -1 "$OUT/gpu.txt")"
+note "$(tail -1 "$gpu_txt")"
 
 run_step() { # name limit command...
   local name=$1 limit=$2; shift 2
@@ -58,6 +59,7 @@ run_step() { # name limit command...
 if [ "$mode" != bench ]; then
   run_step test_cuda_backend 300 "$TESTS/test_cuda_backend"
   sed -n '/^| op |/,$p' "$OUT/test_cuda_backend.log" | tee -a "$summary"
+  grep -E "^  (gemv|gemm|attention) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
   run_step test_cuda_fixtures 300 "$TESTS/test_cuda_fixtures"
   grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
   if command -v compute-sanitizer > /dev/null; then
@@ -68,29 +70,46 @@ fi
 
 if [ "$mode" != tests ]; then
   : > "$OUT/bench.jsonl"
+  : > "$OUT/bench.err"
   for cfg in "${configs[@]}"; do
     name=${cfg%%:*} fmt=${cfg##*:}
     s=$(date +%s)
     timeout 240 "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 128 -r 2 --json \
-      >> "$OUT/bench.jsonl" 2> "$OUT/bench_$name-$fmt.err"
+      >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
     note "bench $name $fmt: rc=$?, $(( $(date +%s) - s )) s"
   done
-  python3 - "$OUT/bench.jsonl" <<'EOF' | tee -a "$summary"
+  # prefill with plain bf16 products (G4_CUDA_PREFILL=bf16), for comparison
+  : > "$OUT/bench_fast.jsonl"
+  for cfg in ${FAST_CONFIGS:-}; do
+    name=${cfg%%:*} fmt=${cfg##*:}
+    s=$(date +%s)
+    G4_CUDA_PREFILL=bf16 timeout 240 "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 0 \
+      -r 2 --json >> "$OUT/bench_fast.jsonl" 2>> "$OUT/bench.err"
+    note "bench (bf16 prefill) $name $fmt: rc=$?, $(( $(date +%s) - s )) s"
+  done
+  python3 - "$OUT/bench.jsonl" "$OUT/bench_fast.jsonl" <<'EOF' | tee -a "$summary"
 import json, sys
+def rows(path):
+    out = []
+    for line in open(path):
+        try: out.append(json.loads(line))
+        except Exception: pass
+    return out
+main, fast = rows(sys.argv[1]), rows(sys.argv[2])
 print("| model | format | pp512 t/s | limit | tg128 t/s | limit | GB/token | GPU GiB |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
-for line in open(sys.argv[1]):
-    try: r = json.loads(line)
-    except Exception: continue
+for r in main:
     print(f"| {r['model']} | {r['format']} | {r['pp_tps']:.0f} ± {r['pp_sd']:.0f} | {r['pp_limit_tps']:.0f} "
           f"({100*r['pp_tps']/r['pp_limit_tps']:.0f}%) | {r['tg_tps']:.1f} ± {r['tg_sd']:.1f} | "
           f"{r['tg_limit_tps']:.0f} ({100*r['tg_tps']/r['tg_limit_tps']:.0f}%) | {r['decode_bytes']/1e9:.2f} | "
           f"{r['gpu_mem_gib']:.1f} |")
-if True:
-    try:
-        r = json.loads(open(sys.argv[1]).readline())
-        print(f"limits: {r['bandwidth_gbs']:.0f} GB/s device copy, {r['gflops']/1000:.0f} TFLOP/s cuBLAS bf16")
-    except Exception: pass
+for r in fast:
+    print(f"| {r['model']} | {r['format']} (bf16 prefill) | {r['pp_tps']:.0f} ± {r['pp_sd']:.0f} | "
+          f"{r['pp_limit_tps']:.0f} ({100*r['pp_tps']/r['pp_limit_tps']:.0f}%) | | | | |")
+if main:
+    r = main[0]
+    print(f"limits: {r['bandwidth_gbs']:.0f} GB/s device copy, {r['gflops']/1000:.0f} TFLOP/s cuBLAS bf16")
 EOF
+  grep -v "loaded in\|^$" "$OUT/bench.err" | head -20 | tee -a "$summary"
 fi
 note "total: $(( $(date +%s) - t0 )) s"

@@ -100,8 +100,16 @@ int cmd_bench(int argc, char **argv) {
     g4_status st = (logits && ids && pp_rate && tg_rate) ? g4_session_create(model, &opt, &s)
                                                          : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     for (long i = 0; i < pp; i++) ids[i] = bench_token((int)i, V);
-    /* warm-up: page in the weights and spin up the threads */
-    if (st == G4_OK) st = g4_session_eval(s, ids, pp > 16 ? 16 : (int)(pp ? pp : 1), NULL, G4_LOGITS_LAST, logits);
+    /* warm-up: page in the weights and spin up the threads; on a GPU one full
+     * prompt and a few steps, so that lazily loaded kernels and scratch
+     * buffers are ready before timing */
+    int warm = pp > 16 ? 16 : (int)(pp ? pp : 1);
+    if (on_gpu && pp > warm) warm = (int)pp;
+    if (st == G4_OK) st = g4_session_eval(s, ids, warm, NULL, G4_LOGITS_LAST, logits);
+    for (int i = 0; on_gpu && st == G4_OK && i < 4 && warm + i < n_ctx; i++) {
+        int32_t tok = bench_token(i + 3, V);
+        st = g4_session_eval(s, &tok, 1, NULL, G4_LOGITS_LAST, logits);
+    }
     for (long r = 0; st == G4_OK && r < reps; r++) {
         if (pp > 0) {
             g4_session_reset(s);

@@ -267,6 +267,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->smem_optin = prop.sharedMemPerBlockOptin;
     const char *qg = getenv("G4_CUDA_QGEMM");
     c->quant_gemm_mma = qg && !strcmp(qg, "mma");
+    const char *pf = getenv("G4_CUDA_PREFILL");
+    c->prefill_split = !(pf && !strcmp(pf, "bf16"));
     c->pinned_bytes = 64u << 20;
     c->blas_workspace_bytes = 32u << 20;
     int ok = cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");

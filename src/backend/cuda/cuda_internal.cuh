@@ -59,6 +59,11 @@ struct cuda_ctx {
     size_t pinned_bytes;
     cudaEvent_t pinned_free[2];
     int quant_gemm_mma; /* G4_CUDA_QGEMM=mma: quantised prefill through the mma kernel */
+    /* Prefill GEMMs split activations (and non-bf16 weights) into hi + lo
+     * bf16 parts: about float32 accuracy for 2-3x the tensor-core work.
+     * G4_CUDA_PREFILL=bf16 turns it off (one bf16 product, ~3 significant
+     * digits per activation). */
+    int prefill_split;
     g4_status failed;   /* sticky first failure */
 };
 
@@ -226,7 +231,7 @@ __device__ __forceinline__ float dev_matrix_get(const dev_matrix &m, int64_t r, 
 /* 16 bytes of weights streamed past L1 (read once, keep L1 for activations). */
 __device__ __forceinline__ uint4 load_stream16(const void *p) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;

@@ -4,15 +4,20 @@
  *    few rows and streams them in 16-byte loads that bypass L1 (each weight
  *    byte is read once); the activations stay in L1 and are reused across
  *    the warp's rows; codes become floats in registers.
- *  n_tokens > 8 (prefill): bf16 tensor cores. The activations are rounded to
- *    bf16; bf16 weights go straight to cuBLAS; float32 weights use cuBLAS's
- *    float32 GEMM (no TF32); other formats are dequantised to a bf16 scratch
- *    in row chunks and then multiplied by cuBLAS. That extra pass costs about
- *    2 bytes written and read per weight per call, amortised over the
- *    prompt's tokens. G4_CUDA_QGEMM=mma instead dequantises inside the tiles
- *    of the mma kernel below (also used by the MoE experts).
- * Precision: float32 activations and accumulation everywhere except the
- * bf16 rounding of activations (and non-bf16 weights) in prefill GEMMs. */
+ *  n_tokens > 8 (prefill): bf16 tensor cores through cuBLAS. Activations
+ *    are split into hi + lo bf16 parts (x = hi + lo to 16 significant bits)
+ *    and multiplied twice; weights of other formats are dequantised into a
+ *    bf16 scratch (hi and lo) in row chunks, three products each. float32
+ *    weights use cuBLAS's float32 GEMM (no TF32). G4_CUDA_PREFILL=bf16 keeps
+ *    only the hi parts: one product, bf16 rounding of activations and
+ *    weights (2^-9 relative), enough for trained checkpoints but not for the
+ *    tiny random fixtures, whose logits amplify it to 0.1-1 relative error.
+ *    The dequantising pass costs about 2-4 bytes written and read per weight
+ *    per call, amortised over the prompt's tokens; G4_CUDA_QGEMM=mma instead
+ *    dequantises inside the tiles of the mma kernel below (also used by the
+ *    MoE experts).
+ * Precision: float32 activations and accumulation everywhere; the split
+ * products keep prefill within about 1e-5 of float32. */
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -143,61 +148,72 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(gemv_args a) {
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     const int n_chunks = (int)(a.cols / C);
-    for (int ch = lane; ch < n_chunks; ch += 32) {
-        uint4 raw[R];
+    /* two chunks per lane per pass: twice the bytes in flight */
+    for (int ch0 = lane; ch0 < n_chunks; ch0 += 64) {
+        uint4 raw[2][R];
 #pragma unroll
-        for (int r = 0; r < R; r++)
-            raw[r] = row0 + r < a.rows ? load_stream16(data + (size_t)(row0 + r) * a.row_bytes + (size_t)ch * 16)
-                                       : make_uint4(0, 0, 0, 0);
-        float s[R], b[R];
-        if constexpr (is_affine<F>() || F == FF_MXFP4) {
-            const int64_t g = (int64_t)ch * C / a.group_size;
+        for (int u = 0; u < 2; u++)
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                s[r] = b[r] = 0.0f;
-                if (row0 + r < a.rows) {
-                    const uint8_t *sr = scales + (size_t)(row0 + r) * a.scale_row_bytes;
-                    if constexpr (F == FF_MXFP4) {
-                        s[r] = e8m0_value(sr[g]);
-                    } else {
-                        s[r] = load_group_param(sr, a.scale_dtype, g);
-                        b[r] = load_group_param(biases + (size_t)(row0 + r) * a.scale_row_bytes, a.scale_dtype, g);
+                const int ch = ch0 + 32 * u;
+                raw[u][r] = ch < n_chunks && row0 + r < a.rows
+                                ? load_stream16(data + (size_t)(row0 + r) * a.row_bytes + (size_t)ch * 16)
+                                : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int ch = ch0 + 32 * u;
+            if (ch >= n_chunks) break;
+            float s[R], b[R];
+            if constexpr (is_affine<F>() || F == FF_MXFP4) {
+                const int64_t g = (int64_t)ch * C / a.group_size;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    s[r] = b[r] = 0.0f;
+                    if (row0 + r < a.rows) {
+                        const uint8_t *sr = scales + (size_t)(row0 + r) * a.scale_row_bytes;
+                        if constexpr (F == FF_MXFP4) {
+                            s[r] = e8m0_value(sr[g]);
+                        } else {
+                            s[r] = load_group_param(sr, a.scale_dtype, g);
+                            b[r] = load_group_param(biases + (size_t)(row0 + r) * a.scale_row_bytes, a.scale_dtype, g);
+                        }
                     }
                 }
             }
-        }
-        float wv[R][C];
+            float wv[R][C];
 #pragma unroll
-        for (int r = 0; r < R; r++) decode_chunk<F>(raw[r], wv[r], lut);
+            for (int r = 0; r < R; r++) decode_chunk<F>(raw[u][r], wv[r], lut);
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t >= n) break;
-            float xv[C];
-            const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * a.x_stride + (size_t)ch * C);
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                float xv[C];
+                const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * a.x_stride + (size_t)ch * C);
 #pragma unroll
-            for (int i = 0; i < C / 4; i++) {
-                float4 q = __ldg(xp + i);
-                xv[4 * i] = q.x;
-                xv[4 * i + 1] = q.y;
-                xv[4 * i + 2] = q.z;
-                xv[4 * i + 3] = q.w;
-            }
-            float sx = 0.0f;
-            if constexpr (is_affine<F>()) {
+                for (int i = 0; i < C / 4; i++) {
+                    float4 q = __ldg(xp + i);
+                    xv[4 * i] = q.x;
+                    xv[4 * i + 1] = q.y;
+                    xv[4 * i + 2] = q.z;
+                    xv[4 * i + 3] = q.w;
+                }
+                float sx = 0.0f;
+                if constexpr (is_affine<F>()) {
 #pragma unroll
-                for (int i = 0; i < C; i++) sx += xv[i];
-            }
+                    for (int i = 0; i < C; i++) sx += xv[i];
+                }
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                float d = 0.0f;
+                for (int r = 0; r < R; r++) {
+                    float d = 0.0f;
 #pragma unroll
-                for (int i = 0; i < C; i++) d = fmaf(wv[r][i], xv[i], d);
-                if constexpr (is_affine<F>())
-                    acc[r][t] += s[r] * d + b[r] * sx;
-                else if constexpr (F == FF_MXFP4)
-                    acc[r][t] = fmaf(s[r], d, acc[r][t]);
-                else
-                    acc[r][t] += d;
+                    for (int i = 0; i < C; i++) d = fmaf(wv[r][i], xv[i], d);
+                    if constexpr (is_affine<F>())
+                        acc[r][t] += s[r] * d + b[r] * sx;
+                    else if constexpr (F == FF_MXFP4)
+                        acc[r][t] = fmaf(s[r], d, acc[r][t]);
+                    else
+                        acc[r][t] += d;
+                }
             }
         }
     }
@@ -332,14 +348,29 @@ void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_
 
 /* ---- conversions for the tensor-core path ---- */
 
-__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i]);
+/* hi = bf16(x); lo = bf16(x - hi) when lo is not NULL */
+__global__ void split_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = src[i];
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        hi[i] = h;
+        if (lo) lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
 }
 
-/* Rows [r0, r0 + nr) of a chunked format as bf16, one 16-byte chunk per thread. */
+__device__ __forceinline__ void store_bf16_pair(__nv_bfloat16 *hi, __nv_bfloat16 *lo, size_t i, float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    *reinterpret_cast<__nv_bfloat162 *>(hi + i) = h;
+    if (lo) {
+        const float2 hf = __bfloat1622float2(h);
+        *reinterpret_cast<__nv_bfloat162 *>(lo + i) = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+    }
+}
+
+/* Rows [r0, r0 + nr) of a chunked format as bf16 (hi, and the remainder in
+ * lo when not NULL), one 16-byte chunk per thread. */
 template <int F>
-__global__ void dequant_bf16_kernel(dev_matrix m, int64_t r0, int64_t nr, __nv_bfloat16 *dst) {
+__global__ void dequant_bf16_kernel(dev_matrix m, int64_t r0, int64_t nr, __nv_bfloat16 *dst, __nv_bfloat16 *lo) {
     constexpr int C = chunk_cols<F>();
     __shared__ float lut[16];
     if constexpr (F == FF_MXFP4) {
@@ -367,19 +398,25 @@ __global__ void dequant_bf16_kernel(dev_matrix m, int64_t r0, int64_t nr, __nv_b
                 for (int k = 0; k < C; k++) v[k] = fmaf(s, v[k], b);
             }
         }
-        __nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(dst + (size_t)r * m.cols + (size_t)ch * C);
+        const size_t o = (size_t)r * m.cols + (size_t)ch * C;
 #pragma unroll
-        for (int k = 0; k < C / 2; k++) o[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        for (int k = 0; k < C / 2; k++) store_bf16_pair(dst, lo, o + 2 * k, v[2 * k], v[2 * k + 1]);
     }
 }
 
-__global__ void dequant_bf16_generic_kernel(dev_matrix m, int64_t r0, int64_t nr, __nv_bfloat16 *dst) {
+__global__ void dequant_bf16_generic_kernel(dev_matrix m, int64_t r0, int64_t nr, __nv_bfloat16 *dst,
+                                            __nv_bfloat16 *lo) {
     const int64_t total = nr * m.cols;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(dev_matrix_get(m, r0 + i / m.cols, i % m.cols));
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = dev_matrix_get(m, r0 + i / m.cols, i % m.cols);
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        dst[i] = h;
+        if (lo) lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
 }
 
-static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64_t nr, __nv_bfloat16 *dst) {
+static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64_t nr, __nv_bfloat16 *dst,
+                              __nv_bfloat16 *lo) {
     dev_matrix m = dev_matrix_of(w);
     int f = fast_format_of(w);
     const int C = f == FF_NONE ? 0 : chunk_cols_of(f);
@@ -390,22 +427,22 @@ static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64
     unsigned grid = cuda_blocks(work, 256);
     if (grid > 65536u) grid = 65536u;
     switch (fast ? f : FF_NONE) {
-    case FF_F16: dequant_bf16_kernel<FF_F16><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst); break;
-    case FF_F32: dequant_bf16_kernel<FF_F32><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst); break;
-    case FF_BF16: dequant_bf16_kernel<FF_BF16><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst); break;
-    case FF_AFF2: dequant_bf16_kernel<FF_AFF2><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst); break;
-    case FF_AFF4: dequant_bf16_kernel<FF_AFF4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst); break;
-    case FF_AFF8: dequant_bf16_kernel<FF_AFF8><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst); break;
-    case FF_MXFP4: dequant_bf16_kernel<FF_MXFP4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst); break;
-    default: dequant_bf16_generic_kernel<<<grid, 256, 0, c->stream>>>(m, r0, nr, dst); break;
+    case FF_F16: dequant_bf16_kernel<FF_F16><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_F32: dequant_bf16_kernel<FF_F32><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_BF16: dequant_bf16_kernel<FF_BF16><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_AFF2: dequant_bf16_kernel<FF_AFF2><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_AFF4: dequant_bf16_kernel<FF_AFF4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_AFF8: dequant_bf16_kernel<FF_AFF8><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_MXFP4: dequant_bf16_kernel<FF_MXFP4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    default: dequant_bf16_generic_kernel<<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
     }
     cuda_launched(c, "dequantise to bf16");
 }
 
-/* out[t][r] (row stride ldo) = sum_c W[r][c] x[t][c] for bf16 W (lda elements per row). */
+/* out[t][r] (row stride ldo) (+)= sum_c W[r][c] x[t][c] for bf16 W (lda elements per row). */
 static void gemm_bf16(cuda_ctx *c, float *out, size_t ldo, const __nv_bfloat16 *xb, int n, const void *w,
-                      size_t lda, int64_t rows, int64_t cols) {
-    const float alpha = 1.0f, beta = 0.0f;
+                      size_t lda, int64_t rows, int64_t cols, float beta) {
+    const float alpha = 1.0f;
     cuda_check_blas(c,
                     cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &alpha, w, CUDA_R_16BF,
                                  (int)lda, xb, CUDA_R_16BF, (int)cols, &beta, out, CUDA_R_32F, (int)ldo,
@@ -441,25 +478,34 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
         cuda_mma_gemm(c, out, (size_t)w->rows, x, (size_t)w->cols, 1, n_tokens, w, w->rows, 0, 0, NULL);
         return;
     }
+    const int split = c->prefill_split;
     const size_t nx = (size_t)n_tokens * (size_t)w->cols;
-    __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx * 2);
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx * 2 * (split ? 2 : 1));
     if (!xb) return;
+    __nv_bfloat16 *x_lo = split ? xb + nx : NULL;
     unsigned grid = cuda_blocks(nx, 256);
-    to_bf16_kernel<<<grid > 65536u ? 65536u : grid, 256, 0, c->stream>>>(xb, x, nx);
-    if (!cuda_launched(c, "to_bf16")) return;
+    split_bf16_kernel<<<grid > 65536u ? 65536u : grid, 256, 0, c->stream>>>(xb, x_lo, x, nx);
+    if (!cuda_launched(c, "split_bf16")) return;
     if (w->format == G4_WEIGHT_BF16 && w->row_bytes % 2 == 0) {
-        gemm_bf16(c, out, (size_t)w->rows, xb, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols);
+        gemm_bf16(c, out, (size_t)w->rows, xb, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 0.0f);
+        if (split) gemm_bf16(c, out, (size_t)w->rows, x_lo, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 1.0f);
         return;
     }
-    /* dequantise row chunks of at most 128 Mi values into bf16, multiply each */
-    const int64_t chunk_rows = (int64_t)((128u << 20) / (size_t)w->cols) > 0 ? (int64_t)((128u << 20) / (size_t)w->cols) : 1;
+    /* dequantise row chunks of at most 64 Mi values into bf16 (hi, lo), multiply each */
+    const int64_t chunk_rows = (int64_t)((64u << 20) / (size_t)w->cols) > 0 ? (int64_t)((64u << 20) / (size_t)w->cols) : 1;
     const int64_t rows_per = chunk_rows < w->rows ? chunk_rows : w->rows;
-    __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, (size_t)rows_per * (size_t)w->cols * 2);
+    const size_t chunk_elems = (size_t)rows_per * (size_t)w->cols;
+    __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, chunk_elems * 2 * (split ? 2 : 1));
     if (!wb) return;
+    __nv_bfloat16 *w_lo = split ? wb + chunk_elems : NULL;
     for (int64_t r0 = 0; r0 < w->rows; r0 += rows_per) {
         const int64_t nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
-        dequant_rows_bf16(c, w, r0, nr, wb);
-        gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, wb, (size_t)w->cols, nr, w->cols);
+        dequant_rows_bf16(c, w, r0, nr, wb, w_lo);
+        gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, wb, (size_t)w->cols, nr, w->cols, 0.0f);
+        if (split) {
+            gemm_bf16(c, out + r0, (size_t)w->rows, x_lo, n_tokens, wb, (size_t)w->cols, nr, w->cols, 1.0f);
+            gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, w_lo, (size_t)w->cols, nr, w->cols, 1.0f);
+        }
     }
 }
 
@@ -502,10 +548,9 @@ template <int F> __host__ __device__ constexpr int mma_raw_bytes() {
     return F == FF_F32 ? 64 : F == FF_BF16 || F == FF_F16 ? 32 : F == FF_AFF8 ? 16 : F == FF_AFF2 ? 4 : 8;
 }
 
-/* 16 weights of a row (from 16-byte-aligned raw words) as 8 packed bf16 pairs. */
+/* 16 weights of a row (from 16-byte-aligned raw words) as floats (not bf16). */
 template <int F>
-__device__ __forceinline__ void dequant16(const uint32_t *w, float s, float b, uint32_t *out, const float *lut) {
-    float v[16];
+__device__ __forceinline__ void dequant16(const uint32_t *w, float s, float b, float *v, const float *lut) {
     const float magic = 8388608.0f;
     if constexpr (F == FF_F32) {
 #pragma unroll
@@ -538,23 +583,37 @@ __device__ __forceinline__ void dequant16(const uint32_t *w, float s, float b, u
 #pragma unroll
             for (int k = 0; k < 8; k++) v[8 * i + k] = lut[(w[i] >> (4 * k)) & 15u] * s;
     }
-    if constexpr (F == FF_BF16) {
-        (void)v;
-#pragma unroll
-        for (int i = 0; i < 8; i++) out[i] = w[i]; /* already bf16 pairs */
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++) out[i] = pack_bf16(v[2 * i], v[2 * i + 1]);
-    }
 }
 
-template <int F, int BM>
+/* x = hi + lo with both halves bf16: 16 significant bits instead of 8. */
+__device__ __forceinline__ void split_pack(float a, float b, uint32_t &hi, uint32_t &lo) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    float2 hf = __bfloat1622float2(h);
+    __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+    hi = *reinterpret_cast<uint32_t *>(&h);
+    lo = *reinterpret_cast<uint32_t *>(&l);
+}
+
+template <int BM, bool SPLIT> __host__ __device__ constexpr size_t mma_smem_bytes() {
+    return (size_t)2 * (SPLIT ? 2 : 1) * (BM + MMA_BN) * MMA_LDS * sizeof(uint16_t);
+}
+
+/* SPLIT: activations and (unless already bf16) weights as hi + lo bf16
+ * parts, three products per step (the lo x lo term is below float32
+ * rounding of the sum): about float32 accuracy at three times the
+ * tensor-core work. Without SPLIT: one bf16 product. */
+template <int F, int BM, bool SPLIT>
 __global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
-    constexpr int RAW = mma_raw_bytes<F>() / 4; /* 32-bit words */
-    constexpr int MT = BM / 32;                 /* m16 tiles per warp (warps 2 x 4) */
-    constexpr int A_PER = BM / 32;              /* float4 of A per thread per k tile */
-    __shared__ __align__(16) uint16_t As[2][BM][MMA_LDS];
-    __shared__ __align__(16) uint16_t Bs[2][MMA_BN][MMA_LDS];
+    constexpr int PARTS = SPLIT ? 2 : 1;
+    constexpr bool W_LO = SPLIT && F != FF_BF16; /* bf16 weights are exact in one part */
+    constexpr int RAW = mma_raw_bytes<F>() / 4;  /* 32-bit words */
+    constexpr int MT = BM / 32;                  /* m16 tiles per warp (warps 2 x 4) */
+    constexpr int A_PER = BM / 32;               /* float4 of A per thread per k tile */
+    extern __shared__ __align__(16) uint16_t mma_smem[];
+    typedef uint16_t a_tile[PARTS][BM][MMA_LDS];
+    typedef uint16_t b_tile[PARTS][MMA_BN][MMA_LDS];
+    a_tile *As = reinterpret_cast<a_tile *>(mma_smem);                           /* [2 stages] */
+    b_tile *Bs = reinterpret_cast<b_tile *>(mma_smem + 2 * PARTS * BM * MMA_LDS); /* [2 stages] */
     __shared__ float lut[16];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tig = lane & 3;
@@ -651,19 +710,35 @@ __global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
 #pragma unroll
         for (int j = 0; j < A_PER; j++) {
             const int i = tid + j * 256, m = i >> 3, kq = i & 7;
-            uint2 v = make_uint2(pack_bf16(a_reg[j].x, a_reg[j].y), pack_bf16(a_reg[j].z, a_reg[j].w));
-            *reinterpret_cast<uint2 *>(&As[buf][m][kq * 4]) = v;
+            uint32_t h0, h1, l0, l1;
+            split_pack(a_reg[j].x, a_reg[j].y, h0, l0);
+            split_pack(a_reg[j].z, a_reg[j].w, h1, l1);
+            *reinterpret_cast<uint2 *>(&As[buf][0][m][kq * 4]) = make_uint2(h0, h1);
+            if constexpr (SPLIT) *reinterpret_cast<uint2 *>(&As[buf][PARTS - 1][m][kq * 4]) = make_uint2(l0, l1);
         }
-        uint32_t w[8];
-        if (b_valid) {
-            dequant16<F>(b_reg, b_s, b_b, w, lut);
-        } else {
+        uint32_t hi[8], lo[8];
+        if constexpr (F == FF_BF16) {
 #pragma unroll
-            for (int i = 0; i < 8; i++) w[i] = 0;
+            for (int i = 0; i < 8; i++) hi[i] = b_valid ? b_reg[i] : 0u;
+        } else {
+            float v[16];
+            if (b_valid) {
+                dequant16<F>(b_reg, b_s, b_b, v, lut);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 16; i++) v[i] = 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) split_pack(v[2 * i], v[2 * i + 1], hi[i], lo[i]);
         }
-        uint4 *dst = reinterpret_cast<uint4 *>(&Bs[buf][bn][bhalf * 16]);
-        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        uint4 *dst = reinterpret_cast<uint4 *>(&Bs[buf][0][bn][bhalf * 16]);
+        dst[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        dst[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+        if constexpr (W_LO) {
+            uint4 *dl = reinterpret_cast<uint4 *>(&Bs[buf][PARTS - 1][bn][bhalf * 16]);
+            dl[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            dl[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+        }
     };
 
     const int KT = (int)(a.K / MMA_BK);
@@ -675,25 +750,33 @@ __global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
         if (kt + 1 < KT) load_tile(kt + 1);
 #pragma unroll
         for (int kk = 0; kk < MMA_BK; kk += 16) {
-            uint32_t af[MT][4], bf[4][2];
+            uint32_t af[PARTS][MT][4], bf[PARTS][4][2];
 #pragma unroll
-            for (int i = 0; i < MT; i++) {
-                const int r = wm * (BM / 2) + i * 16 + g;
-                af[i][0] = *reinterpret_cast<const uint32_t *>(&As[buf][r][kk + tig * 2]);
-                af[i][1] = *reinterpret_cast<const uint32_t *>(&As[buf][r + 8][kk + tig * 2]);
-                af[i][2] = *reinterpret_cast<const uint32_t *>(&As[buf][r][kk + 8 + tig * 2]);
-                af[i][3] = *reinterpret_cast<const uint32_t *>(&As[buf][r + 8][kk + 8 + tig * 2]);
-            }
+            for (int p = 0; p < PARTS; p++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int n = wn * 32 + j * 8 + g;
-                bf[j][0] = *reinterpret_cast<const uint32_t *>(&Bs[buf][n][kk + tig * 2]);
-                bf[j][1] = *reinterpret_cast<const uint32_t *>(&Bs[buf][n][kk + 8 + tig * 2]);
-            }
+                for (int i = 0; i < MT; i++) {
+                    const int r = wm * (BM / 2) + i * 16 + g;
+                    af[p][i][0] = *reinterpret_cast<const uint32_t *>(&As[buf][p][r][kk + tig * 2]);
+                    af[p][i][1] = *reinterpret_cast<const uint32_t *>(&As[buf][p][r + 8][kk + tig * 2]);
+                    af[p][i][2] = *reinterpret_cast<const uint32_t *>(&As[buf][p][r][kk + 8 + tig * 2]);
+                    af[p][i][3] = *reinterpret_cast<const uint32_t *>(&As[buf][p][r + 8][kk + 8 + tig * 2]);
+                }
+#pragma unroll
+            for (int p = 0; p < (W_LO ? 2 : 1); p++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int n = wn * 32 + j * 8 + g;
+                    bf[p][j][0] = *reinterpret_cast<const uint32_t *>(&Bs[buf][p][n][kk + tig * 2]);
+                    bf[p][j][1] = *reinterpret_cast<const uint32_t *>(&Bs[buf][p][n][kk + 8 + tig * 2]);
+                }
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) mma_bf16(acc[i][j], af[i], bf[j]);
+                for (int j = 0; j < 4; j++) {
+                    if constexpr (SPLIT) mma_bf16(acc[i][j], af[PARTS - 1][i], bf[0][j]); /* x_lo w_hi */
+                    if constexpr (W_LO) mma_bf16(acc[i][j], af[0][i], bf[PARTS - 1][j]);  /* x_hi w_lo */
+                    mma_bf16(acc[i][j], af[0][i], bf[0][j]);
+                }
         }
         if (kt + 1 < KT) store_tile(buf ^ 1);
         __syncthreads();
@@ -725,23 +808,33 @@ int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride) {
     return 1;
 }
 
-template <int F, int BM>
+template <int F, int BM, bool SPLIT>
 static void launch_mma(cuda_ctx *c, const mma_args &a, unsigned tiles) {
+    constexpr size_t smem = mma_smem_bytes<BM, SPLIT>();
+    static int configured; /* the opt-in above 48 KB, once per kernel */
+    if (!configured) {
+        if (!cuda_check(c,
+                        cudaFuncSetAttribute(mma_gemm_kernel<F, BM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem),
+                        "cudaFuncSetAttribute"))
+            return;
+        configured = 1;
+    }
     dim3 grid(tiles, cuda_blocks((size_t)a.N, MMA_BN));
-    mma_gemm_kernel<F, BM><<<grid, 256, 0, c->stream>>>(a);
+    mma_gemm_kernel<F, BM, SPLIT><<<grid, 256, smem, c->stream>>>(a);
     cuda_launched(c, "mma_gemm");
 }
 
-template <int BM>
+template <int BM, bool SPLIT>
 static void launch_mma_format(cuda_ctx *c, int f, const mma_args &a, unsigned tiles) {
     switch (f) {
-    case FF_F32: launch_mma<FF_F32, BM>(c, a, tiles); break;
-    case FF_BF16: launch_mma<FF_BF16, BM>(c, a, tiles); break;
-    case FF_F16: launch_mma<FF_F16, BM>(c, a, tiles); break;
-    case FF_AFF2: launch_mma<FF_AFF2, BM>(c, a, tiles); break;
-    case FF_AFF4: launch_mma<FF_AFF4, BM>(c, a, tiles); break;
-    case FF_AFF8: launch_mma<FF_AFF8, BM>(c, a, tiles); break;
-    case FF_MXFP4: launch_mma<FF_MXFP4, BM>(c, a, tiles); break;
+    case FF_F32: launch_mma<FF_F32, BM, SPLIT>(c, a, tiles); break;
+    case FF_BF16: launch_mma<FF_BF16, BM, SPLIT>(c, a, tiles); break;
+    case FF_F16: launch_mma<FF_F16, BM, SPLIT>(c, a, tiles); break;
+    case FF_AFF2: launch_mma<FF_AFF2, BM, SPLIT>(c, a, tiles); break;
+    case FF_AFF4: launch_mma<FF_AFF4, BM, SPLIT>(c, a, tiles); break;
+    case FF_AFF8: launch_mma<FF_AFF8, BM, SPLIT>(c, a, tiles); break;
+    case FF_MXFP4: launch_mma<FF_MXFP4, BM, SPLIT>(c, a, tiles); break;
     }
 }
 
@@ -769,11 +862,16 @@ void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, s
     if (g) a.g = *g;
     const int f = fast_format_of(w);
     if (rows <= 0) return;
-    if (g) {
-        launch_mma_format<CUDA_MMA_GROUP_BM>(c, f, a, (unsigned)g->max_tiles);
-    } else if (n_rows > 64) {
-        launch_mma_format<128>(c, f, a, cuda_blocks((size_t)n_rows, 128));
+    const unsigned tiles = g ? (unsigned)g->max_tiles : cuda_blocks((size_t)n_rows, n_rows > 64 ? 128 : 64);
+    if (c->prefill_split) {
+        if (g || n_rows <= 64)
+            launch_mma_format<64, true>(c, f, a, tiles);
+        else
+            launch_mma_format<128, true>(c, f, a, tiles);
     } else {
-        launch_mma_format<64>(c, f, a, cuda_blocks((size_t)n_rows, 64));
+        if (g || n_rows <= 64)
+            launch_mma_format<64, false>(c, f, a, tiles);
+        else
+            launch_mma_format<128, false>(c, f, a, tiles);
     }
 }
