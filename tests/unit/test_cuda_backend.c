@@ -272,6 +272,21 @@ static void test_matmul(void) {
         check_matmul(&t, few, 4);
         free_matrix(&t);
     }
+    /* wide rows (31B down_proj width): many 16-byte chunks per thread in the decode kernels */
+    {
+        struct {
+            g4_weight_format f;
+            int bits, group;
+        } wide[] = {{G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_AFFINE, 8, 64}, {G4_WEIGHT_AFFINE, 2, 64},
+                    {G4_WEIGHT_MXFP4, 4, 32}, {G4_WEIGHT_BF16, 0, 0}};
+        const int wn[] = {1, 3, 16};
+        for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++) {
+            test_matrix t;
+            make_matrix(&t, wide[k].f, wide[k].bits, wide[k].group, G4_DTYPE_BF16, 72, 21504);
+            check_matmul(&t, wn, 3);
+            free_matrix(&t);
+        }
+    }
     /* odd shapes: rows not a multiple of anything, rows that break 16-byte alignment */
     const int64_t odd[][2] = {{77, 96}, {33, 40}, {5, 100}, {129, 72}};
     for (size_t s = 0; s < sizeof odd / sizeof odd[0]; s++) {

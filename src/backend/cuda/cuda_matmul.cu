@@ -261,6 +261,155 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args
     }
 }
 
+/* One token, quantised formats: the columns are split over the threads of
+ * a row group and each thread keeps its columns of x (and their sums) in
+ * registers for every row the block visits, so activations cost nothing per
+ * weight byte and the loop is weight loads, decoding and FMAs. Row groups
+ * take RB rows per pass (all loads first), reduce across their threads
+ * through shuffles and shared memory, and the block strides over the rows.
+ * CPT: 16-byte chunks per thread; TPR (threads per row group) is a power of
+ * two from 32 to 256 chosen so the row's chunks fit in TPR * CPT. */
+#define KS_THREADS 256
+
+template <int F, int CPT, int RB>
+__global__ void __launch_bounds__(KS_THREADS) gemv_ksplit_kernel(gemv_args a, int tpr) {
+    constexpr int C = chunk_cols<F>();
+    __shared__ float lut[16];
+    __shared__ float red[KS_THREADS / 32][RB];
+    if constexpr (F == FF_MXFP4) {
+        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
+        __syncthreads();
+    }
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int rg = tid / tpr, t_in = tid % tpr, n_rg = KS_THREADS / tpr;
+    const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
+    const float *x = a.x;
+    float *out = a.out;
+    if (a.ids) {
+        const int slot = blockIdx.y;
+        const int e = a.ids[slot];
+        if (e < 0 || e >= a.n_experts) return;
+        const int64_t base = (int64_t)e * a.expert_stride + a.row_offset;
+        data += (size_t)base * a.row_bytes;
+        scales += (size_t)base * a.scale_row_bytes;
+        if (biases) biases += (size_t)base * a.scale_row_bytes;
+        x += (size_t)(slot / a.x_div) * a.x_stride;
+        out += (size_t)slot * a.out_stride;
+    }
+    const int n_chunks = (int)(a.cols / C);
+    float xv[CPT][C], xs[CPT];
+    bool has[CPT];
+#pragma unroll
+    for (int k = 0; k < CPT; k++) {
+        const int ch = t_in + k * tpr;
+        has[k] = ch < n_chunks;
+        xs[k] = 0.0f;
+        const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)ch * C);
+#pragma unroll
+        for (int i = 0; i < C / 4; i++) {
+            const float4 q = has[k] ? __ldg(xp + i) : make_float4(0, 0, 0, 0);
+            xv[k][4 * i] = q.x;
+            xv[k][4 * i + 1] = q.y;
+            xv[k][4 * i + 2] = q.z;
+            xv[k][4 * i + 3] = q.w;
+        }
+        if constexpr (is_affine<F>()) {
+#pragma unroll
+            for (int i = 0; i < C; i++) xs[k] += xv[k][i];
+        }
+    }
+    const int64_t rows_per_pass = (int64_t)n_rg * RB;
+    for (int64_t r_base = (int64_t)blockIdx.x * rows_per_pass; r_base < a.rows; r_base += (int64_t)gridDim.x * rows_per_pass) {
+        const int64_t r0 = r_base + (int64_t)rg * RB;
+        uint4 raw[RB][CPT];
+#pragma unroll
+        for (int i = 0; i < RB; i++)
+#pragma unroll
+            for (int k = 0; k < CPT; k++)
+                raw[i][k] = has[k] && r0 + i < a.rows
+                                ? load_stream16(data + (size_t)(r0 + i) * a.row_bytes + (size_t)(t_in + k * tpr) * 16)
+                                : make_uint4(0, 0, 0, 0);
+        float acc[RB];
+#pragma unroll
+        for (int i = 0; i < RB; i++) {
+            acc[i] = 0.0f;
+            if (r0 + i >= a.rows) continue;
+            const uint8_t *sr = scales + (size_t)(r0 + i) * a.scale_row_bytes;
+            const uint8_t *br = biases ? biases + (size_t)(r0 + i) * a.scale_row_bytes : NULL;
+#pragma unroll
+            for (int k = 0; k < CPT; k++) {
+                if (!has[k]) continue;
+                const int64_t g = (int64_t)(t_in + k * tpr) * C / a.group_size;
+                float w[C];
+                decode_chunk<F>(raw[i][k], w, lut);
+                float d = 0.0f;
+#pragma unroll
+                for (int j = 0; j < C; j++) d = fmaf(w[j], xv[k][j], d);
+                if constexpr (F == FF_MXFP4) {
+                    acc[i] = fmaf(e8m0_value(sr[g]), d, acc[i]);
+                } else {
+                    acc[i] += load_group_param(sr, a.scale_dtype, g) * d + load_group_param(br, a.scale_dtype, g) * xs[k];
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RB; i++) acc[i] = warp_sum(acc[i]);
+        if (tpr == 32) {
+            if (lane == 0)
+#pragma unroll
+                for (int i = 0; i < RB; i++)
+                    if (r0 + i < a.rows) out[r0 + i] = acc[i];
+        } else {
+            if (lane == 0)
+#pragma unroll
+                for (int i = 0; i < RB; i++) red[warp][i] = acc[i];
+            __syncthreads();
+            if (t_in < RB && r0 + t_in < a.rows) {
+                const int wpg = tpr / 32, w0 = rg * wpg;
+                float v = 0.0f;
+                for (int w = 0; w < wpg; w++) v += red[w0 + w][t_in];
+                out[r0 + t_in] = v;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+template <int F, int CPT>
+static void launch_ksplit(cuda_ctx *c, const gemv_args &a, int n_slots, int tpr) {
+    constexpr int RB = CPT >= 8 ? 1 : 8 / CPT;
+    const int64_t rows_per_pass = (int64_t)(KS_THREADS / tpr) * RB;
+    int64_t blocks = (a.rows + rows_per_pass - 1) / rows_per_pass;
+    /* enough blocks to fill the GPU twice, each reusing its x registers over many rows */
+    const int64_t cap = (2 * (int64_t)c->sm_count + n_slots - 1) / n_slots;
+    if (blocks > cap) blocks = cap > 0 ? cap : 1;
+    dim3 grid((unsigned)blocks, (unsigned)n_slots);
+    gemv_ksplit_kernel<F, CPT, RB><<<grid, KS_THREADS, 0, c->stream>>>(a, tpr);
+    cuda_launched(c, "gemv_ksplit");
+}
+
+/* Launches the column-split GEMV when the row fits; returns 0 otherwise. */
+template <int F>
+static int try_ksplit(cuda_ctx *c, const gemv_args &a, int n_slots) {
+    constexpr int C = chunk_cols<F>(), CPT_MAX = 128 / C;
+    const int64_t n_chunks = a.cols / C;
+    int tpr = 32;
+    while (tpr < KS_THREADS && (n_chunks + tpr - 1) / tpr > CPT_MAX) tpr *= 2;
+    /* wide rows: use all 256 threads rather than many chunks each */
+    while (tpr < KS_THREADS && (n_chunks + tpr - 1) / tpr > 2) tpr *= 2;
+    const int64_t need = (n_chunks + tpr - 1) / tpr;
+    if (need > CPT_MAX) return 0;
+    if (need <= 1)
+        launch_ksplit<F, 1>(c, a, n_slots, tpr);
+    else if (need <= 2)
+        launch_ksplit<F, 2>(c, a, n_slots, tpr);
+    else if (CPT_MAX >= 4 && need <= 4)
+        launch_ksplit<F, (CPT_MAX >= 4 ? 4 : 2)>(c, a, n_slots, tpr);
+    else
+        launch_ksplit<F, (CPT_MAX >= 8 ? 8 : CPT_MAX)>(c, a, n_slots, tpr);
+    return 1;
+}
+
 template <int F, int NT>
 static void launch_gemv(cuda_ctx *c, const gemv_args &a, int n_slots) {
     constexpr int rows_per_block = GEMV_WARPS * gemv_rows<F>();
@@ -335,6 +484,12 @@ void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_
             launch_gemv_generic<8>(c, a, m, n_slots);
         return;
     }
+    if (a.n == 1) { /* quantised decode of one token: columns split, x in registers */
+        if ((f == FF_AFF4 && try_ksplit<FF_AFF4>(c, a, n_slots)) || (f == FF_AFF8 && try_ksplit<FF_AFF8>(c, a, n_slots)) ||
+            (f == FF_AFF2 && try_ksplit<FF_AFF2>(c, a, n_slots)) ||
+            (f == FF_MXFP4 && try_ksplit<FF_MXFP4>(c, a, n_slots)))
+            return;
+    }
     switch (f) {
     case FF_F32: launch_gemv_tokens<FF_F32>(c, a, n_slots); break;
     case FF_BF16: launch_gemv_tokens<FF_BF16>(c, a, n_slots); break;
@@ -358,49 +513,84 @@ __global__ void split_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const fl
     }
 }
 
-__device__ __forceinline__ void store_bf16_pair(__nv_bfloat16 *hi, __nv_bfloat16 *lo, size_t i, float a, float b) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    *reinterpret_cast<__nv_bfloat162 *>(hi + i) = h;
-    if (lo) {
-        const float2 hf = __bfloat1622float2(h);
-        *reinterpret_cast<__nv_bfloat162 *>(lo + i) = __floats2bfloat162_rn(a - hf.x, b - hf.y);
-    }
+/* x = hi + lo with both halves bf16: 16 significant bits instead of 8. */
+__device__ __forceinline__ void split_pack(float a, float b, uint32_t &hi, uint32_t &lo) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    float2 hf = __bfloat1622float2(h);
+    __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+    hi = *reinterpret_cast<uint32_t *>(&h);
+    lo = *reinterpret_cast<uint32_t *>(&l);
 }
 
-/* Rows [r0, r0 + nr) of a chunked format as bf16 (hi, and the remainder in
- * lo when not NULL), one 16-byte chunk per thread. */
+/* Rows [r0, r0 + nr) as bf16 (hi, and the remainder in lo when not NULL),
+ * eight values per thread: consecutive threads read consecutive bytes and
+ * write consecutive 16-byte runs (both coalesced). */
 template <int F>
 __global__ void dequant_bf16_kernel(dev_matrix m, int64_t r0, int64_t nr, __nv_bfloat16 *dst, __nv_bfloat16 *lo) {
-    constexpr int C = chunk_cols<F>();
     __shared__ float lut[16];
     if constexpr (F == FF_MXFP4) {
         if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
         __syncthreads();
     }
-    const int64_t per_row = m.cols / C;
+    const float magic = 8388608.0f;
+    const int64_t per_row = m.cols / 8;
     const int64_t total = nr * per_row;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / per_row, ch = i % per_row;
+        const int64_t r = i / per_row, c0 = (i % per_row) * 8;
         const uint8_t *row = m.data + (size_t)(r0 + r) * m.row_bytes;
-        float v[C];
-        decode_chunk<F>(load_stream16(row + ch * 16), v, lut);
-        if constexpr (is_affine<F>() || F == FF_MXFP4) {
-            const int64_t g = ch * C / m.group_size;
-            const uint8_t *sr = m.scales + (size_t)(r0 + r) * m.scale_row_bytes;
-            if constexpr (F == FF_MXFP4) {
-                const float s = e8m0_value(sr[g]);
+        float v[8];
+        if constexpr (F == FF_F32) {
+            const float4 a = *reinterpret_cast<const float4 *>(row + c0 * 4);
+            const float4 b = *reinterpret_cast<const float4 *>(row + c0 * 4 + 16);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else if constexpr (F == FF_BF16 || F == FF_F16) {
+            const uint4 q = *reinterpret_cast<const uint4 *>(row + c0 * 2);
+            const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-                for (int k = 0; k < C; k++) v[k] *= s;
-            } else {
+            for (int k = 0; k < 4; k++) {
+                if constexpr (F == FF_BF16) {
+                    v[2 * k] = __uint_as_float(w[k] << 16);
+                    v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+                } else {
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[k]));
+                    v[2 * k] = f.x;
+                    v[2 * k + 1] = f.y;
+                }
+            }
+        } else {
+            const uint8_t *sr = m.scales + (size_t)(r0 + r) * m.scale_row_bytes;
+            const int64_t g = c0 / m.group_size;
+            if constexpr (F == FF_AFF8) {
+                const uint2 q = *reinterpret_cast<const uint2 *>(row + c0);
                 const float s = load_group_param(sr, m.scale_dtype, g);
                 const float b = load_group_param(m.biases + (size_t)(r0 + r) * m.scale_row_bytes, m.scale_dtype, g);
 #pragma unroll
-                for (int k = 0; k < C; k++) v[k] = fmaf(s, v[k], b);
+                for (int k = 0; k < 4; k++) {
+                    v[k] = fmaf(s, __uint_as_float(__byte_perm(q.x, 0x4B000000u, 0x7440u | (uint32_t)k)) - magic, b);
+                    v[4 + k] = fmaf(s, __uint_as_float(__byte_perm(q.y, 0x4B000000u, 0x7440u | (uint32_t)k)) - magic, b);
+                }
+            } else if constexpr (F == FF_AFF4 || F == FF_AFF2) {
+                const uint32_t q = F == FF_AFF4 ? *reinterpret_cast<const uint32_t *>(row + c0 / 2)
+                                                : (uint32_t)*reinterpret_cast<const uint16_t *>(row + c0 / 4);
+                const float s = load_group_param(sr, m.scale_dtype, g);
+                const float b = load_group_param(m.biases + (size_t)(r0 + r) * m.scale_row_bytes, m.scale_dtype, g);
+                constexpr int bits = F == FF_AFF4 ? 4 : 2;
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    v[k] = fmaf(s, __uint_as_float(((q >> (bits * k)) & ((1u << bits) - 1u)) | 0x4B000000u) - magic, b);
+            } else if constexpr (F == FF_MXFP4) {
+                const uint32_t q = *reinterpret_cast<const uint32_t *>(row + c0 / 2);
+                const float s = e8m0_value(sr[g]);
+#pragma unroll
+                for (int k = 0; k < 8; k++) v[k] = lut[(q >> (4 * k)) & 15u] * s;
             }
         }
-        const size_t o = (size_t)r * m.cols + (size_t)ch * C;
+        uint32_t hi[4], lw[4];
 #pragma unroll
-        for (int k = 0; k < C / 2; k++) store_bf16_pair(dst, lo, o + 2 * k, v[2 * k], v[2 * k + 1]);
+        for (int k = 0; k < 4; k++) split_pack(v[2 * k], v[2 * k + 1], hi[k], lw[k]);
+        const size_t o = (size_t)r * m.cols + (size_t)c0;
+        *reinterpret_cast<uint4 *>(dst + o) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        if (lo) *reinterpret_cast<uint4 *>(lo + o) = make_uint4(lw[0], lw[1], lw[2], lw[3]);
     }
 }
 
@@ -420,10 +610,12 @@ static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64
     dev_matrix m = dev_matrix_of(w);
     int f = fast_format_of(w);
     const int C = f == FF_NONE ? 0 : chunk_cols_of(f);
-    int fast = f != FF_NONE && w->cols % C == 0 && w->row_bytes == (size_t)(w->cols / C) * 16 && aligned16(w->data);
+    /* the 8-per-thread kernel reads whole rows of 8 values at aligned offsets */
+    int fast = f != FF_NONE && w->cols % 8 == 0 && w->row_bytes == (size_t)(w->cols / C) * 16 && aligned16(w->data) &&
+               w->row_bytes % 16 == 0;
     if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
-        fast = w->group_size > 0 && w->group_size % C == 0 && (f != FF_MXFP4 || w->group_size == 32);
-    const size_t work = fast ? (size_t)nr * (size_t)(w->cols / C) : (size_t)nr * (size_t)w->cols;
+        fast = w->group_size > 0 && w->group_size % 8 == 0 && (f != FF_MXFP4 || w->group_size == 32);
+    const size_t work = fast ? (size_t)nr * (size_t)(w->cols / 8) : (size_t)nr * (size_t)w->cols;
     unsigned grid = cuda_blocks(work, 256);
     if (grid > 65536u) grid = 65536u;
     switch (fast ? f : FF_NONE) {
@@ -585,14 +777,6 @@ __device__ __forceinline__ void dequant16(const uint32_t *w, float s, float b, f
     }
 }
 
-/* x = hi + lo with both halves bf16: 16 significant bits instead of 8. */
-__device__ __forceinline__ void split_pack(float a, float b, uint32_t &hi, uint32_t &lo) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    float2 hf = __bfloat1622float2(h);
-    __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
-    hi = *reinterpret_cast<uint32_t *>(&h);
-    lo = *reinterpret_cast<uint32_t *>(&l);
-}
 
 template <int BM, bool SPLIT> __host__ __device__ constexpr size_t mma_smem_bytes() {
     return (size_t)2 * (SPLIT ? 2 : 1) * (BM + MMA_BN) * MMA_LDS * sizeof(uint16_t);
