@@ -63,7 +63,8 @@ if [ "$mode" != bench ]; then
   run_step test_cuda_fixtures 300 "$TESTS/test_cuda_fixtures"
   grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
   if command -v compute-sanitizer > /dev/null; then
-    run_step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS/test_cuda_fixtures" dense
+    run_step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS/test_cuda_fixtures" \
+      ${MEMCHECK_FIXTURES:-dense moe-mlx4 e2b-mlx4}
     grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$summary"
   fi
 fi
