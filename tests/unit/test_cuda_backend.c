@@ -861,6 +861,7 @@ static double time_op(g4_backend *be, void (*op)(void *), void *arg, int reps) {
 }
 
 typedef struct {
+    g4_backend *be;
     const g4_matrix *w;
     float *x, *out;
     int n;
@@ -868,7 +869,7 @@ typedef struct {
 
 static void run_matmul(void *p) {
     matmul_arg *a = p;
-    gpu->ops->matmul(gpu, a->out, a->x, a->n, a->w);
+    a->be->ops->matmul(a->be, a->out, a->x, a->n, a->w);
 }
 
 typedef struct {
@@ -896,13 +897,17 @@ static void speed(void) {
     const int64_t rows = 21504, cols = 5376;
     float *x = rand_floats((size_t)512 * cols, 0.05f, 2.0f);
     float *dx = up(x, (size_t)512 * cols * 4), *dout = poisoned((size_t)512 * rows);
+    setenv("G4_CUDA_GEMV_ROWS4", "1", 1);
+    g4_backend *rows4 = NULL;
+    if (g4_backend_cuda_create(0, &rows4) != G4_OK) rows4 = NULL;
+    unsetenv("G4_CUDA_GEMV_ROWS4");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
         test_matrix t;
         make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, rows, cols);
         const double bytes = (double)g4_matrix_bytes(&t.host);
         const int ns[] = {1, 8, 512};
         for (int i = 0; i < 3; i++) {
-            matmul_arg a = {&t.dev, dx, dout, ns[i]};
+            matmul_arg a = {gpu, &t.dev, dx, dout, ns[i]};
             double s = time_op(gpu, run_matmul, &a, ns[i] == 512 ? 5 : 20);
             if (ns[i] <= 8)
                 printf("  gemv %-18s %lldx%lld n=%-3d %8.1f us  %6.0f GB/s (%.0f%% of copy)\n", t.name, (long long)rows,
@@ -911,8 +916,17 @@ static void speed(void) {
                 printf("  gemm %-18s %lldx%lld n=%-3d %8.1f us  %6.1f TFLOP/s\n", t.name, (long long)rows,
                        (long long)cols, ns[i], s * 1e6, 2.0 * rows * cols * ns[i] / s / 1e12);
         }
+        if (rows4 && formats[k].f != G4_WEIGHT_BF16) {
+            matmul_arg a = {rows4, &t.dev, dx, dout, 1};
+            double s = time_op(rows4, run_matmul, &a, 20);
+            printf("  gemv %-18s %lldx%lld n=1   %8.1f us  %6.0f GB/s (%.0f%% of copy), 4 rows per warp\n", t.name,
+                   (long long)rows, (long long)cols, s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
+            /* the variant must also be right */
+            check_matmul_on(rows4, "rows4 ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+        }
         free_matrix(&t);
     }
+    if (rows4) g4_backend_destroy(rows4);
     release(dx), release(dout);
     free(x);
     /* decode attention: 32 heads over 8 KV heads of 256, 4096 positions */

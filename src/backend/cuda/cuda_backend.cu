@@ -269,6 +269,7 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->quant_gemm_mma = qg && !strcmp(qg, "mma");
     const char *pf = getenv("G4_CUDA_PREFILL");
     c->prefill_split = !(pf && !strcmp(pf, "bf16"));
+    c->gemv_rows4 = getenv("G4_CUDA_GEMV_ROWS4") != NULL;
     c->pinned_bytes = 64u << 20;
     c->blas_workspace_bytes = 32u << 20;
     int ok = cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -64,6 +64,7 @@ struct cuda_ctx {
      * G4_CUDA_PREFILL=bf16 turns it off (one bf16 product, ~3 significant
      * digits per activation). */
     int prefill_split;
+    int gemv_rows4; /* G4_CUDA_GEMV_ROWS4=1: see launch_gemv_tokens */
     g4_status failed;   /* sticky first failure */
 };
 

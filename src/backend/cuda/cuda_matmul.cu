@@ -114,10 +114,9 @@ struct gemv_args {
 
 #define GEMV_WARPS 4
 
-template <int F, int NT>
+template <int F, int NT, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(gemv_args a) {
     constexpr int C = chunk_cols<F>();
-    constexpr int R = gemv_rows<F>();
     __shared__ float lut[16];
     if constexpr (F == FF_MXFP4) {
         if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
@@ -261,173 +260,29 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args
     }
 }
 
-/* One token, quantised formats: the columns are split over the threads of
- * a row group and each thread keeps its columns of x (and their sums) in
- * registers for every row the block visits, so activations cost nothing per
- * weight byte and the loop is weight loads, decoding and FMAs. Row groups
- * take RB rows per pass (all loads first), reduce across their threads
- * through shuffles and shared memory, and the block strides over the rows.
- * CPT: 16-byte chunks per thread; TPR (threads per row group) is a power of
- * two from 32 to 256 chosen so the row's chunks fit in TPR * CPT. */
-#define KS_THREADS 256
-
-template <int F, int CPT, int RB>
-__global__ void __launch_bounds__(KS_THREADS) gemv_ksplit_kernel(gemv_args a, int tpr) {
-    constexpr int C = chunk_cols<F>();
-    __shared__ float lut[16];
-    __shared__ float red[KS_THREADS / 32][RB];
-    if constexpr (F == FF_MXFP4) {
-        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
-        __syncthreads();
-    }
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int rg = tid / tpr, t_in = tid % tpr, n_rg = KS_THREADS / tpr;
-    const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
-    const float *x = a.x;
-    float *out = a.out;
-    if (a.ids) {
-        const int slot = blockIdx.y;
-        const int e = a.ids[slot];
-        if (e < 0 || e >= a.n_experts) return;
-        const int64_t base = (int64_t)e * a.expert_stride + a.row_offset;
-        data += (size_t)base * a.row_bytes;
-        scales += (size_t)base * a.scale_row_bytes;
-        if (biases) biases += (size_t)base * a.scale_row_bytes;
-        x += (size_t)(slot / a.x_div) * a.x_stride;
-        out += (size_t)slot * a.out_stride;
-    }
-    const int n_chunks = (int)(a.cols / C);
-    float xv[CPT][C], xs[CPT];
-    bool has[CPT];
-#pragma unroll
-    for (int k = 0; k < CPT; k++) {
-        const int ch = t_in + k * tpr;
-        has[k] = ch < n_chunks;
-        xs[k] = 0.0f;
-        const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)ch * C);
-#pragma unroll
-        for (int i = 0; i < C / 4; i++) {
-            const float4 q = has[k] ? __ldg(xp + i) : make_float4(0, 0, 0, 0);
-            xv[k][4 * i] = q.x;
-            xv[k][4 * i + 1] = q.y;
-            xv[k][4 * i + 2] = q.z;
-            xv[k][4 * i + 3] = q.w;
-        }
-        if constexpr (is_affine<F>()) {
-#pragma unroll
-            for (int i = 0; i < C; i++) xs[k] += xv[k][i];
-        }
-    }
-    const int64_t rows_per_pass = (int64_t)n_rg * RB;
-    for (int64_t r_base = (int64_t)blockIdx.x * rows_per_pass; r_base < a.rows; r_base += (int64_t)gridDim.x * rows_per_pass) {
-        const int64_t r0 = r_base + (int64_t)rg * RB;
-        uint4 raw[RB][CPT];
-#pragma unroll
-        for (int i = 0; i < RB; i++)
-#pragma unroll
-            for (int k = 0; k < CPT; k++)
-                raw[i][k] = has[k] && r0 + i < a.rows
-                                ? load_stream16(data + (size_t)(r0 + i) * a.row_bytes + (size_t)(t_in + k * tpr) * 16)
-                                : make_uint4(0, 0, 0, 0);
-        float acc[RB];
-#pragma unroll
-        for (int i = 0; i < RB; i++) {
-            acc[i] = 0.0f;
-            if (r0 + i >= a.rows) continue;
-            const uint8_t *sr = scales + (size_t)(r0 + i) * a.scale_row_bytes;
-            const uint8_t *br = biases ? biases + (size_t)(r0 + i) * a.scale_row_bytes : NULL;
-#pragma unroll
-            for (int k = 0; k < CPT; k++) {
-                if (!has[k]) continue;
-                const int64_t g = (int64_t)(t_in + k * tpr) * C / a.group_size;
-                float w[C];
-                decode_chunk<F>(raw[i][k], w, lut);
-                float d = 0.0f;
-#pragma unroll
-                for (int j = 0; j < C; j++) d = fmaf(w[j], xv[k][j], d);
-                if constexpr (F == FF_MXFP4) {
-                    acc[i] = fmaf(e8m0_value(sr[g]), d, acc[i]);
-                } else {
-                    acc[i] += load_group_param(sr, a.scale_dtype, g) * d + load_group_param(br, a.scale_dtype, g) * xs[k];
-                }
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < RB; i++) acc[i] = warp_sum(acc[i]);
-        if (tpr == 32) {
-            if (lane == 0)
-#pragma unroll
-                for (int i = 0; i < RB; i++)
-                    if (r0 + i < a.rows) out[r0 + i] = acc[i];
-        } else {
-            if (lane == 0)
-#pragma unroll
-                for (int i = 0; i < RB; i++) red[warp][i] = acc[i];
-            __syncthreads();
-            if (t_in < RB && r0 + t_in < a.rows) {
-                const int wpg = tpr / 32, w0 = rg * wpg;
-                float v = 0.0f;
-                for (int w = 0; w < wpg; w++) v += red[w0 + w][t_in];
-                out[r0 + t_in] = v;
-            }
-            __syncthreads();
-        }
-    }
-}
-
-template <int F, int CPT>
-static void launch_ksplit(cuda_ctx *c, const gemv_args &a, int n_slots, int tpr) {
-    constexpr int RB = CPT >= 8 ? 1 : 8 / CPT;
-    const int64_t rows_per_pass = (int64_t)(KS_THREADS / tpr) * RB;
-    int64_t blocks = (a.rows + rows_per_pass - 1) / rows_per_pass;
-    /* enough blocks to fill the GPU twice, each reusing its x registers over many rows */
-    const int64_t cap = (2 * (int64_t)c->sm_count + n_slots - 1) / n_slots;
-    if (blocks > cap) blocks = cap > 0 ? cap : 1;
-    dim3 grid((unsigned)blocks, (unsigned)n_slots);
-    gemv_ksplit_kernel<F, CPT, RB><<<grid, KS_THREADS, 0, c->stream>>>(a, tpr);
-    cuda_launched(c, "gemv_ksplit");
-}
-
-/* Launches the column-split GEMV when the row fits; returns 0 otherwise. */
-template <int F>
-static int try_ksplit(cuda_ctx *c, const gemv_args &a, int n_slots) {
-    constexpr int C = chunk_cols<F>(), CPT_MAX = 128 / C;
-    const int64_t n_chunks = a.cols / C;
-    int tpr = 32;
-    while (tpr < KS_THREADS && (n_chunks + tpr - 1) / tpr > CPT_MAX) tpr *= 2;
-    /* wide rows: use all 256 threads rather than many chunks each */
-    while (tpr < KS_THREADS && (n_chunks + tpr - 1) / tpr > 2) tpr *= 2;
-    const int64_t need = (n_chunks + tpr - 1) / tpr;
-    if (need > CPT_MAX) return 0;
-    if (need <= 1)
-        launch_ksplit<F, 1>(c, a, n_slots, tpr);
-    else if (need <= 2)
-        launch_ksplit<F, 2>(c, a, n_slots, tpr);
-    else if (CPT_MAX >= 4 && need <= 4)
-        launch_ksplit<F, (CPT_MAX >= 4 ? 4 : 2)>(c, a, n_slots, tpr);
-    else
-        launch_ksplit<F, (CPT_MAX >= 8 ? 8 : CPT_MAX)>(c, a, n_slots, tpr);
-    return 1;
-}
-
-template <int F, int NT>
+template <int F, int NT, int R>
 static void launch_gemv(cuda_ctx *c, const gemv_args &a, int n_slots) {
-    constexpr int rows_per_block = GEMV_WARPS * gemv_rows<F>();
+    constexpr int rows_per_block = GEMV_WARPS * R;
     dim3 grid(cuda_blocks((size_t)a.rows, rows_per_block), (unsigned)n_slots);
-    gemv_kernel<F, NT><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(a);
+    gemv_kernel<F, NT, R><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(a);
     cuda_launched(c, "gemv");
 }
 
 template <int F>
 static void launch_gemv_tokens(cuda_ctx *c, const gemv_args &a, int n_slots) {
-    if (a.n <= 1)
-        launch_gemv<F, 1>(c, a, n_slots);
+    constexpr int R = gemv_rows<F>();
+    /* G4_CUDA_GEMV_ROWS4: four rows per warp for one token of a quantised
+     * format (each activation load serves twice the weights; an experiment) */
+    if (a.n <= 1 && c->gemv_rows4 && (is_affine<F>() || F == FF_MXFP4) && F != FF_AFF2)
+        launch_gemv<F, 1, 4>(c, a, n_slots);
+    else if (a.n <= 1)
+        launch_gemv<F, 1, R>(c, a, n_slots);
     else if (a.n <= 2)
-        launch_gemv<F, 2>(c, a, n_slots);
+        launch_gemv<F, 2, R>(c, a, n_slots);
     else if (a.n <= 4)
-        launch_gemv<F, 4>(c, a, n_slots);
+        launch_gemv<F, 4, R>(c, a, n_slots);
     else
-        launch_gemv<F, 8>(c, a, n_slots);
+        launch_gemv<F, 8, R>(c, a, n_slots);
 }
 
 template <int NT>
@@ -484,12 +339,6 @@ void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_
             launch_gemv_generic<8>(c, a, m, n_slots);
         return;
     }
-    if (a.n == 1) { /* quantised decode of one token: columns split, x in registers */
-        if ((f == FF_AFF4 && try_ksplit<FF_AFF4>(c, a, n_slots)) || (f == FF_AFF8 && try_ksplit<FF_AFF8>(c, a, n_slots)) ||
-            (f == FF_AFF2 && try_ksplit<FF_AFF2>(c, a, n_slots)) ||
-            (f == FF_MXFP4 && try_ksplit<FF_MXFP4>(c, a, n_slots)))
-            return;
-    }
     switch (f) {
     case FF_F32: launch_gemv_tokens<FF_F32>(c, a, n_slots); break;
     case FF_BF16: launch_gemv_tokens<FF_BF16>(c, a, n_slots); break;
@@ -534,9 +383,10 @@ __global__ void dequant_bf16_kernel(dev_matrix m, int64_t r0, int64_t nr, __nv_b
     }
     const float magic = 8388608.0f;
     const int64_t per_row = m.cols / 8;
-    const int64_t total = nr * per_row;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / per_row, c0 = (i % per_row) * 8;
+    /* rows along y, runs of 8 columns along x: no integer division */
+    for (int64_t r = blockIdx.y; r < nr; r += gridDim.y)
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < per_row; j += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c0 = j * 8;
         const uint8_t *row = m.data + (size_t)(r0 + r) * m.row_bytes;
         float v[8];
         if constexpr (F == FF_F32) {
@@ -615,9 +465,10 @@ static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64
                w->row_bytes % 16 == 0;
     if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
         fast = w->group_size > 0 && w->group_size % 8 == 0 && (f != FF_MXFP4 || w->group_size == 32);
-    const size_t work = fast ? (size_t)nr * (size_t)(w->cols / 8) : (size_t)nr * (size_t)w->cols;
-    unsigned grid = cuda_blocks(work, 256);
-    if (grid > 65536u) grid = 65536u;
+    const size_t work = (size_t)nr * (size_t)w->cols;
+    unsigned grid1 = cuda_blocks(work, 256);
+    if (grid1 > 65536u) grid1 = 65536u;
+    const dim3 grid(cuda_blocks((size_t)(w->cols / 8), 256), (unsigned)(nr < 65535 ? nr : 65535));
     switch (fast ? f : FF_NONE) {
     case FF_F16: dequant_bf16_kernel<FF_F16><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
     case FF_F32: dequant_bf16_kernel<FF_F32><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
@@ -626,7 +477,7 @@ static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64
     case FF_AFF4: dequant_bf16_kernel<FF_AFF4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
     case FF_AFF8: dequant_bf16_kernel<FF_AFF8><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
     case FF_MXFP4: dequant_bf16_kernel<FF_MXFP4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
-    default: dequant_bf16_generic_kernel<<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    default: dequant_bf16_generic_kernel<<<grid1, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
     }
     cuda_launched(c, "dequantise to bf16");
 }
@@ -683,8 +534,11 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
         if (split) gemm_bf16(c, out, (size_t)w->rows, x_lo, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 1.0f);
         return;
     }
-    /* dequantise row chunks of at most 64 Mi values into bf16 (hi, lo), multiply each */
-    const int64_t chunk_rows = (int64_t)((64u << 20) / (size_t)w->cols) > 0 ? (int64_t)((64u << 20) / (size_t)w->cols) : 1;
+    /* dequantise row chunks of at most 64 Mi values into bf16 (hi, lo), multiply
+     * each; chunks start at multiples of 128 rows so that cuBLAS sees aligned
+     * output columns (an odd start sent it to a kernel ten times slower) */
+    int64_t chunk_rows = (int64_t)((64u << 20) / (size_t)w->cols) / 128 * 128;
+    if (chunk_rows < 128) chunk_rows = 128;
     const int64_t rows_per = chunk_rows < w->rows ? chunk_rows : w->rows;
     const size_t chunk_elems = (size_t)rows_per * (size_t)w->cols;
     __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, chunk_elems * 2 * (split ? 2 : 1));
