@@ -1,6 +1,7 @@
 #include "cli_common.h"
 
 #include "io/hub.h"
+#include "runtime/context.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -70,7 +71,21 @@ void cli_report_error(const char *cmd, g4_status st) {
     fprintf(stderr, "gemma4 %s: %s (%s)\n", cmd, g4_error_message(), g4_status_name(st));
 }
 
+int cli_create_backend(const char *device, int threads, g4_backend **be) {
+    g4_status st = g4_backend_open(device, threads, be);
+    if (st != G4_OK) {
+        fprintf(stderr, "gemma4: cannot create the %s backend: %s
+", device ? device : "default", g4_error_message());
+        return 1;
+    }
+    return 0;
+}
+
 int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **model) {
+    return cli_open_model_on(path, NULL, threads, be, model);
+}
+
+int cli_open_model_on(const char *path, const char *device, int threads, g4_backend **be, g4_model **model) {
     *be = NULL;
     *model = NULL;
     /* a local directory, or ORG/NAME[@rev] already downloaded by `gemma4 pull` */
@@ -80,8 +95,11 @@ int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **mo
         fprintf(stderr, "gemma4: %s\n", g4_error_message());
         return 1;
     }
-    st = g4_backend_cpu_create(threads, be);
-    if (st == G4_OK) st = g4_model_load_dir(dir, *be, model);
+    if (cli_create_backend(device, threads, be) != 0) {
+        free(dir);
+        return 1;
+    }
+    st = g4_model_load_dir(dir, *be, model);
     free(dir);
     if (st != G4_OK) {
         fprintf(stderr, "gemma4: cannot load model: %s\n", g4_error_message());

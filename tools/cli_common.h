@@ -19,9 +19,16 @@ int cli_parse_ids(const char *text, int32_t **ids, int *n);
 /* Non-negative integer argument; -1 and an error message when malformed. */
 long cli_parse_count(const char *text, const char *what);
 
-/* Opens the CPU backend and loads the model at `path`. Prints the error and
- * returns nonzero on failure. */
+/* Creates the backend named by `device`: "cpu", "cuda" (device 0), "cuda:N",
+ * or NULL/"auto" for CUDA when a GPU is usable and the CPU otherwise.
+ * `threads` sizes the CPU backend. Prints the error and returns nonzero on
+ * failure. */
+int cli_create_backend(const char *device, int threads, g4_backend **be);
+/* Opens the backend (auto device) and loads the model at `path`. Prints the
+ * error and returns nonzero on failure. */
 int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **model);
+/* The same on a chosen device (see cli_create_backend). */
+int cli_open_model_on(const char *path, const char *device, int threads, g4_backend **be, g4_model **model);
 void cli_close_model(g4_backend *be, g4_model *model);
 
 /* --vision-mask: "default" (the model family's rule), "all-layers"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "backend/cuda/cuda_backend.h"
 #include "base/probe.h"
 #include "cli_common.h"
 #include "runtime/session.h"
@@ -15,7 +16,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: gemma4 bench (-m DIR | --synthetic NAME) [--format bf16|mlx4|mlx8|mxfp4]\n"
-            "                    [-p 512] [-n 128] [-r 3] [--threads N] [--json]\n"
+            "                    [-p 512] [-n 128] [-r 3] [--threads N] [--device cpu|cuda|cuda:N] [--json]\n"
             "  NAME: e2b, e4b, 26b-a4b, 31b or 12b (full-size, random weights; real release configs)\n");
 }
 
@@ -36,7 +37,7 @@ static int32_t bench_token(int i, int vocab) { return (int32_t)(((uint32_t)i * 2
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *pp_text = "512", *tg_text = "128",
-               *reps_text = "3", *threads_text = NULL;
+               *reps_text = "3", *threads_text = NULL, *device = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -44,7 +45,8 @@ int cmd_bench(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--synthetic", &synthetic)) ||
             (r = cli_option(argc, argv, &i, "--format", &format)) || (r = cli_option(argc, argv, &i, "-p", &pp_text)) ||
             (r = cli_option(argc, argv, &i, "-n", &tg_text)) || (r = cli_option(argc, argv, &i, "-r", &reps_text)) ||
-            (r = cli_option(argc, argv, &i, "--threads", &threads_text))) {
+            (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
+            (r = cli_option(argc, argv, &i, "--device", &device))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--json")) {
             json = 1;
@@ -69,10 +71,10 @@ int cmd_bench(int argc, char **argv) {
     g4_model *model = NULL;
     double t_load = g4_now_seconds();
     if (model_path) {
-        if (cli_open_model(model_path, (int)threads, &be, &model) != 0) return 1;
+        if (cli_open_model_on(model_path, device, (int)threads, &be, &model) != 0) return 1;
     } else {
-        g4_status st = g4_backend_cpu_create((int)threads, &be);
-        if (st == G4_OK) st = g4_model_synthesize(synthetic, format, be, &model);
+        if (cli_create_backend(device, (int)threads, &be) != 0) return 1;
+        g4_status st = g4_model_synthesize(synthetic, format, be, &model);
         if (st != G4_OK) {
             cli_report_error("bench", st);
             g4_backend_destroy(be);
@@ -82,7 +84,11 @@ int cmd_bench(int argc, char **argv) {
     t_load = g4_now_seconds() - t_load;
     size_t rss_loaded = g4_current_rss_bytes();
     fprintf(stderr, "gemma4 bench: %s loaded in %.1f s; measuring machine limits...\n", model->path, t_load);
-    double bandwidth = g4_probe_memory_bandwidth(), gflops = g4_probe_cpu_gflops();
+    /* GPU: device-to-device copy bandwidth and cuBLAS bf16 rate; CPU: memory
+     * read bandwidth and float32 FMA rate */
+    const int on_gpu = g4_backend_is_cuda(be);
+    double bandwidth = on_gpu ? g4_cuda_probe_bandwidth(be) : g4_probe_memory_bandwidth();
+    double gflops = on_gpu ? 1000.0 * g4_cuda_probe_bf16_tflops(be) : g4_probe_cpu_gflops();
 
     const int V = model->config.text.vocab_size;
     int n_ctx = (int)(pp > tg ? pp : tg) + 8;
@@ -94,8 +100,16 @@ int cmd_bench(int argc, char **argv) {
     g4_status st = (logits && ids && pp_rate && tg_rate) ? g4_session_create(model, &opt, &s)
                                                          : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     for (long i = 0; i < pp; i++) ids[i] = bench_token((int)i, V);
-    /* warm-up: page in the weights and spin up the threads */
-    if (st == G4_OK) st = g4_session_eval(s, ids, pp > 16 ? 16 : (int)(pp ? pp : 1), NULL, G4_LOGITS_LAST, logits);
+    /* warm-up: page in the weights and spin up the threads; on a GPU one full
+     * prompt and a few steps, so that lazily loaded kernels and scratch
+     * buffers are ready before timing */
+    int warm = pp > 16 ? 16 : (int)(pp ? pp : 1);
+    if (on_gpu && pp > warm) warm = (int)pp;
+    if (st == G4_OK) st = g4_session_eval(s, ids, warm, NULL, G4_LOGITS_LAST, logits);
+    for (int i = 0; on_gpu && st == G4_OK && i < 4 && warm + i < n_ctx; i++) {
+        int32_t tok = bench_token(i + 3, V);
+        st = g4_session_eval(s, &tok, 1, NULL, G4_LOGITS_LAST, logits);
+    }
     for (long r = 0; st == G4_OK && r < reps; r++) {
         if (pp > 0) {
             g4_session_reset(s);
@@ -122,14 +136,15 @@ int cmd_bench(int argc, char **argv) {
         double flops_token = g4_model_flops_per_token(model);
         double pp_limit = gflops * 1e9 / flops_token;
         double rss = (double)g4_peak_rss_bytes() / (1u << 30);
+        double gpu_mem = (double)g4_cuda_memory_used(be) / (1u << 30);
         const char *fmt_name = synthetic ? format : "checkpoint";
         if (json) {
             printf("{\"model\":\"%s\",\"format\":\"%s\",\"threads\":%ld,\"pp\":%ld,\"pp_tps\":%.3f,\"pp_sd\":%.3f,"
                    "\"pp_limit_tps\":%.3f,\"tg\":%ld,\"tg_tps\":%.3f,\"tg_sd\":%.3f,\"tg_limit_tps\":%.3f,"
                    "\"bandwidth_gbs\":%.2f,\"gflops\":%.1f,\"decode_bytes\":%.0f,\"peak_rss_gib\":%.3f,"
-                   "\"load_s\":%.2f}\n",
+                   "\"load_s\":%.2f,\"backend\":\"%s\",\"device\":\"%s\",\"gpu_mem_gib\":%.3f}\n",
                    model->path, fmt_name, threads, pp, p.mean, p.sd, pp_limit, tg, t.mean, t.sd, tg_limit, bandwidth,
-                   gflops, weight_bytes + kv_bytes, rss, t_load);
+                   gflops, weight_bytes + kv_bytes, rss, t_load, be->ops->name, g4_cuda_device_name(be), gpu_mem);
         } else {
             printf("| model | format | test | t/s | limit t/s | of limit |\n|---|---|---|---|---|---|\n");
             if (pp > 0)
@@ -144,6 +159,10 @@ int cmd_bench(int argc, char **argv) {
                    "time to first token at pp%ld: %.1f ms\n",
                    rss, (double)rss_loaded / (1u << 30), t_load, be->ops->name, threads ? threads_text : "all", pp,
                    pp > 0 ? 1000.0 * pp / p.mean : 0.0);
+            if (on_gpu)
+                printf("GPU %s: %.2f GiB in use; limits from a measured %.0f GB/s device copy and %.0f TFLOP/s "
+                       "cuBLAS bf16\n",
+                       g4_cuda_device_name(be), gpu_mem, bandwidth, gflops / 1000.0);
         }
         rc = 0;
     } else {

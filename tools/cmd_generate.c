@@ -7,7 +7,8 @@
 #include "runtime/session.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: gemma4 generate -m DIR --ids 2,17,33,... -n N [--ignore-eos] [--threads N]\n");
+    fprintf(f, "usage: gemma4 generate -m DIR --ids 2,17,33,... -n N [--ignore-eos] [--threads N]\n"
+               "                       [--device cpu|cuda|cuda:N]\n");
 }
 
 static int argmax(const float *x, int n) {
@@ -18,13 +19,14 @@ static int argmax(const float *x, int n) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_path = NULL, *ids_text = NULL, *count_text = "16", *threads_text = NULL;
+    const char *model_path = NULL, *ids_text = NULL, *count_text = "16", *threads_text = NULL, *device = NULL;
     int ignore_eos = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--ids", &ids_text)) ||
             (r = cli_option(argc, argv, &i, "-n", &count_text)) ||
-            (r = cli_option(argc, argv, &i, "--threads", &threads_text))) {
+            (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
+            (r = cli_option(argc, argv, &i, "--device", &device))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--ignore-eos")) {
             ignore_eos = 1;
@@ -54,7 +56,7 @@ int cmd_generate(int argc, char **argv) {
     }
     g4_backend *be;
     g4_model *model;
-    if (cli_open_model(model_path, (int)threads, &be, &model) != 0) {
+    if (cli_open_model_on(model_path, device, (int)threads, &be, &model) != 0) {
         free(ids);
         return 1;
     }

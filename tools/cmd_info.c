@@ -6,13 +6,13 @@
 #include "cli_common.h"
 
 int cmd_info(int argc, char **argv) {
-    const char *model_path = NULL;
+    const char *model_path = NULL, *device = NULL;
     for (int i = 1; i < argc; i++) {
         int r;
-        if ((r = cli_option(argc, argv, &i, "-m", &model_path))) {
+        if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--device", &device))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
-            printf("usage: gemma4 info -m DIR\n");
+            printf("usage: gemma4 info -m DIR [--device cpu|cuda|cuda:N]\n");
             return 0;
         } else {
             fprintf(stderr, "gemma4 info: unknown argument '%s'\n", argv[i]);
@@ -20,12 +20,12 @@ int cmd_info(int argc, char **argv) {
         }
     }
     if (!model_path) {
-        fprintf(stderr, "usage: gemma4 info -m DIR\n");
+        fprintf(stderr, "usage: gemma4 info -m DIR [--device cpu|cuda|cuda:N]\n");
         return 2;
     }
     g4_backend *be;
     g4_model *model;
-    if (cli_open_model(model_path, 0, &be, &model) != 0) return 1;
+    if (cli_open_model_on(model_path, device, 0, &be, &model) != 0) return 1;
     char *text = g4_model_describe(model);
     if (text) fputs(text, stdout);
     free(text);

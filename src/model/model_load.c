@@ -87,8 +87,11 @@ static void load_text_layer(g4_weight_loader *L, int i, g4_text_layer *w) {
     if (tc->moe) {
         const int64_t E = tc->n_experts, I = tc->moe_width;
         g4_loader_matrix(L, lname(name, p, i, "router.proj"), 1, 0, E, d, &w->router);
-        const g4_st_tensor *scale = g4_loader_find(L, lname(name, p, i, "router.scale"));
-        if (scale && scale->ndim == 1 && scale->shape[0] == d &&
+        const g4_st_tensor *scale = L->synthetic ? NULL : g4_loader_find(L, lname(name, p, i, "router.scale"));
+        if (L->synthetic) {
+            /* benchmark weights: ones, like every synthetic vector */
+            w->router_scale = g4_loader_vector(L, name, d);
+        } else if (scale && scale->ndim == 1 && scale->shape[0] == d &&
             (scale->dtype == G4_DTYPE_BF16 || scale->dtype == G4_DTYPE_F16 || scale->dtype == G4_DTYPE_F32)) {
             /* fold hidden_size^-0.5 into the learned scale once */
             float *host = malloc((size_t)d * sizeof *host);

@@ -12,13 +12,22 @@
 g4_status g4_backend_open(const char *device, int threads, g4_backend **out) {
     *out = NULL;
     if (!device || !strcmp(device, "auto")) {
-        /* prefer the GPU when one is present */
-        if (g4_backend_cuda_create(0, out) == G4_OK) return G4_OK;
+        /* prefer the GPU when one is present and usable */
+        g4_status st = g4_backend_cuda_create(0, out);
+        if (st == G4_OK) return G4_OK;
+        if (st != G4_ERR_UNSUPPORTED)
+            g4_log(G4_LOG_WARN, "CUDA unusable, running on the CPU: %s", g4_error_message());
         return g4_backend_cpu_create(threads, out);
     }
     if (!strcmp(device, "cpu")) return g4_backend_cpu_create(threads, out);
-    if (!strcmp(device, "cuda")) return g4_backend_cuda_create(0, out);
-    return g4_fail(G4_ERR_INVALID_ARGUMENT, "unknown device '%s' (cpu or cuda)", device);
+    if (!strncmp(device, "cuda", 4) && (device[4] == '\0' || device[4] == ':')) {
+        char *end = NULL;
+        long index = device[4] == ':' ? strtol(device + 5, &end, 10) : 0;
+        if (device[4] == ':' && (end == device + 5 || *end || index < 0 || index > 1024))
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "bad device '%s' (cuda:N with N a GPU index)", device);
+        return g4_backend_cuda_create((int)index, out);
+    }
+    return g4_fail(G4_ERR_INVALID_ARGUMENT, "unknown device '%s' (cpu, cuda, cuda:N or auto)", device);
 }
 
 /* processor_config.json: image_seq_length and audio_seq_length. */

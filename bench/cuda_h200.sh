@@ -1,0 +1,116 @@
+#!/bin/bash
+# One call on the GPU machine: build with CUDA (or unpack prebuilt binaries),
+# run the CUDA tests, then benchmark synthetic full-size models. Logs go to
+# $OUT (default ./out). Run from the repository root:
+#   bench/cuda_h200.sh [tests|bench|all|quick] [bench configs as NAME:FORMAT ...]
+# G4_PREBUILT=path.tar.xz uses binaries built elsewhere (bin/, lib/ with the
+# shared libraries the GPU image may lack, COMMIT) instead of building there.
+# Each step has a time limit so that one hang cannot eat the whole lease.
+set -u
+OUT=${OUT:-$PWD/out}
+mode=${1:-all}
+shift || true
+configs=("$@")
+if [ ${#configs[@]} -eq 0 ]; then
+  configs=(e2b:bf16 e2b:mlx4 e2b:mxfp4 e4b:bf16 26b-a4b:bf16 26b-a4b:mlx4 26b-a4b:mxfp4 12b:bf16 31b:bf16 31b:mlx4
+           31b:mxfp4)
+fi
+mkdir -p "$OUT"
+summary=$OUT/summary.txt
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+gpu_txt=$(mktemp)
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$gpu_txt" 2>&1
+t0=$(date +%s)
+if [ -n "${G4_PREBUILT:-}" ]; then
+  pre=/tmp/g4-prebuilt
+  rm -rf "$pre" && mkdir -p "$pre/libx" "$pre/fixtures" && tar -xJf "$G4_PREBUILT" -C "$pre" || exit 1
+  # carried libraries only where the image has none of that name
+  for f in "$pre"/lib/*; do
+    ldconfig -p | grep -q "$(basename "$f") " || cp -a "$f" "$pre/libx/"
+  done
+  export LD_LIBRARY_PATH=$pre/libx:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  for a in tests/fixtures/*.tar.xz; do tar -xJf "$a" -C "$pre/fixtures"; done
+  GEMMA4=$pre/bin/gemma4 TESTS=$pre/bin
+  export G4_FIXTURES=$pre/fixtures
+  note "commit $(cat "$pre/COMMIT") (prebuilt); carried libs used: $(ls "$pre/libx" | tr '\n' ' ')"
+  ldd "$GEMMA4" | grep "not found" | tee -a "$summary"
+else
+  if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4_CUDA=ON &&
+         cmake --build build-gpu -j16; } > "$OUT/build.log" 2>&1; then
+    note "BUILD FAILED"; grep -v "^ptxas info" "$OUT/build.log" | tail -40; exit 1
+  fi
+  GEMMA4=build-gpu/gemma4 TESTS=build-gpu/tests
+  export G4_FIXTURES=$PWD/build-gpu/fixtures
+  note "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); build $(( $(date +%s) - t0 )) s"
+fi
+note "$(tail -1 "$gpu_txt")"
+
+run_step() { # name limit command...
+  local name=$1 limit=$2; shift 2
+  local s=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  note "$name: rc=$rc, $(( $(date +%s) - s )) s; $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$name.log" | tail -1)"
+  grep -E '^FAIL|failed:' "$OUT/$name.log" | head -20 | tee -a "$summary"
+}
+
+if [ "$mode" != bench ]; then
+  run_step test_cuda_backend 300 "$TESTS/test_cuda_backend"
+  sed -n '/^| op |/,$p' "$OUT/test_cuda_backend.log" | tee -a "$summary"
+  grep -E "^  (gemv|gemm|attention) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
+  run_step test_cuda_fixtures 300 "$TESTS/test_cuda_fixtures"
+  grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
+  if command -v compute-sanitizer > /dev/null; then
+    run_step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS/test_cuda_fixtures" \
+      ${MEMCHECK_FIXTURES:-dense moe-mlx4 e2b-mlx4}
+    grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$summary"
+  fi
+fi
+
+if [ "$mode" != tests ]; then
+  : > "$OUT/bench.jsonl"
+  : > "$OUT/bench.err"
+  for cfg in "${configs[@]}"; do
+    name=${cfg%%:*} fmt=${cfg##*:}
+    s=$(date +%s)
+    timeout 240 "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 128 -r 2 --json \
+      >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+    note "bench $name $fmt: rc=$?, $(( $(date +%s) - s )) s"
+  done
+  # prefill with plain bf16 products (G4_CUDA_PREFILL=bf16), for comparison
+  : > "$OUT/bench_fast.jsonl"
+  for cfg in ${FAST_CONFIGS:-}; do
+    name=${cfg%%:*} fmt=${cfg##*:}
+    s=$(date +%s)
+    G4_CUDA_PREFILL=bf16 timeout 240 "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 0 \
+      -r 2 --json >> "$OUT/bench_fast.jsonl" 2>> "$OUT/bench.err"
+    note "bench (bf16 prefill) $name $fmt: rc=$?, $(( $(date +%s) - s )) s"
+  done
+  python3 - "$OUT/bench.jsonl" "$OUT/bench_fast.jsonl" <<'EOF' | tee -a "$summary"
+import json, sys
+def rows(path):
+    out = []
+    for line in open(path):
+        try: out.append(json.loads(line))
+        except Exception: pass
+    return out
+main, fast = rows(sys.argv[1]), rows(sys.argv[2])
+print("| model | format | pp512 t/s | limit | tg128 t/s | limit | GB/token | GPU GiB |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+for r in main:
+    print(f"| {r['model']} | {r['format']} | {r['pp_tps']:.0f} ± {r['pp_sd']:.0f} | {r['pp_limit_tps']:.0f} "
+          f"({100*r['pp_tps']/r['pp_limit_tps']:.0f}%) | {r['tg_tps']:.1f} ± {r['tg_sd']:.1f} | "
+          f"{r['tg_limit_tps']:.0f} ({100*r['tg_tps']/r['tg_limit_tps']:.0f}%) | {r['decode_bytes']/1e9:.2f} | "
+          f"{r['gpu_mem_gib']:.1f} |")
+for r in fast:
+    print(f"| {r['model']} | {r['format']} (bf16 prefill) | {r['pp_tps']:.0f} ± {r['pp_sd']:.0f} | "
+          f"{r['pp_limit_tps']:.0f} ({100*r['pp_tps']/r['pp_limit_tps']:.0f}%) | | | | |")
+if main:
+    r = main[0]
+    print(f"limits: {r['bandwidth_gbs']:.0f} GB/s device copy, {r['gflops']/1000:.0f} TFLOP/s cuBLAS bf16")
+EOF
+  grep -v "loaded in\|^$" "$OUT/bench.err" | head -20 | tee -a "$summary"
+fi
+note "total: $(( $(date +%s) - t0 )) s"

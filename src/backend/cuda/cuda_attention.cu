@@ -1,0 +1,458 @@
+/* The paged KV cache and attention over it.
+ *
+ * The pool holds float32 K and V, [slot][kv head][head_dim] (the CPU
+ * layout); a bf16 pool would change only the element type of the loads
+ * below. One kernel serves decode and prefill: a block takes a tile of query
+ * rows (the heads of one KV head for one or more consecutive tokens) and a
+ * share of their key range; K and V for 16 or 32 positions at a time are
+ * staged in shared memory and used by every row of the tile (GQA), with an
+ * online softmax in float32. Consecutive tokens of one sequence (a prefill
+ * chunk) share one pass over the union of their ranges, each row masked to
+ * its own range. When there are too few tiles to fill the GPU (decode), the
+ * key range is split over several blocks and a second kernel merges their
+ * partial softmaxes (flash decoding). */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+struct cuda_kv {
+    float *k, *v;
+    int n_blocks, block_size, n_kv_heads, head_dim;
+};
+
+void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim) {
+    cuda_ctx *c = cuda_of(be);
+    cuda_kv *kv = (cuda_kv *)calloc(1, sizeof *kv);
+    if (!kv) return NULL;
+    const size_t n = (size_t)n_blocks * block_size * n_kv_heads * head_dim;
+    const size_t bytes = (n ? n : 1) * sizeof(float);
+    if (cudaMalloc(&kv->k, bytes) != cudaSuccess || cudaMalloc(&kv->v, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        if (kv->k) cudaFree(kv->k);
+        if (kv->v) cudaFree(kv->v);
+        free(kv);
+        return NULL;
+    }
+    /* zeros, as the CPU pool: never-written slots must not hold NaN bits */
+    cuda_check(c, cudaMemsetAsync(kv->k, 0, bytes, c->stream), "memset");
+    cuda_check(c, cudaMemsetAsync(kv->v, 0, bytes, c->stream), "memset");
+    kv->n_blocks = n_blocks;
+    kv->block_size = block_size;
+    kv->n_kv_heads = n_kv_heads;
+    kv->head_dim = head_dim;
+    return kv;
+}
+
+void cuda_kv_free(g4_backend *be, void *p) {
+    cuda_ctx *c = cuda_of(be);
+    cuda_kv *kv = (cuda_kv *)p;
+    if (!kv) return;
+    cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    cudaFree(kv->k);
+    cudaFree(kv->v);
+    free(kv);
+}
+
+/* Where the block tables put (sequence row, position). */
+struct kv_tables {
+    const int32_t *table;
+    int stride; /* entries per sequence row */
+    int ring;   /* sliding: ring blocks (logical block wraps); 0: linear */
+    int block_size;
+};
+
+__device__ __forceinline__ int64_t kv_slot(const kv_tables &tb, int seq, int pos) {
+    const int logical = pos / tb.block_size;
+    const int block = tb.table[(size_t)seq * tb.stride + (tb.ring ? logical % tb.ring : logical)];
+    return (int64_t)block * tb.block_size + pos % tb.block_size;
+}
+
+static kv_tables tables_of(const g4_attn_batch *b, int sliding) {
+    kv_tables tb;
+    tb.table = sliding ? b->sliding_tables : b->full_tables;
+    tb.stride = sliding ? b->ring_blocks : b->full_table_stride;
+    tb.ring = sliding ? b->ring_blocks : 0;
+    tb.block_size = b->block_size;
+    return tb;
+}
+
+__global__ void kv_store_kernel(float *kp, float *vp, const float *k, const float *v, const int32_t *seq,
+                                const int32_t *pos, kv_tables tb, int row) {
+    const int t = blockIdx.x;
+    const int64_t s = kv_slot(tb, seq[t], pos[t]);
+    float *kd = kp + (size_t)s * row, *vd = vp + (size_t)s * row;
+    const float *ks = k + (size_t)t * row, *vs = v + (size_t)t * row;
+    for (int i = threadIdx.x; i < row; i += blockDim.x) {
+        kd[i] = ks[i];
+        vd[i] = vs[i];
+    }
+}
+
+void cuda_kv_store(g4_backend *be, void *p, const float *k, const float *v, const g4_attn_batch *b, int sliding) {
+    cuda_ctx *c = cuda_of(be);
+    cuda_kv *kv = (cuda_kv *)p;
+    if (b->n_tokens <= 0) return;
+    const int row = kv->n_kv_heads * kv->head_dim;
+    kv_store_kernel<<<b->n_tokens, 256, 0, c->stream>>>(kv->k, kv->v, k, v, b->seq, b->pos, tables_of(b, sliding),
+                                                        row);
+    cuda_launched(c, "kv_store");
+}
+
+struct attn_params {
+    const float *q;
+    float *out;
+    const float *kp, *vp;
+    const int32_t *seq, *kv_range;
+    kv_tables tb;
+    int range_off; /* 0: sliding range, 2: full range */
+    int n_tokens, n_heads, n_kv, D, G;
+    int rows_per_tile, splits;
+    int split_len; /* positions per split, counted from the run's first key */
+    float scale;
+    float *part_acc, *part_ml;
+};
+
+#define ATTN_THREADS 256
+#define ATTN_WARPS 8
+
+/* DMAX: head_dim bound (loops run to the actual D); RPT: query rows per warp;
+ * T: positions per staged tile; with T = 16 each position's dot product is
+ * split over two lanes (halves of every 32 channels). */
+template <int DMAX, int RPT>
+__global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) {
+    constexpr int T = DMAX > 256 ? 16 : 32;
+    constexpr int LPP = 32 / T; /* lanes per position */
+    constexpr int DK = (DMAX + 31) / 32;
+    extern __shared__ float smem[];
+    const int D = p.D, ks = D | 1; /* odd K stride: lanes on different positions hit different banks */
+    const int RT = ATTN_WARPS * RPT;
+    float *Qs = smem;                  /* [RT][D] */
+    float *Ks = Qs + (size_t)RT * D;   /* [T][ks] */
+    float *Vs = Ks + (size_t)T * ks;   /* [T][D] */
+    const size_t slots_off = ((size_t)RT * D + (size_t)T * ks + (size_t)T * D + 1) & ~(size_t)1;
+    int64_t *slots = (int64_t *)(smem + slots_off); /* [T], 8-byte aligned */
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tile = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    const int first_row = tile * p.rows_per_tile;
+    const int total_rows = p.n_tokens * p.G;
+
+    /* the query rows of this tile into shared memory */
+    for (int i = tid; i < RT * D; i += ATTN_THREADS) {
+        const int lr = i / D, d = i % D;
+        const int gr = first_row + lr;
+        float v = 0.0f;
+        if (lr < p.rows_per_tile && gr < total_rows) {
+            const int t = gr / p.G, h = kvh * p.G + gr % p.G;
+            v = p.q[((size_t)t * p.n_heads + h) * D + d];
+        }
+        Qs[i] = v;
+    }
+
+    /* this warp's rows */
+    int row_t[RPT], row_h[RPT], row_lo[RPT], row_hi[RPT];
+#pragma unroll
+    for (int i = 0; i < RPT; i++) {
+        const int lr = warp * RPT + i, gr = first_row + lr;
+        row_t[i] = -1;
+        row_h[i] = 0;
+        row_lo[i] = 1;
+        row_hi[i] = 0;
+        if (lr < p.rows_per_tile && gr < total_rows) {
+            row_t[i] = gr / p.G;
+            row_h[i] = kvh * p.G + gr % p.G;
+            row_lo[i] = p.kv_range[4 * row_t[i] + p.range_off];
+            row_hi[i] = p.kv_range[4 * row_t[i] + p.range_off + 1];
+        }
+    }
+    const int last_row = min(first_row + p.rows_per_tile, total_rows) - 1;
+    if (last_row < first_row) return;
+    const int t_first = first_row / p.G, t_last = last_row / p.G;
+    __syncthreads();
+
+    const int part = lane / T, jl = lane % T;
+    for (int run_start = t_first; run_start <= t_last;) {
+        /* a run: consecutive tokens of one sequence */
+        const int s = p.seq[run_start];
+        int run_end = run_start + 1;
+        while (run_end <= t_last && p.seq[run_end] == s) run_end++;
+        int lo_u = INT32_MAX, hi_u = INT32_MIN;
+        for (int t = run_start; t < run_end; t++) {
+            const int lo = p.kv_range[4 * t + p.range_off], hi = p.kv_range[4 * t + p.range_off + 1];
+            if (lo <= hi) {
+                lo_u = min(lo_u, lo);
+                hi_u = max(hi_u, hi);
+            }
+        }
+        int s_lo = 0, s_hi = -1;
+        if (lo_u <= hi_u && (int64_t)split * p.split_len <= (int64_t)(hi_u - lo_u)) {
+            s_lo = lo_u + split * p.split_len;
+            s_hi = (int)min((int64_t)hi_u, (int64_t)s_lo + p.split_len - 1);
+        }
+        bool active[RPT];
+        float m[RPT], l[RPT], acc[RPT][DK];
+#pragma unroll
+        for (int i = 0; i < RPT; i++) {
+            active[i] = row_t[i] >= run_start && row_t[i] < run_end;
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < DK; k++) acc[i][k] = 0.0f;
+        }
+        for (int tile_lo = s_lo; tile_lo <= s_hi; tile_lo += T) {
+            if (tid < T) slots[tid] = tile_lo + tid <= s_hi ? kv_slot(p.tb, s, tile_lo + tid) : -1;
+            __syncthreads();
+            const size_t kv_row = (size_t)p.n_kv * D;
+            if ((D & 3) == 0) {
+                const int D4 = D >> 2;
+                for (int i = tid; i < T * D4; i += ATTN_THREADS) {
+                    const int j = i / D4, d = (i % D4) * 4;
+                    float4 kv4 = make_float4(0, 0, 0, 0), vv4 = make_float4(0, 0, 0, 0);
+                    if (slots[j] >= 0) {
+                        const size_t off = (size_t)slots[j] * kv_row + (size_t)kvh * D + d;
+                        kv4 = *reinterpret_cast<const float4 *>(p.kp + off);
+                        vv4 = *reinterpret_cast<const float4 *>(p.vp + off);
+                    }
+                    float *kd = Ks + (size_t)j * ks + d;
+                    kd[0] = kv4.x;
+                    kd[1] = kv4.y;
+                    kd[2] = kv4.z;
+                    kd[3] = kv4.w;
+                    *reinterpret_cast<float4 *>(Vs + (size_t)j * D + d) = vv4;
+                }
+            } else {
+                for (int i = tid; i < T * D; i += ATTN_THREADS) {
+                    const int j = i / D, d = i % D;
+                    float kk = 0.0f, vv = 0.0f;
+                    if (slots[j] >= 0) {
+                        const size_t off = (size_t)slots[j] * kv_row + (size_t)kvh * D + d;
+                        kk = p.kp[off];
+                        vv = p.vp[off];
+                    }
+                    Ks[(size_t)j * ks + d] = kk;
+                    Vs[(size_t)j * D + d] = vv;
+                }
+            }
+            __syncthreads();
+            bool any = false;
+#pragma unroll
+            for (int i = 0; i < RPT; i++) any |= active[i];
+            if (any) { /* warp-uniform */
+                float sc[RPT], pr[RPT];
+#pragma unroll
+                for (int i = 0; i < RPT; i++) sc[i] = 0.0f;
+                const float *qw = Qs + (size_t)warp * RPT * D;
+                const float *kr = Ks + (size_t)jl * ks;
+                if constexpr (LPP == 1) {
+                    for (int d = 0; d < D; d++) {
+                        const float kd = kr[d];
+#pragma unroll
+                        for (int i = 0; i < RPT; i++) sc[i] = fmaf(qw[(size_t)i * D + d], kd, sc[i]);
+                    }
+                } else {
+                    for (int b0 = 16 * part; b0 < D; b0 += 32)
+#pragma unroll 4
+                        for (int d = b0; d < b0 + 16; d++) {
+                            const float kd = kr[d];
+#pragma unroll
+                            for (int i = 0; i < RPT; i++) sc[i] = fmaf(qw[(size_t)i * D + d], kd, sc[i]);
+                        }
+#pragma unroll
+                    for (int i = 0; i < RPT; i++) sc[i] += __shfl_xor_sync(0xffffffffu, sc[i], 16);
+                }
+                const int pos = tile_lo + jl;
+#pragma unroll
+                for (int i = 0; i < RPT; i++) {
+                    pr[i] = 0.0f;
+                    if (!active[i]) continue; /* warp-uniform */
+                    const bool valid = pos <= s_hi && pos >= row_lo[i] && pos <= row_hi[i];
+                    const float sv = valid ? sc[i] * p.scale : -INFINITY;
+                    const float m_new = fmaxf(m[i], warp_max(sv));
+                    const float pv = m_new == -INFINITY ? 0.0f : expf(sv - m_new);
+                    const float alpha = m[i] == -INFINITY ? 0.0f : expf(m[i] - m_new);
+                    l[i] = l[i] * alpha + warp_sum(lane < T ? pv : 0.0f);
+                    m[i] = m_new;
+#pragma unroll
+                    for (int k = 0; k < DK; k++) acc[i][k] *= alpha;
+                    pr[i] = pv;
+                }
+                for (int j = 0; j < T; j++) {
+                    float pj[RPT];
+#pragma unroll
+                    for (int i = 0; i < RPT; i++) pj[i] = __shfl_sync(0xffffffffu, pr[i], j);
+                    const float *vr = Vs + (size_t)j * D;
+#pragma unroll
+                    for (int k = 0; k < DK; k++) {
+                        const int d = lane + 32 * k;
+                        if (d < D) {
+                            const float vv = vr[d];
+#pragma unroll
+                            for (int i = 0; i < RPT; i++) acc[i][k] = fmaf(pj[i], vv, acc[i][k]);
+                        }
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        /* results of this run's rows */
+#pragma unroll
+        for (int i = 0; i < RPT; i++) {
+            if (!active[i]) continue;
+            const size_t th = (size_t)row_t[i] * p.n_heads + row_h[i];
+            if (p.splits == 1) {
+                /* a division, as the merge does: one split gives the same bits either way */
+                float *o = p.out + th * D;
+#pragma unroll
+                for (int k = 0; k < DK; k++) {
+                    const int d = lane + 32 * k;
+                    if (d < D) o[d] = l[i] > 0.0f ? acc[i][k] / l[i] : 0.0f;
+                }
+            } else {
+                const size_t ps = th * p.splits + split;
+                if (lane == 0) {
+                    p.part_ml[2 * ps] = m[i];
+                    p.part_ml[2 * ps + 1] = l[i];
+                }
+                float *o = p.part_acc + ps * D;
+#pragma unroll
+                for (int k = 0; k < DK; k++) {
+                    const int d = lane + 32 * k;
+                    if (d < D) o[d] = acc[i][k];
+                }
+            }
+        }
+        run_start = run_end;
+    }
+}
+
+/* Merges the split partial softmaxes of one (token, head). */
+__global__ void attention_merge_kernel(float *out, const float *part_acc, const float *part_ml, int splits, int D) {
+    const size_t th = blockIdx.x;
+    const float *ml = part_ml + th * splits * 2;
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++)
+        if (ml[2 * s + 1] > 0.0f) M = fmaxf(M, ml[2 * s]);
+    float L = 0.0f;
+    for (int s = 0; s < splits; s++)
+        if (ml[2 * s + 1] > 0.0f) L += ml[2 * s + 1] * expf(ml[2 * s] - M);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float v = 0.0f;
+        if (L > 0.0f) {
+            for (int s = 0; s < splits; s++)
+                if (ml[2 * s + 1] > 0.0f) v += part_acc[(th * splits + s) * D + d] * expf(ml[2 * s] - M);
+            v /= L;
+        }
+        out[th * D + d] = v;
+    }
+}
+
+template <int DMAX, int RPT>
+static void launch_attention(cuda_ctx *c, const attn_params &p, int tiles, size_t smem) {
+    static int configured; /* the opt-in above 48 KB, once per kernel */
+    if (!configured) {
+        if (!cuda_check(c,
+                        cudaFuncSetAttribute(attention_kernel<DMAX, RPT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem > 48 * 1024 ? (int)c->smem_optin : 48 * 1024),
+                        "cudaFuncSetAttribute"))
+            return;
+        configured = (int)smem > 48 * 1024;
+    }
+    dim3 grid((unsigned)tiles, (unsigned)p.n_kv, (unsigned)p.splits);
+    attention_kernel<DMAX, RPT><<<grid, ATTN_THREADS, smem, c->stream>>>(p);
+    cuda_launched(c, "attention");
+}
+
+template <int DMAX>
+static void launch_attention_rpt(cuda_ctx *c, const attn_params &p, int rpt, int tiles, size_t smem) {
+    if (rpt == 1)
+        launch_attention<DMAX, 1>(c, p, tiles, smem);
+    else if (rpt == 2)
+        launch_attention<DMAX, 2>(c, p, tiles, smem);
+    else
+        launch_attention<DMAX, 4>(c, p, tiles, smem);
+}
+
+void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp, const g4_attn_batch *b, int sliding,
+                    int n_heads, float scale) {
+    cuda_ctx *c = cuda_of(be);
+    const cuda_kv *kv = (const cuda_kv *)kvp;
+    const int n = b->n_tokens, D = kv->head_dim, Hkv = kv->n_kv_heads;
+    if (n <= 0) return;
+    if (Hkv <= 0 || n_heads % Hkv) {
+        cuda_fail_op(c, "attention: %d query heads over %d KV heads", n_heads, Hkv);
+        return;
+    }
+    if (D <= 0 || D > 512 || (D > 256 && D % 32)) {
+        cuda_fail_op(c, "attention: head_dim %d unsupported (up to 256, or a multiple of 32 up to 512)", D);
+        return;
+    }
+    const int G = n_heads / Hkv;
+    const int dmax = D <= 64 ? 64 : D <= 128 ? 128 : D <= 256 ? 256 : 512;
+    const int T = dmax > 256 ? 16 : 32;
+    /* decode-like batches: one token's heads per tile, split keys instead */
+    int rpt, rows_per_tile;
+    const int decode = n <= 32 && G <= 4 * ATTN_WARPS;
+    if (decode) {
+        rows_per_tile = G;
+        rpt = G <= ATTN_WARPS ? 1 : G <= 2 * ATTN_WARPS ? 2 : 4;
+    } else {
+        rpt = dmax > 256 ? 2 : 4;
+        rows_per_tile = ATTN_WARPS * rpt;
+    }
+    const int tiles = (int)(((int64_t)n * G + rows_per_tile - 1) / rows_per_tile);
+    /* Decode splits each token's keys into pieces of a fixed length from its
+     * first key (at most 64 pieces), so a token's result does not depend on
+     * what else is in the batch; prefill tiles are parallel enough alone. */
+    int splits = 1, split_len = INT32_MAX / 2;
+    if (decode) {
+        const int64_t max_span = (int64_t)(sliding ? b->ring_blocks : b->full_table_stride) * b->block_size;
+        int64_t len = (max_span + 63) / 64;
+        len = (len + T - 1) / T * T;
+        if (len < 128) len = 128;
+        split_len = (int)len;
+        splits = (int)((max_span + len - 1) / len);
+        if (splits < 1) splits = 1;
+    }
+    attn_params p;
+    p.q = q;
+    p.out = out;
+    p.kp = kv->k;
+    p.vp = kv->v;
+    p.seq = b->seq;
+    p.kv_range = b->kv_range;
+    p.tb = tables_of(b, sliding);
+    p.range_off = sliding ? 0 : 2;
+    p.n_tokens = n;
+    p.n_heads = n_heads;
+    p.n_kv = Hkv;
+    p.D = D;
+    p.G = G;
+    p.rows_per_tile = rows_per_tile;
+    p.splits = splits;
+    p.split_len = split_len;
+    p.scale = scale;
+    p.part_acc = p.part_ml = NULL;
+    if (splits > 1) {
+        const size_t th = (size_t)n * n_heads * splits;
+        float *part = (float *)cuda_scratch(c, SCRATCH_ATTN_PART, th * ((size_t)D + 2) * sizeof(float));
+        if (!part) return;
+        p.part_acc = part;
+        p.part_ml = part + th * D;
+    }
+    const size_t smem = ((size_t)ATTN_WARPS * rpt * D + (size_t)T * (D | 1) + (size_t)T * D + 1) * sizeof(float) +
+                        (size_t)T * sizeof(int64_t) + 8;
+    if (smem > c->smem_optin) {
+        cuda_fail_op(c, "attention: %zu bytes of shared memory needed, %zu available", smem, c->smem_optin);
+        return;
+    }
+    switch (dmax) {
+    case 64: launch_attention_rpt<64>(c, p, rpt, tiles, smem); break;
+    case 128: launch_attention_rpt<128>(c, p, rpt, tiles, smem); break;
+    case 256: launch_attention_rpt<256>(c, p, rpt, tiles, smem); break;
+    default: launch_attention_rpt<512>(c, p, rpt, tiles, smem); break;
+    }
+    if (splits > 1) {
+        attention_merge_kernel<<<n * n_heads, 128, 0, c->stream>>>(out, p.part_acc, p.part_ml, splits, D);
+        cuda_launched(c, "attention_merge");
+    }
+}

@@ -1,0 +1,427 @@
+/* The CUDA backend: device memory, the stream, weight upload, the op table
+ * and the probes of machine limits. Kernels live in the sibling files. */
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "base/log.h"
+}
+
+/* ---- errors ---- */
+
+static void record_failure(cuda_ctx *c, const char *msg) {
+    if (c->failed == G4_OK) g4_log(G4_LOG_ERROR, "cuda: %s", msg);
+    if (c->failed == G4_OK) c->failed = G4_ERR_INTERNAL;
+}
+
+int cuda_check(cuda_ctx *c, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 1;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    record_failure(c, msg);
+    return 0;
+}
+
+int cuda_check_blas(cuda_ctx *c, cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return 1;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s failed: cuBLAS status %d", what, (int)s);
+    record_failure(c, msg);
+    return 0;
+}
+
+void cuda_fail_op(cuda_ctx *c, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    record_failure(c, msg);
+}
+
+void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
+    if (bytes <= c->scratch_bytes[slot]) return c->scratch[slot];
+    /* grow with headroom; the stream may still use the old buffer */
+    cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    if (c->scratch[slot]) cudaFree(c->scratch[slot]);
+    c->scratch[slot] = NULL;
+    c->scratch_bytes[slot] = 0;
+    size_t want = bytes + bytes / 4 + 256;
+    if (!cuda_check(c, cudaMalloc(&c->scratch[slot], want), "cudaMalloc (scratch)")) return NULL;
+    c->scratch_bytes[slot] = want;
+    return c->scratch[slot];
+}
+
+/* ---- memory ---- */
+
+static void cuda_destroy(g4_backend *be) {
+    cuda_ctx *c = cuda_of(be);
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    for (size_t i = 0; i < c->n_uploads; i++) cudaFree(c->uploads[i].dev);
+    free(c->uploads);
+    for (int i = 0; i < SCRATCH_COUNT; i++)
+        if (c->scratch[i]) cudaFree(c->scratch[i]);
+    for (int i = 0; i < 2; i++) {
+        if (c->pinned[i]) cudaFreeHost(c->pinned[i]);
+        if (c->pinned_free[i]) cudaEventDestroy(c->pinned_free[i]);
+    }
+    if (c->blas_workspace) cudaFree(c->blas_workspace);
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c);
+    free(be);
+}
+
+static void *cuda_alloc(g4_backend *be, size_t bytes) {
+    cuda_ctx *c = cuda_of(be);
+    void *p = NULL;
+    /* 256-byte rounding keeps every buffer aligned for 16-byte vector loads */
+    if (cudaMalloc(&p, bytes ? (bytes + 255) & ~(size_t)255 : 256) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is the caller's to report */
+        return NULL;
+    }
+    (void)c;
+    return p;
+}
+
+static void cuda_release(g4_backend *be, void *ptr) {
+    cuda_ctx *c = cuda_of(be);
+    if (!ptr) return;
+    cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    cuda_check(c, cudaFree(ptr), "cudaFree");
+}
+
+static void cuda_to_device(g4_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = cuda_of(be);
+    /* from pageable memory the copy is staged before this returns, so the
+     * caller may reuse src at once */
+    if (bytes) cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "copy to device");
+}
+
+static void cuda_to_host(g4_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = cuda_of(be);
+    if (!bytes) return;
+    cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "copy to host");
+    cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    if (c->failed != G4_OK) memset(dst, 0xff, bytes); /* NaN: never pass off garbage as results */
+}
+
+static void cuda_copy(g4_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = cuda_of(be);
+    if (bytes && dst != src)
+        cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), "device copy");
+}
+
+static void cuda_synchronize(g4_backend *be) {
+    cuda_ctx *c = cuda_of(be);
+    cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+}
+
+/* Copies host bytes to the device through two pinned staging buffers, the
+ * host copy of one chunk overlapping the DMA of the other. */
+static g4_status upload(cuda_ctx *c, const void *host, size_t bytes, void **out) {
+    *out = NULL;
+    if (c->n_uploads == c->cap_uploads) {
+        size_t cap = c->cap_uploads ? c->cap_uploads * 2 : 256;
+        cuda_upload *grown = (cuda_upload *)realloc(c->uploads, cap * sizeof *grown);
+        if (!grown) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+        c->uploads = grown;
+        c->cap_uploads = cap;
+    }
+    void *dev = NULL;
+    cudaError_t e = cudaMalloc(&dev, bytes ? bytes : 256);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of GPU memory uploading a weight of %zu bytes (%zu of %zu MiB free)",
+                       bytes, free_b >> 20, total_b >> 20);
+    }
+    const unsigned char *src = (const unsigned char *)host;
+    for (size_t off = 0, k = 0; off < bytes; off += c->pinned_bytes, k ^= 1) {
+        size_t n = bytes - off < c->pinned_bytes ? bytes - off : c->pinned_bytes;
+        if (!cuda_check(c, cudaEventSynchronize(c->pinned_free[k]), "cudaEventSynchronize")) break;
+        /* parallel copy: one core cannot keep up with the DMA engine */
+        unsigned char *stage = (unsigned char *)c->pinned[k];
+        const size_t piece = 1u << 20;
+#pragma omp parallel for schedule(static) if (n > 4 * piece)
+        for (size_t p = 0; p < (n + piece - 1) / piece; p++) {
+            size_t len = n - p * piece < piece ? n - p * piece : piece;
+            memcpy(stage + p * piece, src + off + p * piece, len);
+        }
+        if (!cuda_check(c, cudaMemcpyAsync((unsigned char *)dev + off, stage, n, cudaMemcpyHostToDevice, c->stream),
+                        "weight upload"))
+            break;
+        cuda_check(c, cudaEventRecord(c->pinned_free[k], c->stream), "cudaEventRecord");
+    }
+    if (c->failed != G4_OK) {
+        cudaFree(dev);
+        return g4_fail(G4_ERR_INTERNAL, "CUDA failure while uploading weights");
+    }
+    c->uploads[c->n_uploads].host = host;
+    c->uploads[c->n_uploads].dev = dev;
+    c->uploads[c->n_uploads].bytes = bytes;
+    c->n_uploads++;
+    *out = dev;
+    return G4_OK;
+}
+
+static g4_status cuda_prepare_matrix(g4_backend *be, g4_matrix *m) {
+    cuda_ctx *c = cuda_of(be);
+    if (!m->data) return G4_OK;
+    const size_t rows = (size_t)m->rows;
+    void *dev = NULL;
+    g4_status st = upload(c, m->data, rows * m->row_bytes, &dev);
+    if (st != G4_OK) return st;
+    m->data = dev;
+    if (m->scales) {
+        st = upload(c, m->scales, rows * m->scale_row_bytes, &dev);
+        if (st != G4_OK) return st;
+        m->scales = dev;
+    }
+    if (m->biases) {
+        st = upload(c, m->biases, rows * m->scale_row_bytes, &dev);
+        if (st != G4_OK) return st;
+        m->biases = dev;
+    }
+    return G4_OK;
+}
+
+/* ---- the op table ---- */
+
+static const g4_backend_ops cuda_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .to_device = cuda_to_device,
+    .to_host = cuda_to_host,
+    .copy = cuda_copy,
+    .prepare_matrix = cuda_prepare_matrix,
+    .synchronize = cuda_synchronize,
+    .matmul = cuda_matmul,
+    .embed = cuda_embed,
+    .rmsnorm = cuda_rmsnorm,
+    .rope = cuda_rope,
+    .gelu_mul = cuda_gelu_mul,
+    .add = cuda_add,
+    .scale = cuda_scale,
+    .mul_rows = cuda_mul_rows,
+    .mul = cuda_mul,
+    .softcap = cuda_softcap,
+    .gather_rows = cuda_gather_rows,
+    .scatter_rows = cuda_scatter_rows,
+    .copy_rows = cuda_copy_rows,
+    .kv_alloc = cuda_kv_alloc,
+    .kv_free = cuda_kv_free,
+    .kv_store = cuda_kv_store,
+    .attention = cuda_attention,
+    .moe_route = cuda_moe_route,
+    .moe_experts = cuda_moe_experts,
+    .affine = cuda_affine,
+    .rope_2d = cuda_rope_2d,
+    .pool_rows = cuda_pool_rows,
+    .scale_rows = cuda_scale_rows,
+    .add_rows = cuda_add_rows,
+    .clamp = cuda_clamp,
+    .relu = cuda_relu,
+    .silu = cuda_silu,
+    .glu = cuda_glu,
+    .layer_norm = cuda_layer_norm,
+    .conv2d = cuda_conv2d,
+    .depthwise_conv1d_causal = cuda_depthwise_conv1d_causal,
+    .chunked_attention = cuda_chunked_attention,
+};
+
+extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
+    *out = NULL;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return g4_fail(G4_ERR_UNSUPPORTED, "no CUDA device available (%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "no devices found");
+    }
+    if (device < 0 || device >= count)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "CUDA device %d does not exist (%d present)", device, count);
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+        cudaGetLastError();
+        return g4_fail(G4_ERR_UNSUPPORTED, "cannot use CUDA device %d", device);
+    }
+    if (prop.major < 8)
+        return g4_fail(G4_ERR_UNSUPPORTED, "CUDA device %d (%s) has compute capability %d.%d; 8.0 or newer needed",
+                       device, prop.name, prop.major, prop.minor);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    g4_backend *be = (g4_backend *)calloc(1, sizeof *be);
+    if (!c || !be) {
+        free(c);
+        free(be);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    be->ops = &cuda_ops;
+    be->impl = c;
+    c->device = device;
+    snprintf(c->name, sizeof c->name, "%s", prop.name);
+    c->sm_count = prop.multiProcessorCount;
+    c->smem_optin = prop.sharedMemPerBlockOptin;
+    const char *qg = getenv("G4_CUDA_QGEMM");
+    c->quant_gemm_mma = qg && !strcmp(qg, "mma");
+    const char *pf = getenv("G4_CUDA_PREFILL");
+    c->prefill_split = !(pf && !strcmp(pf, "bf16"));
+    c->gemv_rows4 = getenv("G4_CUDA_GEMV_ROWS4") != NULL;
+    c->pinned_bytes = 64u << 20;
+    c->blas_workspace_bytes = 32u << 20;
+    int ok = cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (int i = 0; ok && i < 2; i++) {
+        ok = cuda_check(c, cudaHostAlloc(&c->pinned[i], c->pinned_bytes, cudaHostAllocDefault), "cudaHostAlloc") &&
+             cuda_check(c, cudaEventCreateWithFlags(&c->pinned_free[i], cudaEventDisableTiming), "cudaEventCreate") &&
+             cuda_check(c, cudaEventRecord(c->pinned_free[i], c->stream), "cudaEventRecord");
+    }
+    ok = ok && cuda_check(c, cudaMalloc(&c->blas_workspace, c->blas_workspace_bytes), "cudaMalloc");
+    ok = ok && cuda_check_blas(c, cublasCreate(&c->blas), "cublasCreate") &&
+         cuda_check_blas(c, cublasSetStream(c->blas, c->stream), "cublasSetStream") &&
+         cuda_check_blas(c, cublasSetWorkspace(c->blas, c->blas_workspace, c->blas_workspace_bytes),
+                         "cublasSetWorkspace") &&
+         /* true float32 for float32 weights: no TF32 */
+         cuda_check_blas(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    if (!ok) {
+        cuda_destroy(be);
+        return g4_fail(G4_ERR_UNSUPPORTED, "cannot initialise CUDA device %d (%s)", device, prop.name);
+    }
+    g4_log(G4_LOG_INFO, "cuda: device %d: %s, %d SMs, %.1f GiB", device, prop.name, prop.multiProcessorCount,
+           (double)prop.totalGlobalMem / (1u << 30));
+    *out = be;
+    return G4_OK;
+}
+
+/* ---- beside the op table ---- */
+
+extern "C" int g4_backend_is_cuda(const g4_backend *be) { return be && be->ops == &cuda_ops; }
+
+extern "C" const char *g4_cuda_device_name(const g4_backend *be) {
+    return g4_backend_is_cuda(be) ? ((const cuda_ctx *)be->impl)->name : "";
+}
+
+extern "C" g4_status g4_cuda_status(g4_backend *be) {
+    if (!g4_backend_is_cuda(be)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "not a CUDA backend");
+    cuda_ctx *c = cuda_of(be);
+    cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    if (c->failed != G4_OK) return g4_fail(c->failed, "a CUDA operation failed earlier (see the log)");
+    return G4_OK;
+}
+
+extern "C" size_t g4_cuda_memory_used(g4_backend *be) {
+    if (!g4_backend_is_cuda(be)) return 0;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return total_b - free_b;
+}
+
+static int compare_floats(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float median(float *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, compare_floats);
+    return v[n / 2];
+}
+
+extern "C" double g4_cuda_probe_bandwidth(g4_backend *be) {
+    if (!g4_backend_is_cuda(be)) return 0;
+    cuda_ctx *c = cuda_of(be);
+    const size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t t0, t1;
+    double result = 0;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) goto done;
+    cudaEventCreate(&t0);
+    cudaEventCreate(&t1);
+    /* non-zero contents, then warm up */
+    cudaMemsetAsync(a, 0x5a, bytes, c->stream);
+    for (int i = 0; i < 3; i++) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, c->stream);
+    {
+        float ms[10];
+        for (int i = 0; i < 10; i++) {
+            cudaEventRecord(t0, c->stream);
+            cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice, c->stream);
+            cudaEventRecord(t1, c->stream);
+            cudaEventSynchronize(t1);
+            cudaEventElapsedTime(&ms[i], t0, t1);
+        }
+        float m = median(ms, 10);
+        if (cudaGetLastError() == cudaSuccess && m > 0) result = 2.0 * (double)bytes / (m * 1e-3) / 1e9;
+    }
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+done:
+    cudaGetLastError();
+    if (a) cudaFree(a);
+    if (b) cudaFree(b);
+    return result;
+}
+
+/* Random bf16 in [-1, 1) from a hash of the index: never zeros (zeros run
+ * faster than real data on tensor cores). */
+__global__ void fill_random_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+        x ^= x >> 15;
+        x *= 2246822519u;
+        x ^= x >> 13;
+        p[i] = __float2bfloat16(((float)(x >> 8) / 8388608.0f) - 1.0f);
+    }
+}
+
+extern "C" double g4_cuda_probe_bf16_tflops(g4_backend *be) {
+    if (!g4_backend_is_cuda(be)) return 0;
+    cuda_ctx *c = cuda_of(be);
+    const int N = 8192;
+    const size_t elems = (size_t)N * N;
+    __nv_bfloat16 *a = NULL, *b = NULL, *d = NULL;
+    cudaEvent_t t0, t1;
+    double result = 0;
+    const float alpha = 1.0f, beta = 0.0f;
+    if (cudaMalloc(&a, elems * 2) != cudaSuccess || cudaMalloc(&b, elems * 2) != cudaSuccess ||
+        cudaMalloc(&d, elems * 2) != cudaSuccess)
+        goto done;
+    cudaEventCreate(&t0);
+    cudaEventCreate(&t1);
+    fill_random_bf16<<<1024, 256, 0, c->stream>>>(a, elems, 1u);
+    fill_random_bf16<<<1024, 256, 0, c->stream>>>(b, elems, 2u);
+    {
+        float ms[10];
+        int ok = 1;
+        for (int i = 0; i < 13 && ok; i++) {
+            if (i >= 3) cudaEventRecord(t0, c->stream);
+            ok = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &alpha, a, CUDA_R_16BF, N, b, CUDA_R_16BF,
+                              N, &beta, d, CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) ==
+                 CUBLAS_STATUS_SUCCESS;
+            if (i >= 3) {
+                cudaEventRecord(t1, c->stream);
+                cudaEventSynchronize(t1);
+                cudaEventElapsedTime(&ms[i - 3], t0, t1);
+            }
+        }
+        if (ok && cudaGetLastError() == cudaSuccess) {
+            float m = median(ms, 10);
+            if (m > 0) result = 2.0 * N * (double)N * N / (m * 1e-3) / 1e12;
+        }
+    }
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+done:
+    cudaGetLastError();
+    if (a) cudaFree(a);
+    if (b) cudaFree(b);
+    if (d) cudaFree(d);
+    return result;
+}

@@ -1,0 +1,34 @@
+/* CUDA-only entry points beside the op table: what the device is, whether
+ * something failed on it, and the machine limits `gemma4 bench` prints.
+ * Built without CUDA (cuda_stub.c) they report "no device". */
+#ifndef G4_BACKEND_CUDA_BACKEND_H
+#define G4_BACKEND_CUDA_BACKEND_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether be is a CUDA backend. */
+int g4_backend_is_cuda(const g4_backend *be);
+/* The device's name ("" when not CUDA). */
+const char *g4_cuda_device_name(const g4_backend *be);
+/* G4_OK, or the first failure of a CUDA call since creation (its message
+ * becomes the current error). Ops cannot return errors themselves. */
+g4_status g4_cuda_status(g4_backend *be);
+/* Device memory in use, in bytes (all processes). */
+size_t g4_cuda_memory_used(g4_backend *be);
+/* Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes
+ * written (median of timed 1 GiB copies); 0 on failure. */
+double g4_cuda_probe_bandwidth(g4_backend *be);
+/* bf16 matrix product rate in TFLOP/s through cuBLAS (8192^3, float32
+ * accumulation, random inputs, median of timed runs); 0 on failure. */
+double g4_cuda_probe_bf16_tflops(g4_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

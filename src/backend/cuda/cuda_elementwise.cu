@@ -1,0 +1,316 @@
+/* Elementwise ops, RMSNorm, RoPE, embeddings and the vision helpers.
+ *
+ * These follow the CPU reference's arithmetic step by step (explicit
+ * round-to-nearest multiplies and adds where the host compiler does not fuse,
+ * double sums for RMSNorm and pooling, RoPE frequencies computed on the host
+ * exactly as there), so results agree to a few ulp; only tanh/sin/cos come
+ * from CUDA's libdevice (within 2 ulp). */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+#define THREADS 256
+
+/* ---- elementwise ---- */
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+    /* 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))), evaluated
+     * left to right without fused multiply-adds, as the host does */
+    const float k = 0.7978845608028654f;
+    float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
+    float t = tanhf(__fmul_rn(k, __fadd_rn(x, cube)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+}
+
+__global__ void gelu_mul_kernel(float *out, const float *gate, const float *up, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __fmul_rn(gelu_tanh(gate[i]), up[i]);
+}
+
+enum binary_op { OP_ADD, OP_MUL };
+
+template <int OP>
+__global__ void binary_kernel(float *out, const float *a, const float *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = OP == OP_ADD ? __fadd_rn(a[i], b[i]) : __fmul_rn(a[i], b[i]);
+}
+
+template <int OP>
+__global__ void rows_kernel(float *out, const float *a, const float *v, size_t n, int dim) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float w = v[i % (size_t)dim];
+        out[i] = OP == OP_ADD ? __fadd_rn(a[i], w) : __fmul_rn(a[i], w);
+    }
+}
+
+__global__ void affine_kernel(float *out, const float *a, float s, float b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __fadd_rn(__fmul_rn(a[i], s), b);
+}
+
+__global__ void clamp_kernel(float *out, const float *x, size_t n, float lo, float hi) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        /* torch.clamp: max first, then min */
+        float v = x[i] < lo ? lo : x[i];
+        out[i] = v > hi ? hi : v;
+    }
+}
+
+__global__ void softcap_kernel(float *x, size_t n, float cap) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(cap, tanhf(__fdiv_rn(x[i], cap)));
+}
+
+static unsigned grid_for(size_t n) {
+    unsigned b = cuda_blocks(n, THREADS);
+    return b > 65536u ? 65536u : b;
+}
+
+void cuda_launch_gelu_mul(cuda_ctx *c, float *out, const float *gate, const float *up, size_t n) {
+    if (!n) return;
+    gelu_mul_kernel<<<grid_for(n), THREADS, 0, c->stream>>>(out, gate, up, n);
+    cuda_launched(c, "gelu_mul");
+}
+
+void cuda_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n) {
+    cuda_launch_gelu_mul(cuda_of(be), out, gate, up, n);
+}
+
+void cuda_add(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
+    cuda_ctx *c = cuda_of(be);
+    if (!n) return;
+    binary_kernel<OP_ADD><<<grid_for(n), THREADS, 0, c->stream>>>(out, a, b, n);
+    cuda_launched(c, "add");
+}
+
+void cuda_mul(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
+    cuda_ctx *c = cuda_of(be);
+    if (!n) return;
+    binary_kernel<OP_MUL><<<grid_for(n), THREADS, 0, c->stream>>>(out, a, b, n);
+    cuda_launched(c, "mul");
+}
+
+void cuda_scale(g4_backend *be, float *out, const float *a, float s, size_t n) {
+    cuda_ctx *c = cuda_of(be);
+    if (!n) return;
+    affine_kernel<<<grid_for(n), THREADS, 0, c->stream>>>(out, a, s, 0.0f, n);
+    cuda_launched(c, "scale");
+}
+
+void cuda_affine(g4_backend *be, float *out, const float *a, float s, float b, size_t n) {
+    cuda_ctx *c = cuda_of(be);
+    if (!n) return;
+    affine_kernel<<<grid_for(n), THREADS, 0, c->stream>>>(out, a, s, b, n);
+    cuda_launched(c, "affine");
+}
+
+void cuda_mul_rows(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim) {
+    cuda_ctx *c = cuda_of(be);
+    size_t n = (size_t)rows * (size_t)dim;
+    if (!n) return;
+    rows_kernel<OP_MUL><<<grid_for(n), THREADS, 0, c->stream>>>(out, a, v, n, dim);
+    cuda_launched(c, "mul_rows");
+}
+
+void cuda_add_rows(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim) {
+    cuda_ctx *c = cuda_of(be);
+    size_t n = (size_t)rows * (size_t)dim;
+    if (!n) return;
+    rows_kernel<OP_ADD><<<grid_for(n), THREADS, 0, c->stream>>>(out, a, v, n, dim);
+    cuda_launched(c, "add_rows");
+}
+
+void cuda_clamp(g4_backend *be, float *out, const float *x, float lo, float hi, size_t n) {
+    cuda_ctx *c = cuda_of(be);
+    if (!n) return;
+    clamp_kernel<<<grid_for(n), THREADS, 0, c->stream>>>(out, x, n, lo, hi);
+    cuda_launched(c, "clamp");
+}
+
+void cuda_softcap(g4_backend *be, float *x, size_t n, float cap) {
+    cuda_ctx *c = cuda_of(be);
+    if (!n) return;
+    softcap_kernel<<<grid_for(n), THREADS, 0, c->stream>>>(x, n, cap);
+    cuda_launched(c, "softcap");
+}
+
+/* ---- row moves ---- */
+
+/* dst[dst_row(i)][:] = src[src_row(i)][:]; NULL index lists mean i itself. */
+__global__ void move_rows_kernel(float *dst, size_t dst_stride, const int32_t *dst_rows, const float *src,
+                                 size_t src_stride, const int32_t *src_rows, int cols) {
+    const int i = blockIdx.x;
+    const size_t d = dst_rows ? (size_t)dst_rows[i] : (size_t)i;
+    const size_t s = src_rows ? (size_t)src_rows[i] : (size_t)i;
+    float *o = dst + d * dst_stride;
+    const float *x = src + s * src_stride;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = x[c];
+}
+
+static void move_rows(cuda_ctx *c, float *dst, size_t dst_stride, const int32_t *dst_rows, const float *src,
+                      size_t src_stride, const int32_t *src_rows, int n, int cols, const char *what) {
+    if (n <= 0 || cols <= 0) return;
+    move_rows_kernel<<<n, cols >= 256 ? 256 : 128, 0, c->stream>>>(dst, dst_stride, dst_rows, src, src_stride,
+                                                                   src_rows, cols);
+    cuda_launched(c, what);
+}
+
+void cuda_gather_rows(g4_backend *be, float *dst, const float *src, const int32_t *rows, int n, int dim) {
+    move_rows(cuda_of(be), dst, (size_t)dim, NULL, src, (size_t)dim, rows, n, dim, "gather_rows");
+}
+
+void cuda_scatter_rows(g4_backend *be, float *dst, const int32_t *rows, const float *src, int n, int dim) {
+    move_rows(cuda_of(be), dst, (size_t)dim, rows, src, (size_t)dim, NULL, n, dim, "scatter_rows");
+}
+
+void cuda_copy_rows(g4_backend *be, float *dst, int dst_stride, const float *src, int src_stride, int rows, int cols) {
+    cuda_ctx *c = cuda_of(be);
+    if (rows <= 0 || cols <= 0) return;
+    cuda_check(c,
+               cudaMemcpy2DAsync(dst, (size_t)dst_stride * 4, src, (size_t)src_stride * 4, (size_t)cols * 4,
+                                 (size_t)rows, cudaMemcpyDeviceToDevice, c->stream),
+               "copy_rows");
+}
+
+/* ---- RMSNorm ---- */
+
+/* One block per row; the sum of squares in double, as the host does. */
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps) {
+    const size_t r = blockIdx.x;
+    const float *xr = x + r * (size_t)dim;
+    float *yr = out + r * (size_t)dim;
+    double ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    __shared__ double part[32];
+    __shared__ float inv_s;
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0;
+        for (int k = 0; k < (int)(blockDim.x >> 5); k++) total += part[k];
+        inv_s = (float)(1.0 / sqrt(total / dim + (double)eps));
+    }
+    __syncthreads();
+    const float inv = inv_s;
+    if (w)
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+    else
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = __fmul_rn(xr[i], inv);
+}
+
+void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps) {
+    cuda_ctx *c = cuda_of(be);
+    if (rows <= 0 || dim <= 0) return;
+    int threads = dim >= 2048 ? 512 : dim >= 512 ? 256 : dim >= 128 ? 128 : 32;
+    rmsnorm_kernel<<<rows, threads, 0, c->stream>>>(out, x, w, dim, eps);
+    cuda_launched(c, "rmsnorm");
+}
+
+/* ---- RoPE ---- */
+
+#define ROPE_MAX_PAIRS 512
+
+struct rope_freqs {
+    float inv_freq[ROPE_MAX_PAIRS];
+};
+
+/* One block per token: cos/sin of its angles once, then every head. x is
+ * [n][n_heads][head_dim] with the rotated part of head h at
+ * h*head_dim + offset (offset/half select one axis of 2-D RoPE). */
+__global__ void rope_kernel(float *x, int n_heads, int head_dim, int half, int offset, int n_pairs,
+                            const int32_t *pos, int pos_stride, rope_freqs f) {
+    __shared__ float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
+    const int t = blockIdx.x;
+    const float p = (float)pos[(size_t)t * pos_stride];
+    for (int j = threadIdx.x; j < n_pairs; j += blockDim.x) {
+        float angle = __fmul_rn(p, f.inv_freq[j]);
+        cs[j] = cosf(angle);
+        sn[j] = sinf(angle);
+    }
+    __syncthreads();
+    float *xt = x + (size_t)t * n_heads * head_dim + offset;
+    for (int i = threadIdx.x; i < n_heads * n_pairs; i += blockDim.x) {
+        const int h = i / n_pairs, j = i % n_pairs;
+        float *v = xt + (size_t)h * head_dim;
+        float a = v[j], b = v[j + half];
+        v[j] = __fsub_rn(__fmul_rn(a, cs[j]), __fmul_rn(b, sn[j]));
+        v[j + half] = __fadd_rn(__fmul_rn(b, cs[j]), __fmul_rn(a, sn[j]));
+    }
+}
+
+void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos, float theta,
+               int n_pairs) {
+    cuda_ctx *c = cuda_of(be);
+    const int half = head_dim / 2;
+    if (n_pairs > half) n_pairs = half;
+    if (n_tokens <= 0 || n_pairs <= 0 || n_heads <= 0) return;
+    if (n_pairs > ROPE_MAX_PAIRS) {
+        cuda_fail_op(c, "rope: %d frequency pairs exceed the supported %d", n_pairs, ROPE_MAX_PAIRS);
+        return;
+    }
+    rope_freqs f;
+    /* exactly as PyTorch (and the CPU backend) build them, in float32 */
+    for (int j = 0; j < n_pairs; j++) f.inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+    rope_kernel<<<n_tokens, 128, 0, c->stream>>>(x, n_heads, head_dim, half, 0, n_pairs, pos, 1, f);
+    cuda_launched(c, "rope");
+}
+
+void cuda_rope_2d(g4_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos_xy, float theta) {
+    cuda_ctx *c = cuda_of(be);
+    const int part = head_dim / 2, half = part / 2;
+    if (n <= 0 || half <= 0 || n_heads <= 0) return;
+    if (half > ROPE_MAX_PAIRS) {
+        cuda_fail_op(c, "rope_2d: head_dim %d too large", head_dim);
+        return;
+    }
+    rope_freqs f;
+    for (int j = 0; j < half; j++) f.inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)part);
+    for (int axis = 0; axis < 2; axis++) {
+        rope_kernel<<<n, 128, 0, c->stream>>>(x, n_heads, head_dim, half, axis * part, half, pos_xy + axis, 2, f);
+        cuda_launched(c, "rope_2d");
+    }
+}
+
+/* ---- embeddings ---- */
+
+__global__ void embed_kernel(float *out, dev_matrix table, const int32_t *ids, float scale) {
+    const int i = blockIdx.x;
+    const int64_t r = ids[i];
+    float *o = out + (size_t)i * (size_t)table.cols;
+    const bool scaled = scale != 1.0f;
+    for (int64_t c = threadIdx.x; c < table.cols; c += blockDim.x) {
+        float v = dev_matrix_get(table, r, c);
+        o[c] = scaled ? __fmul_rn(v, scale) : v;
+    }
+}
+
+void cuda_embed(g4_backend *be, float *out, const g4_matrix *table, const int32_t *ids, int n, float scale) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0) return;
+    embed_kernel<<<n, 256, 0, c->stream>>>(out, dev_matrix_of(table), ids, scale);
+    cuda_launched(c, "embed");
+}
+
+/* ---- pooling ---- */
+
+/* One block per output row: sums the rows that pool into it in input
+ * order, in double, then scales (as the host does). */
+__global__ void pool_rows_kernel(float *out, const float *in, const int32_t *slot, int n_in, int dim, float scale) {
+    const int o = blockIdx.y;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= dim) return;
+    double acc = 0;
+    for (int r = 0; r < n_in; r++)
+        if (slot[r] == o) acc += (double)in[(size_t)r * dim + c];
+    out[(size_t)o * dim + c] = (float)(acc * scale);
+}
+
+void cuda_pool_rows(g4_backend *be, float *out, const float *in, const int32_t *slot, int n_in, int n_out, int dim,
+                    float scale) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_out <= 0 || dim <= 0) return;
+    dim3 grid(cuda_blocks((size_t)dim, 128), (unsigned)n_out);
+    pool_rows_kernel<<<grid, 128, 0, c->stream>>>(out, in, slot, n_in, dim, scale);
+    cuda_launched(c, "pool_rows");
+}

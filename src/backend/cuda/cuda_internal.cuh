@@ -1,0 +1,263 @@
+/* Shared by the CUDA backend's translation units: the backend state, error
+ * bookkeeping, growable scratch buffers and device-side weight decoding.
+ *
+ * Every op runs asynchronously on the backend's one stream; only to_host,
+ * release and synchronize wait. A failing CUDA call cannot be returned
+ * through the void ops, so the first failure is logged and made sticky:
+ * later to_host copies are filled with NaN so nothing downstream mistakes
+ * garbage for results (g4_cuda_status reports it). */
+#ifndef G4_BACKEND_CUDA_INTERNAL_CUH
+#define G4_BACKEND_CUDA_INTERNAL_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+}
+
+/* Growable device buffers, one per use, reused across calls (the stream
+ * orders every use, so one buffer per purpose suffices). */
+enum cuda_scratch_slot {
+    SCRATCH_X_BF16 = 0,  /* activations rounded to bf16 for tensor cores */
+    SCRATCH_W_BF16,      /* weights dequantised to bf16 for cuBLAS */
+    SCRATCH_ATTN_PART,   /* split-K attention partials */
+    SCRATCH_MOE_GATE,
+    SCRATCH_MOE_UP,
+    SCRATCH_MOE_DOWN,
+    SCRATCH_MOE_SORT,
+    SCRATCH_COUNT
+};
+
+struct cuda_upload {
+    const void *host;
+    void *dev;
+    size_t bytes;
+};
+
+struct cuda_ctx {
+    int device;
+    char name[256];
+    int sm_count;
+    size_t smem_optin;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_workspace;
+    size_t blas_workspace_bytes;
+    void *scratch[SCRATCH_COUNT];
+    size_t scratch_bytes[SCRATCH_COUNT];
+    /* weights uploaded by prepare_matrix, owned here and freed at destroy
+     * (the op table has no per-matrix release) */
+    cuda_upload *uploads;
+    size_t n_uploads, cap_uploads;
+    void *pinned[2];
+    size_t pinned_bytes;
+    cudaEvent_t pinned_free[2];
+    int quant_gemm_mma; /* G4_CUDA_QGEMM=mma: quantised prefill through the mma kernel */
+    /* Prefill GEMMs split activations (and non-bf16 weights) into hi + lo
+     * bf16 parts: about float32 accuracy for 2-3x the tensor-core work.
+     * G4_CUDA_PREFILL=bf16 turns it off (one bf16 product, ~3 significant
+     * digits per activation). */
+    int prefill_split;
+    int gemv_rows4; /* G4_CUDA_GEMV_ROWS4=1: see launch_gemv_tokens */
+    g4_status failed;   /* sticky first failure */
+};
+
+static inline cuda_ctx *cuda_of(g4_backend *be) { return (cuda_ctx *)be->impl; }
+
+/* Records a failed CUDA call (first one wins, logged once). Returns 1 when ok. */
+int cuda_check(cuda_ctx *c, cudaError_t e, const char *what);
+int cuda_check_blas(cuda_ctx *c, cublasStatus_t s, const char *what);
+/* After a kernel launch: catches bad launch configurations. */
+static inline int cuda_launched(cuda_ctx *c, const char *kernel) { return cuda_check(c, cudaGetLastError(), kernel); }
+/* Records a misuse of an op (bad sizes, unsupported shape). */
+void cuda_fail_op(cuda_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A device buffer of at least `bytes` for `slot` (NULL and a sticky failure
+ * when the device is out of memory). */
+void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
+
+static inline unsigned cuda_blocks(size_t n, unsigned threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b > 0x7fffffffu ? 0x7fffffffu : (b ? b : 1));
+}
+
+/* ---- per-file entry points ---- */
+
+/* elementwise, norms, rope, embeddings, vision helpers (cuda_elementwise.cu) */
+void cuda_embed(g4_backend *be, float *out, const g4_matrix *table, const int32_t *ids, int n, float scale);
+void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps);
+void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos, float theta,
+               int n_pairs);
+void cuda_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
+void cuda_add(g4_backend *be, float *out, const float *a, const float *b, size_t n);
+void cuda_scale(g4_backend *be, float *out, const float *a, float s, size_t n);
+void cuda_mul_rows(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim);
+void cuda_mul(g4_backend *be, float *out, const float *a, const float *b, size_t n);
+void cuda_softcap(g4_backend *be, float *x, size_t n, float cap);
+void cuda_gather_rows(g4_backend *be, float *dst, const float *src, const int32_t *rows, int n, int dim);
+void cuda_scatter_rows(g4_backend *be, float *dst, const int32_t *rows, const float *src, int n, int dim);
+void cuda_copy_rows(g4_backend *be, float *dst, int dst_stride, const float *src, int src_stride, int rows, int cols);
+void cuda_clamp(g4_backend *be, float *out, const float *x, float lo, float hi, size_t n);
+void cuda_affine(g4_backend *be, float *out, const float *a, float s, float b, size_t n);
+void cuda_add_rows(g4_backend *be, float *out, const float *a, const float *v, int rows, int dim);
+void cuda_rope_2d(g4_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos_xy, float theta);
+void cuda_pool_rows(g4_backend *be, float *out, const float *in, const int32_t *slot, int n_in, int n_out, int dim,
+                    float scale);
+/* audio tower ops (cuda_audio_ops.cu) */
+void cuda_scale_rows(g4_backend *be, float *out, const float *a, const float *s, int rows, int dim);
+void cuda_relu(g4_backend *be, float *out, const float *x, size_t n);
+void cuda_silu(g4_backend *be, float *out, const float *x, size_t n);
+void cuda_glu(g4_backend *be, float *out, const float *x, int rows, int dim);
+void cuda_layer_norm(g4_backend *be, float *out, const float *x, const float *w, const float *b, int rows, int dim,
+                     float eps);
+void cuda_conv2d(g4_backend *be, float *out, const float *x, const float *w, int H, int W, int c_in, int c_out, int kh,
+                 int kw, int stride, int pad);
+void cuda_depthwise_conv1d_causal(g4_backend *be, float *out, const float *x, const float *w, int T, int C, int K);
+void cuda_chunked_attention(g4_backend *be, float *out, const float *q, const float *k, const float *v,
+                            const float *rel_k, const int32_t *valid, const g4_chunked_attn_params *p);
+/* out = gelu_tanh(gate) * up on the backend's stream (also used by MoE) */
+void cuda_launch_gelu_mul(cuda_ctx *c, float *out, const float *gate, const float *up, size_t n);
+
+/* matrices (cuda_matmul.cu) */
+void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
+
+/* Matrix-vector products for up to 8 tokens, float32 throughout. With ids,
+ * each of n_slots slots multiplies one vector (row slot / x_div of x) by
+ * expert ids[slot]'s rows [ids*expert_stride + row_offset, + rows) of w and
+ * writes out row slot (slots with ids outside [0, n_experts) are skipped). */
+void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
+               const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
+               int64_t row_offset, int n_experts);
+/* Whether the mma kernel below handles this matrix (format, alignment). */
+int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride);
+/* out[dst(m)][n] = sum_k W_e[n][k] x[src(m)][k] with bf16 tensor cores and
+ * weights dequantised in the tile. Dense: m < n_rows, src = dst = m, e = 0.
+ * Grouped (sorted != NULL): tiles from cuda_moe_sort, src = slot / x_div. */
+typedef struct {
+    const int32_t *sorted, *tile_expert, *tile_start, *tile_len, *n_tiles;
+    int max_tiles;
+} cuda_groups;
+void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int x_div, int n_rows,
+                   const g4_matrix *w, int64_t rows, int64_t expert_stride, int64_t row_offset, const cuda_groups *g);
+/* Rows per tile of the grouped mma kernel. */
+#define CUDA_MMA_GROUP_BM 64
+
+/* attention and KV cache (cuda_attention.cu) */
+void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim);
+void cuda_kv_free(g4_backend *be, void *kv);
+void cuda_kv_store(g4_backend *be, void *kv, const float *k, const float *v, const g4_attn_batch *b, int sliding);
+void cuda_attention(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b, int sliding,
+                    int n_heads, float scale);
+
+/* mixture of experts (cuda_moe.cu) */
+void cuda_moe_route(g4_backend *be, int32_t *ids, float *weights, const float *logits, const float *expert_scale,
+                    int n, int n_experts, int k);
+void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const int32_t *ids, const float *weights,
+                      int k, const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down);
+
+/* ---- device-side weights ---- */
+
+/* A g4_matrix as the kernels see it. */
+struct dev_matrix {
+    const uint8_t *data, *scales, *biases;
+    size_t row_bytes, scale_row_bytes;
+    int format, bits, group_size, scale_dtype; /* scale_dtype: 0 bf16, 1 f16, 2 f32 */
+    int64_t rows, cols;
+};
+
+static inline dev_matrix dev_matrix_of(const g4_matrix *m) {
+    dev_matrix d;
+    d.data = (const uint8_t *)m->data;
+    d.scales = (const uint8_t *)m->scales;
+    d.biases = (const uint8_t *)m->biases;
+    d.row_bytes = m->row_bytes;
+    d.scale_row_bytes = m->scale_row_bytes;
+    d.format = (int)m->format;
+    d.bits = m->bits;
+    d.group_size = m->group_size;
+    d.scale_dtype = m->scale_dtype == G4_DTYPE_F16 ? 1 : m->scale_dtype == G4_DTYPE_F32 ? 2 : 0;
+    d.rows = m->rows;
+    d.cols = m->cols;
+    return d;
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t h) { return __uint_as_float(h << 16); }
+
+__device__ __forceinline__ float load_group_param(const uint8_t *row, int dtype, int64_t g) {
+    if (dtype == 0) return bf16_bits_to_float(((const uint16_t *)row)[g]);
+    if (dtype == 1) return __half2float(((const __half *)row)[g]);
+    return ((const float *)row)[g];
+}
+
+/* 2^(e - 127) exactly, denormal for e = 0; NaN for 255 (OCP E8M0). */
+__device__ __forceinline__ float e8m0_value(uint32_t e) {
+    if (e == 255u) return __uint_as_float(0x7fc00000u);
+    if (e == 0u) return __uint_as_float(0x00400000u);
+    return __uint_as_float(e << 23);
+}
+
+/* E2M1: bits s e1 e0 m; value (-1)^s 2^(e-1) (1 + m/2), or m/2 when e = 0. */
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+    const float mag2 = (float)((0xC8643210u >> (4u * (code & 7u))) & 15u); /* twice the magnitude */
+    return (code & 8u) ? -0.5f * mag2 : 0.5f * mag2;
+}
+
+/* Code c of a row stored as a little-endian bit stream of `bits`-bit codes. */
+__device__ __forceinline__ uint32_t read_code(const uint8_t *row, int bits, int64_t c) {
+    uint64_t bit = (uint64_t)c * (uint64_t)bits;
+    const uint8_t *p = row + bit / 8;
+    uint32_t shift = (uint32_t)(bit % 8);
+    uint32_t v = (uint32_t)p[0] >> shift;
+    if (shift + (uint32_t)bits > 8) v |= (uint32_t)p[1] << (8 - shift);
+    return v & ((1u << bits) - 1u);
+}
+
+/* Element (r, c) as float, rounded exactly as the host reference
+ * (g4_matrix_get): scale * q + bias without a fused multiply-add. */
+__device__ __forceinline__ float dev_matrix_get(const dev_matrix &m, int64_t r, int64_t c) {
+    const uint8_t *row = m.data + (size_t)r * m.row_bytes;
+    switch (m.format) {
+    case G4_WEIGHT_F32: return ((const float *)row)[c];
+    case G4_WEIGHT_BF16: return bf16_bits_to_float(((const uint16_t *)row)[c]);
+    case G4_WEIGHT_F16: return __half2float(((const __half *)row)[c]);
+    case G4_WEIGHT_AFFINE: {
+        const uint8_t *s = m.scales + (size_t)r * m.scale_row_bytes;
+        const uint8_t *b = m.biases + (size_t)r * m.scale_row_bytes;
+        int64_t g = c / m.group_size;
+        float q = (float)read_code(row, m.bits, c);
+        return __fadd_rn(__fmul_rn(load_group_param(s, m.scale_dtype, g), q), load_group_param(b, m.scale_dtype, g));
+    }
+    case G4_WEIGHT_MXFP4: {
+        const uint8_t *s = m.scales + (size_t)r * m.scale_row_bytes;
+        return __fmul_rn(e2m1_value(read_code(row, 4, c)), e8m0_value(s[c / m.group_size]));
+    }
+    }
+    return __uint_as_float(0x7fc00000u);
+}
+
+/* 16 bytes of weights streamed past L1 (read once, keep L1 for activations). */
+__device__ __forceinline__ uint4 load_stream16(const void *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#endif

@@ -1,0 +1,915 @@
+/* Matrix products over weights in their stored formats.
+ *
+ *  n_tokens <= 8 (decode): a dequantising GEMV in float32. Each warp owns a
+ *    few rows and streams them in 16-byte loads that bypass L1 (each weight
+ *    byte is read once); the activations stay in L1 and are reused across
+ *    the warp's rows; codes become floats in registers.
+ *  n_tokens > 8 (prefill): bf16 tensor cores through cuBLAS. Activations
+ *    are split into hi + lo bf16 parts (x = hi + lo to 16 significant bits)
+ *    and multiplied twice; weights of other formats are dequantised into a
+ *    bf16 scratch (hi and lo) in row chunks, three products each. float32
+ *    weights use cuBLAS's float32 GEMM (no TF32). G4_CUDA_PREFILL=bf16 keeps
+ *    only the hi parts: one product, bf16 rounding of activations and
+ *    weights (2^-9 relative), enough for trained checkpoints but not for the
+ *    tiny random fixtures, whose logits amplify it to 0.1-1 relative error.
+ *    The dequantising pass costs about 2-4 bytes written and read per weight
+ *    per call, amortised over the prompt's tokens; G4_CUDA_QGEMM=mma instead
+ *    dequantises inside the tiles of the mma kernel below (also used by the
+ *    MoE experts).
+ * Precision: float32 activations and accumulation everywhere; the split
+ * products keep prefill within about 1e-5 of float32. */
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+enum fast_format { FF_F32, FF_BF16, FF_F16, FF_AFF2, FF_AFF4, FF_AFF8, FF_MXFP4, FF_NONE };
+
+/* columns held by 16 bytes of a row */
+template <int F> __host__ __device__ constexpr int chunk_cols() {
+    return F == FF_F32 ? 4 : F == FF_BF16 || F == FF_F16 ? 8 : F == FF_AFF8 ? 16 : F == FF_AFF2 ? 64 : 32;
+}
+
+/* rows per warp in the GEMV: enough reuse of each activation load */
+template <int F> __host__ __device__ constexpr int gemv_rows() {
+    return F == FF_AFF2 ? 1 : F == FF_AFF4 || F == FF_AFF8 || F == FF_MXFP4 ? 2 : 4;
+}
+
+template <int F> __host__ __device__ constexpr bool is_affine() { return F == FF_AFF2 || F == FF_AFF4 || F == FF_AFF8; }
+
+static int fast_format_of(const g4_matrix *w) {
+    switch (w->format) {
+    case G4_WEIGHT_F32: return FF_F32;
+    case G4_WEIGHT_BF16: return FF_BF16;
+    case G4_WEIGHT_F16: return FF_F16;
+    case G4_WEIGHT_AFFINE:
+        return w->bits == 2 ? FF_AFF2 : w->bits == 4 ? FF_AFF4 : w->bits == 8 ? FF_AFF8 : FF_NONE;
+    case G4_WEIGHT_MXFP4: return w->bits == 4 ? FF_MXFP4 : FF_NONE;
+    }
+    return FF_NONE;
+}
+
+static int chunk_cols_of(int f) {
+    switch (f) {
+    case FF_F32: return chunk_cols<FF_F32>();
+    case FF_BF16: return chunk_cols<FF_BF16>();
+    case FF_F16: return chunk_cols<FF_F16>();
+    case FF_AFF2: return chunk_cols<FF_AFF2>();
+    case FF_AFF4: return chunk_cols<FF_AFF4>();
+    case FF_AFF8: return chunk_cols<FF_AFF8>();
+    case FF_MXFP4: return chunk_cols<FF_MXFP4>();
+    }
+    return 0;
+}
+
+/* Decodes one 16-byte chunk into chunk_cols<F>() floats: plain values for
+ * float formats, codes q for affine (the caller applies scale and bias),
+ * E2M1 values for MXFP4 (the caller applies the E8M0 scale). */
+template <int F>
+__device__ __forceinline__ void decode_chunk(const uint4 raw, float *v, const float *lut) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    const float magic = 8388608.0f; /* 2^23: (2^23 + q) is exact in float32 */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (F == FF_F32) {
+            v[i] = __uint_as_float(w[i]);
+        } else if constexpr (F == FF_BF16) {
+            v[2 * i] = __uint_as_float(w[i] << 16);
+            v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        } else if constexpr (F == FF_F16) {
+            __half2 h = *reinterpret_cast<const __half2 *>(&w[i]);
+            float2 f = __half22float2(h);
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        } else if constexpr (F == FF_AFF8) {
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                v[4 * i + k] = __uint_as_float(__byte_perm(w[i], 0x4B000000u, 0x7440u | (uint32_t)k)) - magic;
+        } else if constexpr (F == FF_AFF4) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[8 * i + k] = __uint_as_float(((w[i] >> (4 * k)) & 15u) | 0x4B000000u) - magic;
+        } else if constexpr (F == FF_AFF2) {
+#pragma unroll
+            for (int k = 0; k < 16; k++) v[16 * i + k] = __uint_as_float(((w[i] >> (2 * k)) & 3u) | 0x4B000000u) - magic;
+        } else if constexpr (F == FF_MXFP4) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[8 * i + k] = lut[(w[i] >> (4 * k)) & 15u];
+        }
+    }
+}
+
+struct gemv_args {
+    const uint8_t *data, *scales, *biases;
+    size_t row_bytes, scale_row_bytes;
+    int scale_dtype, group_size;
+    int64_t rows, cols;
+    const float *x;
+    size_t x_stride;
+    float *out;
+    size_t out_stride;
+    int n;
+    const int32_t *ids;
+    int64_t expert_stride, row_offset;
+    int x_div, n_experts;
+};
+
+#define GEMV_WARPS 4
+
+template <int F, int NT, int R>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(gemv_args a) {
+    constexpr int C = chunk_cols<F>();
+    __shared__ float lut[16];
+    if constexpr (F == FF_MXFP4) {
+        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
+        __syncthreads();
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)blockIdx.x * GEMV_WARPS + warp) * R;
+    const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
+    const float *x = a.x;
+    float *out = a.out;
+    int n = a.n;
+    if (a.ids) {
+        const int slot = blockIdx.y;
+        const int e = a.ids[slot];
+        if (e < 0 || e >= a.n_experts) return;
+        const int64_t base = (int64_t)e * a.expert_stride + a.row_offset;
+        data += (size_t)base * a.row_bytes;
+        if (scales) scales += (size_t)base * a.scale_row_bytes;
+        if (biases) biases += (size_t)base * a.scale_row_bytes;
+        x += (size_t)(slot / a.x_div) * a.x_stride;
+        out += (size_t)slot * a.out_stride;
+        n = 1;
+    }
+    if (row0 >= a.rows) return;
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    const int n_chunks = (int)(a.cols / C);
+    /* two chunks per lane per pass: twice the bytes in flight */
+    for (int ch0 = lane; ch0 < n_chunks; ch0 += 64) {
+        uint4 raw[2][R];
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int ch = ch0 + 32 * u;
+                raw[u][r] = ch < n_chunks && row0 + r < a.rows
+                                ? load_stream16(data + (size_t)(row0 + r) * a.row_bytes + (size_t)ch * 16)
+                                : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int ch = ch0 + 32 * u;
+            if (ch >= n_chunks) break;
+            float s[R], b[R];
+            if constexpr (is_affine<F>() || F == FF_MXFP4) {
+                const int64_t g = (int64_t)ch * C / a.group_size;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    s[r] = b[r] = 0.0f;
+                    if (row0 + r < a.rows) {
+                        const uint8_t *sr = scales + (size_t)(row0 + r) * a.scale_row_bytes;
+                        if constexpr (F == FF_MXFP4) {
+                            s[r] = e8m0_value(sr[g]);
+                        } else {
+                            s[r] = load_group_param(sr, a.scale_dtype, g);
+                            b[r] = load_group_param(biases + (size_t)(row0 + r) * a.scale_row_bytes, a.scale_dtype, g);
+                        }
+                    }
+                }
+            }
+            float wv[R][C];
+#pragma unroll
+            for (int r = 0; r < R; r++) decode_chunk<F>(raw[u][r], wv[r], lut);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                float xv[C];
+                const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * a.x_stride + (size_t)ch * C);
+#pragma unroll
+                for (int i = 0; i < C / 4; i++) {
+                    float4 q = __ldg(xp + i);
+                    xv[4 * i] = q.x;
+                    xv[4 * i + 1] = q.y;
+                    xv[4 * i + 2] = q.z;
+                    xv[4 * i + 3] = q.w;
+                }
+                float sx = 0.0f;
+                if constexpr (is_affine<F>()) {
+#pragma unroll
+                    for (int i = 0; i < C; i++) sx += xv[i];
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float d = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < C; i++) d = fmaf(wv[r][i], xv[i], d);
+                    if constexpr (is_affine<F>())
+                        acc[r][t] += s[r] * d + b[r] * sx;
+                    else if constexpr (F == FF_MXFP4)
+                        acc[r][t] = fmaf(s[r], d, acc[r][t]);
+                    else
+                        acc[r][t] += d;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = warp_sum(acc[r][t]);
+            if (lane == 0 && t < n && row0 + r < a.rows) out[(size_t)t * a.out_stride + (size_t)(row0 + r)] = v;
+        }
+}
+
+/* Any format, any alignment: element by element (odd shapes, 3/5/6/7-bit). */
+template <int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args a, dev_matrix m) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + warp;
+    const float *x = a.x;
+    float *out = a.out;
+    int n = a.n;
+    int64_t base = 0;
+    if (a.ids) {
+        const int slot = blockIdx.y;
+        const int e = a.ids[slot];
+        if (e < 0 || e >= a.n_experts) return;
+        base = (int64_t)e * a.expert_stride + a.row_offset;
+        x += (size_t)(slot / a.x_div) * a.x_stride;
+        out += (size_t)slot * a.out_stride;
+        n = 1;
+    }
+    if (row >= a.rows) return;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int64_t c = lane; c < a.cols; c += 32) {
+        const float w = dev_matrix_get(m, base + row, c);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < n) acc[t] = fmaf(w, x[(size_t)t * a.x_stride + c], acc[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0 && t < n) out[(size_t)t * a.out_stride + row] = v;
+    }
+}
+
+template <int F, int NT, int R>
+static void launch_gemv(cuda_ctx *c, const gemv_args &a, int n_slots) {
+    constexpr int rows_per_block = GEMV_WARPS * R;
+    dim3 grid(cuda_blocks((size_t)a.rows, rows_per_block), (unsigned)n_slots);
+    gemv_kernel<F, NT, R><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(a);
+    cuda_launched(c, "gemv");
+}
+
+template <int F>
+static void launch_gemv_tokens(cuda_ctx *c, const gemv_args &a, int n_slots) {
+    constexpr int R = gemv_rows<F>();
+    /* G4_CUDA_GEMV_ROWS4: four rows per warp for one token of a quantised
+     * format (each activation load serves twice the weights; an experiment) */
+    if (a.n <= 1 && c->gemv_rows4 && (is_affine<F>() || F == FF_MXFP4) && F != FF_AFF2)
+        launch_gemv<F, 1, 4>(c, a, n_slots);
+    else if (a.n <= 1)
+        launch_gemv<F, 1, R>(c, a, n_slots);
+    else if (a.n <= 2)
+        launch_gemv<F, 2, R>(c, a, n_slots);
+    else if (a.n <= 4)
+        launch_gemv<F, 4, R>(c, a, n_slots);
+    else
+        launch_gemv<F, 8, R>(c, a, n_slots);
+}
+
+template <int NT>
+static void launch_gemv_generic(cuda_ctx *c, const gemv_args &a, const dev_matrix &m, int n_slots) {
+    dim3 grid(cuda_blocks((size_t)a.rows, GEMV_WARPS), (unsigned)n_slots);
+    gemv_generic_kernel<NT><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(a, m);
+    cuda_launched(c, "gemv_generic");
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
+               const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
+               int64_t row_offset, int n_experts) {
+    if (n_tokens > 8) {
+        cuda_fail_op(c, "gemv: %d tokens (at most 8)", n_tokens);
+        return;
+    }
+    gemv_args a;
+    a.data = (const uint8_t *)w->data;
+    a.scales = (const uint8_t *)w->scales;
+    a.biases = (const uint8_t *)w->biases;
+    a.row_bytes = w->row_bytes;
+    a.scale_row_bytes = w->scale_row_bytes;
+    a.scale_dtype = dev_matrix_of(w).scale_dtype;
+    a.group_size = w->group_size;
+    a.rows = w->rows; /* with ids: rows of one expert */
+    a.cols = w->cols;
+    a.x = x;
+    a.x_stride = x_stride;
+    a.out = out;
+    a.out_stride = out_stride;
+    a.n = ids ? 1 : n_tokens;
+    a.ids = ids;
+    a.expert_stride = expert_stride;
+    a.row_offset = row_offset;
+    a.x_div = x_div > 0 ? x_div : 1;
+    a.n_experts = n_experts;
+    if (!ids) n_slots = 1;
+    if (a.rows <= 0 || n_slots <= 0) return;
+    int f = fast_format_of(w);
+    const int C = f == FF_NONE ? 0 : chunk_cols_of(f);
+    int fast = f != FF_NONE && w->cols % C == 0 && w->row_bytes == (size_t)(w->cols / C) * 16 &&
+               w->row_bytes % 16 == 0 && aligned16(w->data) && aligned16(x) && x_stride % 4 == 0;
+    if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
+        fast = w->group_size > 0 && w->group_size % C == 0 && (f != FF_MXFP4 || w->group_size == 32);
+    if (!fast) {
+        dev_matrix m = dev_matrix_of(w);
+        if (a.n <= 1)
+            launch_gemv_generic<1>(c, a, m, n_slots);
+        else if (a.n <= 4)
+            launch_gemv_generic<4>(c, a, m, n_slots);
+        else
+            launch_gemv_generic<8>(c, a, m, n_slots);
+        return;
+    }
+    switch (f) {
+    case FF_F32: launch_gemv_tokens<FF_F32>(c, a, n_slots); break;
+    case FF_BF16: launch_gemv_tokens<FF_BF16>(c, a, n_slots); break;
+    case FF_F16: launch_gemv_tokens<FF_F16>(c, a, n_slots); break;
+    case FF_AFF2: launch_gemv_tokens<FF_AFF2>(c, a, n_slots); break;
+    case FF_AFF4: launch_gemv_tokens<FF_AFF4>(c, a, n_slots); break;
+    case FF_AFF8: launch_gemv_tokens<FF_AFF8>(c, a, n_slots); break;
+    case FF_MXFP4: launch_gemv_tokens<FF_MXFP4>(c, a, n_slots); break;
+    }
+}
+
+/* ---- conversions for the tensor-core path ---- */
+
+/* hi = bf16(x); lo = bf16(x - hi) when lo is not NULL */
+__global__ void split_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = src[i];
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        hi[i] = h;
+        if (lo) lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
+}
+
+/* x = hi + lo with both halves bf16: 16 significant bits instead of 8. */
+__device__ __forceinline__ void split_pack(float a, float b, uint32_t &hi, uint32_t &lo) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    float2 hf = __bfloat1622float2(h);
+    __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+    hi = *reinterpret_cast<uint32_t *>(&h);
+    lo = *reinterpret_cast<uint32_t *>(&l);
+}
+
+/* Rows [r0, r0 + nr) as bf16 (hi, and the remainder in lo when not NULL),
+ * eight values per thread: consecutive threads read consecutive bytes and
+ * write consecutive 16-byte runs (both coalesced). */
+template <int F>
+__global__ void dequant_bf16_kernel(dev_matrix m, int64_t r0, int64_t nr, __nv_bfloat16 *dst, __nv_bfloat16 *lo) {
+    __shared__ float lut[16];
+    if constexpr (F == FF_MXFP4) {
+        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
+        __syncthreads();
+    }
+    const float magic = 8388608.0f;
+    const int64_t per_row = m.cols / 8;
+    /* rows along y, runs of 8 columns along x: no integer division */
+    for (int64_t r = blockIdx.y; r < nr; r += gridDim.y)
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < per_row; j += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c0 = j * 8;
+        const uint8_t *row = m.data + (size_t)(r0 + r) * m.row_bytes;
+        float v[8];
+        if constexpr (F == FF_F32) {
+            const float4 a = *reinterpret_cast<const float4 *>(row + c0 * 4);
+            const float4 b = *reinterpret_cast<const float4 *>(row + c0 * 4 + 16);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else if constexpr (F == FF_BF16 || F == FF_F16) {
+            const uint4 q = *reinterpret_cast<const uint4 *>(row + c0 * 2);
+            const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if constexpr (F == FF_BF16) {
+                    v[2 * k] = __uint_as_float(w[k] << 16);
+                    v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+                } else {
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[k]));
+                    v[2 * k] = f.x;
+                    v[2 * k + 1] = f.y;
+                }
+            }
+        } else {
+            const uint8_t *sr = m.scales + (size_t)(r0 + r) * m.scale_row_bytes;
+            const int64_t g = c0 / m.group_size;
+            if constexpr (F == FF_AFF8) {
+                const uint2 q = *reinterpret_cast<const uint2 *>(row + c0);
+                const float s = load_group_param(sr, m.scale_dtype, g);
+                const float b = load_group_param(m.biases + (size_t)(r0 + r) * m.scale_row_bytes, m.scale_dtype, g);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    v[k] = fmaf(s, __uint_as_float(__byte_perm(q.x, 0x4B000000u, 0x7440u | (uint32_t)k)) - magic, b);
+                    v[4 + k] = fmaf(s, __uint_as_float(__byte_perm(q.y, 0x4B000000u, 0x7440u | (uint32_t)k)) - magic, b);
+                }
+            } else if constexpr (F == FF_AFF4 || F == FF_AFF2) {
+                const uint32_t q = F == FF_AFF4 ? *reinterpret_cast<const uint32_t *>(row + c0 / 2)
+                                                : (uint32_t)*reinterpret_cast<const uint16_t *>(row + c0 / 4);
+                const float s = load_group_param(sr, m.scale_dtype, g);
+                const float b = load_group_param(m.biases + (size_t)(r0 + r) * m.scale_row_bytes, m.scale_dtype, g);
+                constexpr int bits = F == FF_AFF4 ? 4 : 2;
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    v[k] = fmaf(s, __uint_as_float(((q >> (bits * k)) & ((1u << bits) - 1u)) | 0x4B000000u) - magic, b);
+            } else if constexpr (F == FF_MXFP4) {
+                const uint32_t q = *reinterpret_cast<const uint32_t *>(row + c0 / 2);
+                const float s = e8m0_value(sr[g]);
+#pragma unroll
+                for (int k = 0; k < 8; k++) v[k] = lut[(q >> (4 * k)) & 15u] * s;
+            }
+        }
+        uint32_t hi[4], lw[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) split_pack(v[2 * k], v[2 * k + 1], hi[k], lw[k]);
+        const size_t o = (size_t)r * m.cols + (size_t)c0;
+        *reinterpret_cast<uint4 *>(dst + o) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        if (lo) *reinterpret_cast<uint4 *>(lo + o) = make_uint4(lw[0], lw[1], lw[2], lw[3]);
+    }
+}
+
+__global__ void dequant_bf16_generic_kernel(dev_matrix m, int64_t r0, int64_t nr, __nv_bfloat16 *dst,
+                                            __nv_bfloat16 *lo) {
+    const int64_t total = nr * m.cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = dev_matrix_get(m, r0 + i / m.cols, i % m.cols);
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        dst[i] = h;
+        if (lo) lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
+}
+
+static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64_t nr, __nv_bfloat16 *dst,
+                              __nv_bfloat16 *lo) {
+    dev_matrix m = dev_matrix_of(w);
+    int f = fast_format_of(w);
+    const int C = f == FF_NONE ? 0 : chunk_cols_of(f);
+    /* the 8-per-thread kernel reads whole rows of 8 values at aligned offsets */
+    int fast = f != FF_NONE && w->cols % 8 == 0 && w->row_bytes == (size_t)(w->cols / C) * 16 && aligned16(w->data) &&
+               w->row_bytes % 16 == 0;
+    if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
+        fast = w->group_size > 0 && w->group_size % 8 == 0 && (f != FF_MXFP4 || w->group_size == 32);
+    const size_t work = (size_t)nr * (size_t)w->cols;
+    unsigned grid1 = cuda_blocks(work, 256);
+    if (grid1 > 65536u) grid1 = 65536u;
+    const dim3 grid(cuda_blocks((size_t)(w->cols / 8), 256), (unsigned)(nr < 65535 ? nr : 65535));
+    switch (fast ? f : FF_NONE) {
+    case FF_F16: dequant_bf16_kernel<FF_F16><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_F32: dequant_bf16_kernel<FF_F32><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_BF16: dequant_bf16_kernel<FF_BF16><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_AFF2: dequant_bf16_kernel<FF_AFF2><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_AFF4: dequant_bf16_kernel<FF_AFF4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_AFF8: dequant_bf16_kernel<FF_AFF8><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_MXFP4: dequant_bf16_kernel<FF_MXFP4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    default: dequant_bf16_generic_kernel<<<grid1, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    }
+    cuda_launched(c, "dequantise to bf16");
+}
+
+/* out[t][r] (row stride ldo) (+)= sum_c W[r][c] x[t][c] for bf16 W (lda elements per row). */
+static void gemm_bf16(cuda_ctx *c, float *out, size_t ldo, const __nv_bfloat16 *xb, int n, const void *w,
+                      size_t lda, int64_t rows, int64_t cols, float beta) {
+    const float alpha = 1.0f;
+    cuda_check_blas(c,
+                    cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &alpha, w, CUDA_R_16BF,
+                                 (int)lda, xb, CUDA_R_16BF, (int)cols, &beta, out, CUDA_R_32F, (int)ldo,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    "cublasGemmEx (bf16)");
+}
+
+void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_tokens <= 0 || w->rows <= 0) return;
+    if (w->cols <= 0) {
+        cuda_check(c, cudaMemsetAsync(out, 0, (size_t)n_tokens * w->rows * 4, c->stream), "memset");
+        return;
+    }
+    if (n_tokens <= 8) {
+        cuda_gemv(c, out, (size_t)w->rows, x, (size_t)w->cols, n_tokens, w, NULL, 1, 1, 0, 0, 0);
+        return;
+    }
+    if (w->rows > INT32_MAX || w->cols > INT32_MAX) {
+        cuda_fail_op(c, "matmul: %lld x %lld is too large for cuBLAS", (long long)w->rows, (long long)w->cols);
+        return;
+    }
+    if (w->format == G4_WEIGHT_F32 && w->row_bytes % 4 == 0) {
+        const float alpha = 1.0f, beta = 0.0f;
+        cuda_check_blas(c,
+                        cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n_tokens, (int)w->cols, &alpha,
+                                    (const float *)w->data, (int)(w->row_bytes / 4), x, (int)w->cols, &beta, out,
+                                    (int)w->rows),
+                        "cublasSgemm");
+        return;
+    }
+    if (c->quant_gemm_mma && w->format != G4_WEIGHT_BF16 && cuda_mma_supported(w, x, (size_t)w->cols)) {
+        cuda_mma_gemm(c, out, (size_t)w->rows, x, (size_t)w->cols, 1, n_tokens, w, w->rows, 0, 0, NULL);
+        return;
+    }
+    const int split = c->prefill_split;
+    const size_t nx = (size_t)n_tokens * (size_t)w->cols;
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx * 2 * (split ? 2 : 1));
+    if (!xb) return;
+    __nv_bfloat16 *x_lo = split ? xb + nx : NULL;
+    unsigned grid = cuda_blocks(nx, 256);
+    split_bf16_kernel<<<grid > 65536u ? 65536u : grid, 256, 0, c->stream>>>(xb, x_lo, x, nx);
+    if (!cuda_launched(c, "split_bf16")) return;
+    if (w->format == G4_WEIGHT_BF16 && w->row_bytes % 2 == 0) {
+        gemm_bf16(c, out, (size_t)w->rows, xb, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 0.0f);
+        if (split) gemm_bf16(c, out, (size_t)w->rows, x_lo, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 1.0f);
+        return;
+    }
+    /* dequantise row chunks of at most 64 Mi values into bf16 (hi, lo), multiply
+     * each; chunks start at multiples of 128 rows so that cuBLAS sees aligned
+     * output columns (an odd start sent it to a kernel ten times slower) */
+    int64_t chunk_rows = (int64_t)((64u << 20) / (size_t)w->cols) / 128 * 128;
+    if (chunk_rows < 128) chunk_rows = 128;
+    const int64_t rows_per = chunk_rows < w->rows ? chunk_rows : w->rows;
+    const size_t chunk_elems = (size_t)rows_per * (size_t)w->cols;
+    __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, chunk_elems * 2 * (split ? 2 : 1));
+    if (!wb) return;
+    __nv_bfloat16 *w_lo = split ? wb + chunk_elems : NULL;
+    for (int64_t r0 = 0; r0 < w->rows; r0 += rows_per) {
+        const int64_t nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
+        dequant_rows_bf16(c, w, r0, nr, wb, w_lo);
+        gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, wb, (size_t)w->cols, nr, w->cols, 0.0f);
+        if (split) {
+            gemm_bf16(c, out + r0, (size_t)w->rows, x_lo, n_tokens, wb, (size_t)w->cols, nr, w->cols, 1.0f);
+            gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, w_lo, (size_t)w->cols, nr, w->cols, 1.0f);
+        }
+    }
+}
+
+/* ---- the mma kernel: bf16 tensor cores, weights dequantised in the tile ---- */
+
+#define MMA_BN 128
+#define MMA_BK 32
+#define MMA_LDS (MMA_BK + 8) /* bf16 per shared row: 80 bytes, conflict-free fragment loads */
+
+struct mma_args {
+    const uint8_t *data, *scales, *biases;
+    size_t row_bytes, scale_row_bytes;
+    int scale_dtype, group_size;
+    int64_t N, K; /* weight rows (per expert) and columns */
+    int64_t expert_stride, row_offset;
+    const float *x;
+    size_t x_stride;
+    int x_div;
+    float *out;
+    size_t out_stride;
+    int n_rows;
+    cuda_groups g;
+};
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, const uint32_t *b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* bytes of weights one thread loads per k tile: 16 columns of one row */
+template <int F> __host__ __device__ constexpr int mma_raw_bytes() {
+    return F == FF_F32 ? 64 : F == FF_BF16 || F == FF_F16 ? 32 : F == FF_AFF8 ? 16 : F == FF_AFF2 ? 4 : 8;
+}
+
+/* 16 weights of a row (from 16-byte-aligned raw words) as floats (not bf16). */
+template <int F>
+__device__ __forceinline__ void dequant16(const uint32_t *w, float s, float b, float *v, const float *lut) {
+    const float magic = 8388608.0f;
+    if constexpr (F == FF_F32) {
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = __uint_as_float(w[i]);
+    } else if constexpr (F == FF_F16) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[i]));
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        }
+    } else if constexpr (F == FF_AFF8) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                v[4 * i + k] = fmaf(s, __uint_as_float(__byte_perm(w[i], 0x4B000000u, 0x7440u | (uint32_t)k)) - magic, b);
+    } else if constexpr (F == FF_AFF4) {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                v[8 * i + k] = fmaf(s, __uint_as_float(((w[i] >> (4 * k)) & 15u) | 0x4B000000u) - magic, b);
+    } else if constexpr (F == FF_AFF2) {
+#pragma unroll
+        for (int k = 0; k < 16; k++) v[k] = fmaf(s, __uint_as_float(((w[0] >> (2 * k)) & 3u) | 0x4B000000u) - magic, b);
+    } else if constexpr (F == FF_MXFP4) {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[8 * i + k] = lut[(w[i] >> (4 * k)) & 15u] * s;
+    }
+}
+
+
+template <int BM, bool SPLIT> __host__ __device__ constexpr size_t mma_smem_bytes() {
+    return (size_t)2 * (SPLIT ? 2 : 1) * (BM + MMA_BN) * MMA_LDS * sizeof(uint16_t);
+}
+
+/* SPLIT: activations and (unless already bf16) weights as hi + lo bf16
+ * parts, three products per step (the lo x lo term is below float32
+ * rounding of the sum): about float32 accuracy at three times the
+ * tensor-core work. Without SPLIT: one bf16 product. */
+template <int F, int BM, bool SPLIT>
+__global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
+    constexpr int PARTS = SPLIT ? 2 : 1;
+    constexpr bool W_LO = SPLIT && F != FF_BF16; /* bf16 weights are exact in one part */
+    constexpr int RAW = mma_raw_bytes<F>() / 4;  /* 32-bit words */
+    constexpr int MT = BM / 32;                  /* m16 tiles per warp (warps 2 x 4) */
+    constexpr int A_PER = BM / 32;               /* float4 of A per thread per k tile */
+    extern __shared__ __align__(16) uint16_t mma_smem[];
+    typedef uint16_t a_tile[PARTS][BM][MMA_LDS];
+    typedef uint16_t b_tile[PARTS][MMA_BN][MMA_LDS];
+    a_tile *As = reinterpret_cast<a_tile *>(mma_smem);                           /* [2 stages] */
+    b_tile *Bs = reinterpret_cast<b_tile *>(mma_smem + 2 * PARTS * BM * MMA_LDS); /* [2 stages] */
+    __shared__ float lut[16];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tig = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3;
+    if (tid < 16) lut[tid] = e2m1_value(tid);
+
+    const int tile = blockIdx.x;
+    const int64_t n0 = (int64_t)blockIdx.y * MMA_BN;
+    int m_len, m0 = 0;
+    int64_t base = a.row_offset;
+    const int32_t *rowlist = NULL;
+    if (a.g.sorted) {
+        if (tile >= *a.g.n_tiles) return;
+        const int e = a.g.tile_expert[tile];
+        rowlist = a.g.sorted + a.g.tile_start[tile];
+        m_len = a.g.tile_len[tile];
+        base = (int64_t)e * a.expert_stride + a.row_offset;
+    } else {
+        m0 = tile * BM;
+        m_len = a.n_rows - m0 < BM ? a.n_rows - m0 : BM;
+    }
+    __syncthreads(); /* lut */
+
+    /* this thread's A rows (NULL: beyond the tile's rows, loads zeros) */
+    const float *a_src[A_PER];
+#pragma unroll
+    for (int j = 0; j < A_PER; j++) {
+        const int m = (tid + j * 256) >> 3;
+        a_src[j] = NULL;
+        if (m < m_len) {
+            const int src = rowlist ? rowlist[m] / a.x_div : m0 + m;
+            a_src[j] = a.x + (size_t)src * a.x_stride;
+        }
+    }
+    /* this thread's B row and 16-column half of each k tile */
+    const int bn = tid >> 1, bhalf = tid & 1;
+    const bool b_valid = n0 + bn < a.N;
+    const uint8_t *b_row = a.data + (size_t)(base + n0 + bn) * a.row_bytes;
+    const uint8_t *s_row = a.scales ? a.scales + (size_t)(base + n0 + bn) * a.scale_row_bytes : NULL;
+    const uint8_t *z_row = a.biases ? a.biases + (size_t)(base + n0 + bn) * a.scale_row_bytes : NULL;
+
+    float acc[MT][4][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[i][j][k] = 0.0f;
+
+    float4 a_reg[A_PER];
+    uint32_t b_reg[RAW > 4 ? RAW : 4];
+    float b_s = 0.0f, b_b = 0.0f;
+
+    auto load_tile = [&](int kt) {
+        const int64_t k0 = (int64_t)kt * MMA_BK;
+#pragma unroll
+        for (int j = 0; j < A_PER; j++) {
+            const int kq = (tid + j * 256) & 7;
+            a_reg[j] = a_src[j] ? *reinterpret_cast<const float4 *>(a_src[j] + k0 + kq * 4) : make_float4(0, 0, 0, 0);
+        }
+        const int64_t col = k0 + bhalf * 16;
+        if (b_valid) {
+            const uint8_t *p = b_row + (size_t)(col * mma_raw_bytes<F>() / 16);
+            if constexpr (RAW >= 4) {
+#pragma unroll
+                for (int i = 0; i < RAW / 4; i++) {
+                    uint4 v = *reinterpret_cast<const uint4 *>(p + 16 * i);
+                    b_reg[4 * i] = v.x;
+                    b_reg[4 * i + 1] = v.y;
+                    b_reg[4 * i + 2] = v.z;
+                    b_reg[4 * i + 3] = v.w;
+                }
+            } else if constexpr (RAW == 2) {
+                uint2 v = *reinterpret_cast<const uint2 *>(p);
+                b_reg[0] = v.x;
+                b_reg[1] = v.y;
+            } else {
+                b_reg[0] = *reinterpret_cast<const uint32_t *>(p);
+            }
+            if constexpr (is_affine<F>()) {
+                const int64_t grp = col / a.group_size;
+                b_s = load_group_param(s_row, a.scale_dtype, grp);
+                b_b = load_group_param(z_row, a.scale_dtype, grp);
+            } else if constexpr (F == FF_MXFP4) {
+                b_s = e8m0_value(s_row[col / a.group_size]);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < (RAW > 4 ? RAW : 4); i++) b_reg[i] = 0;
+            b_s = b_b = 0.0f;
+        }
+    };
+    auto store_tile = [&](int buf) {
+#pragma unroll
+        for (int j = 0; j < A_PER; j++) {
+            const int i = tid + j * 256, m = i >> 3, kq = i & 7;
+            uint32_t h0, h1, l0, l1;
+            split_pack(a_reg[j].x, a_reg[j].y, h0, l0);
+            split_pack(a_reg[j].z, a_reg[j].w, h1, l1);
+            *reinterpret_cast<uint2 *>(&As[buf][0][m][kq * 4]) = make_uint2(h0, h1);
+            if constexpr (SPLIT) *reinterpret_cast<uint2 *>(&As[buf][PARTS - 1][m][kq * 4]) = make_uint2(l0, l1);
+        }
+        uint32_t hi[8], lo[8];
+        if constexpr (F == FF_BF16) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) hi[i] = b_valid ? b_reg[i] : 0u;
+        } else {
+            float v[16];
+            if (b_valid) {
+                dequant16<F>(b_reg, b_s, b_b, v, lut);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 16; i++) v[i] = 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) split_pack(v[2 * i], v[2 * i + 1], hi[i], lo[i]);
+        }
+        uint4 *dst = reinterpret_cast<uint4 *>(&Bs[buf][0][bn][bhalf * 16]);
+        dst[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        dst[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+        if constexpr (W_LO) {
+            uint4 *dl = reinterpret_cast<uint4 *>(&Bs[buf][PARTS - 1][bn][bhalf * 16]);
+            dl[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            dl[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+        }
+    };
+
+    const int KT = (int)(a.K / MMA_BK);
+    load_tile(0);
+    store_tile(0);
+    __syncthreads();
+    for (int kt = 0; kt < KT; kt++) {
+        const int buf = kt & 1;
+        if (kt + 1 < KT) load_tile(kt + 1);
+#pragma unroll
+        for (int kk = 0; kk < MMA_BK; kk += 16) {
+            uint32_t af[PARTS][MT][4], bf[PARTS][4][2];
+#pragma unroll
+            for (int p = 0; p < PARTS; p++)
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    const int r = wm * (BM / 2) + i * 16 + g;
+                    af[p][i][0] = *reinterpret_cast<const uint32_t *>(&As[buf][p][r][kk + tig * 2]);
+                    af[p][i][1] = *reinterpret_cast<const uint32_t *>(&As[buf][p][r + 8][kk + tig * 2]);
+                    af[p][i][2] = *reinterpret_cast<const uint32_t *>(&As[buf][p][r][kk + 8 + tig * 2]);
+                    af[p][i][3] = *reinterpret_cast<const uint32_t *>(&As[buf][p][r + 8][kk + 8 + tig * 2]);
+                }
+#pragma unroll
+            for (int p = 0; p < (W_LO ? 2 : 1); p++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int n = wn * 32 + j * 8 + g;
+                    bf[p][j][0] = *reinterpret_cast<const uint32_t *>(&Bs[buf][p][n][kk + tig * 2]);
+                    bf[p][j][1] = *reinterpret_cast<const uint32_t *>(&Bs[buf][p][n][kk + 8 + tig * 2]);
+                }
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    if constexpr (SPLIT) mma_bf16(acc[i][j], af[PARTS - 1][i], bf[0][j]); /* x_lo w_hi */
+                    if constexpr (W_LO) mma_bf16(acc[i][j], af[0][i], bf[PARTS - 1][j]);  /* x_hi w_lo */
+                    mma_bf16(acc[i][j], af[0][i], bf[0][j]);
+                }
+        }
+        if (kt + 1 < KT) store_tile(buf ^ 1);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int m = wm * (BM / 2) + i * 16 + g + half * 8;
+            if (m >= m_len) continue;
+            const size_t dst = rowlist ? (size_t)rowlist[m] : (size_t)(m0 + m);
+            float *o = a.out + dst * a.out_stride;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int64_t n = n0 + wn * 32 + j * 8 + tig * 2;
+                if (n < a.N) o[n] = acc[i][j][2 * half];
+                if (n + 1 < a.N) o[n + 1] = acc[i][j][2 * half + 1];
+            }
+        }
+}
+
+int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride) {
+    int f = fast_format_of(w);
+    if (f == FF_NONE) return 0;
+    if (w->cols % MMA_BK || w->row_bytes % 16 || !aligned16(w->data) || !aligned16(x) || x_stride % 4) return 0;
+    if (w->row_bytes != (size_t)(w->cols / chunk_cols_of(f)) * 16) return 0;
+    if (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8) return w->group_size > 0 && w->group_size % 16 == 0;
+    if (f == FF_MXFP4) return w->group_size == 32;
+    return 1;
+}
+
+template <int F, int BM, bool SPLIT>
+static void launch_mma(cuda_ctx *c, const mma_args &a, unsigned tiles) {
+    constexpr size_t smem = mma_smem_bytes<BM, SPLIT>();
+    static int configured; /* the opt-in above 48 KB, once per kernel */
+    if (!configured) {
+        if (!cuda_check(c,
+                        cudaFuncSetAttribute(mma_gemm_kernel<F, BM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem),
+                        "cudaFuncSetAttribute"))
+            return;
+        configured = 1;
+    }
+    dim3 grid(tiles, cuda_blocks((size_t)a.N, MMA_BN));
+    mma_gemm_kernel<F, BM, SPLIT><<<grid, 256, smem, c->stream>>>(a);
+    cuda_launched(c, "mma_gemm");
+}
+
+template <int BM, bool SPLIT>
+static void launch_mma_format(cuda_ctx *c, int f, const mma_args &a, unsigned tiles) {
+    switch (f) {
+    case FF_F32: launch_mma<FF_F32, BM, SPLIT>(c, a, tiles); break;
+    case FF_BF16: launch_mma<FF_BF16, BM, SPLIT>(c, a, tiles); break;
+    case FF_F16: launch_mma<FF_F16, BM, SPLIT>(c, a, tiles); break;
+    case FF_AFF2: launch_mma<FF_AFF2, BM, SPLIT>(c, a, tiles); break;
+    case FF_AFF4: launch_mma<FF_AFF4, BM, SPLIT>(c, a, tiles); break;
+    case FF_AFF8: launch_mma<FF_AFF8, BM, SPLIT>(c, a, tiles); break;
+    case FF_MXFP4: launch_mma<FF_MXFP4, BM, SPLIT>(c, a, tiles); break;
+    }
+}
+
+void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int x_div, int n_rows,
+                   const g4_matrix *w, int64_t rows, int64_t expert_stride, int64_t row_offset, const cuda_groups *g) {
+    mma_args a;
+    a.data = (const uint8_t *)w->data;
+    a.scales = (const uint8_t *)w->scales;
+    a.biases = (const uint8_t *)w->biases;
+    a.row_bytes = w->row_bytes;
+    a.scale_row_bytes = w->scale_row_bytes;
+    a.scale_dtype = dev_matrix_of(w).scale_dtype;
+    a.group_size = w->group_size;
+    a.N = rows;
+    a.K = w->cols;
+    a.expert_stride = expert_stride;
+    a.row_offset = row_offset;
+    a.x = x;
+    a.x_stride = x_stride;
+    a.x_div = x_div > 0 ? x_div : 1;
+    a.out = out;
+    a.out_stride = out_stride;
+    a.n_rows = n_rows;
+    memset(&a.g, 0, sizeof a.g);
+    if (g) a.g = *g;
+    const int f = fast_format_of(w);
+    if (rows <= 0) return;
+    const unsigned tiles = g ? (unsigned)g->max_tiles : cuda_blocks((size_t)n_rows, n_rows > 64 ? 128 : 64);
+    if (c->prefill_split) {
+        if (g || n_rows <= 64)
+            launch_mma_format<64, true>(c, f, a, tiles);
+        else
+            launch_mma_format<128, true>(c, f, a, tiles);
+    } else {
+        if (g || n_rows <= 64)
+            launch_mma_format<64, false>(c, f, a, tiles);
+        else
+            launch_mma_format<128, false>(c, f, a, tiles);
+    }
+}

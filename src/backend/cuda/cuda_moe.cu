@@ -1,0 +1,194 @@
+/* The mixture-of-experts block on the GPU: routing (top-k per token by one
+ * warp) and the experts, reading only the chosen experts' weights.
+ *
+ * Each (token, choice) pair is a "slot". Decode-sized batches run a GEMV per
+ * slot that picks its expert's rows through the ids on the device. Larger
+ * batches sort the slots by expert on the device (no host round trip), then
+ * the grouped mma kernel multiplies each expert's rows with bf16 tensor
+ * cores, weights dequantised in the tile. gate/up give [slot][width], the
+ * GELU-gated product feeds down, and every token sums its k outputs in
+ * choice order. */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+/* ---- routing ---- */
+
+/* One warp per token: top-k of the router logits (ties to the lower index),
+ * softmax over the chosen (the full normaliser cancels), times the
+ * per-expert scale; in double like the host. */
+__global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float *expert_scale, int n,
+                                 int n_experts, int k) {
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (t >= n) return;
+    const float *z = logits + (size_t)t * n_experts;
+    int32_t *id = ids + (size_t)t * k;
+    float *w = weights + (size_t)t * k;
+    uint32_t taken = 0; /* bit i: expert lane + 32 i chosen (up to 1024 experts) */
+    double max_z = 0, total = 0;
+    for (int j = 0; j < k; j++) {
+        float best_v = -INFINITY;
+        int best_e = -1;
+        for (int i = 0, e = lane; e < n_experts && i < 32; i++, e += 32) {
+            if (taken >> i & 1u) continue;
+            const float v = z[e];
+            if (best_e < 0 || v > best_v) {
+                best_v = v;
+                best_e = e;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+            if (oe >= 0 && (best_e < 0 || ov > best_v || (ov == best_v && oe < best_e))) {
+                best_v = ov;
+                best_e = oe;
+            }
+        }
+        if (best_e >= 0 && (best_e & 31) == lane) taken |= 1u << (best_e >> 5);
+        if (j == 0) max_z = (double)best_v;
+        total += exp((double)best_v - max_z);
+        if (lane == 0) id[j] = best_e;
+    }
+    __syncwarp();
+    for (int j = lane; j < k; j += 32) {
+        const int e = id[j];
+        const double pj = e >= 0 ? exp((double)z[e] - max_z) : 0.0;
+        w[j] = (float)(pj / total) * (e >= 0 ? expert_scale[e] : 0.0f);
+    }
+}
+
+void cuda_moe_route(g4_backend *be, int32_t *ids, float *weights, const float *logits, const float *expert_scale,
+                    int n, int n_experts, int k) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0 || k <= 0) return;
+    if (n_experts > 1024 || k > n_experts) {
+        cuda_fail_op(c, "moe_route: top-%d of %d experts unsupported (at most 1024 experts)", k, n_experts);
+        return;
+    }
+    moe_route_kernel<<<cuda_blocks((size_t)n, 4), 128, 0, c->stream>>>(ids, weights, logits, expert_scale, n,
+                                                                       n_experts, k);
+    cuda_launched(c, "moe_route");
+}
+
+/* ---- sorting slots by expert (one block) ---- */
+
+__global__ void moe_sort_kernel(const int32_t *ids, int n_slots, int n_experts, int bm, int32_t *sorted,
+                                int32_t *tile_expert, int32_t *tile_start, int32_t *tile_len, int32_t *n_tiles) {
+    extern __shared__ int sh[];
+    int *count = sh, *offset = sh + n_experts, *cursor = sh + 2 * n_experts;
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) count[e] = cursor[e] = 0;
+    __syncthreads();
+    for (int s = threadIdx.x; s < n_slots; s += blockDim.x) {
+        const int e = ids[s];
+        if (e >= 0 && e < n_experts) atomicAdd(&count[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int off = 0, tiles = 0;
+        for (int e = 0; e < n_experts; e++) {
+            offset[e] = off;
+            for (int r = 0; r < count[e]; r += bm) {
+                tile_expert[tiles] = e;
+                tile_start[tiles] = off + r;
+                tile_len[tiles] = count[e] - r < bm ? count[e] - r : bm;
+                tiles++;
+            }
+            off += count[e];
+        }
+        *n_tiles = tiles;
+    }
+    __syncthreads();
+    /* order within an expert is free: each row is computed on its own */
+    for (int s = threadIdx.x; s < n_slots; s += blockDim.x) {
+        const int e = ids[s];
+        if (e >= 0 && e < n_experts) sorted[offset[e] + atomicAdd(&cursor[e], 1)] = s;
+    }
+}
+
+/* out[t][:] = sum_j weights[t][j] * y[t*k + j][:] over valid choices, in order. */
+__global__ void moe_combine_kernel(float *out, const float *y, const int32_t *ids, const float *weights, int k,
+                                   int n_experts, int d) {
+    const int t = blockIdx.x;
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int e = ids[(size_t)t * k + j];
+            if (e >= 0 && e < n_experts) acc = fmaf(weights[(size_t)t * k + j], y[((size_t)t * k + j) * d + c], acc);
+        }
+        out[(size_t)t * d + c] = acc;
+    }
+}
+
+/* ---- experts ---- */
+
+/* One expert's matrix as the kernels take it: rows of one expert, the
+ * stacked tensor's pointers (experts are picked by the ids). */
+static g4_matrix one_expert_shape(const g4_expert_matrix *e) {
+    g4_matrix m = e->all;
+    m.rows = e->rows_per_expert;
+    return m;
+}
+
+/* Grouped slots for the mma kernel; NULL when shapes do not allow it. */
+static int moe_groups(cuda_ctx *c, const int32_t *ids, int n_slots, int n_experts, cuda_groups *g) {
+    const int max_tiles = (n_slots + CUDA_MMA_GROUP_BM - 1) / CUDA_MMA_GROUP_BM + n_experts;
+    int32_t *buf = (int32_t *)cuda_scratch(c, SCRATCH_MOE_SORT, ((size_t)n_slots + 3 * (size_t)max_tiles + 1) * 4);
+    if (!buf) return 0;
+    g->sorted = buf;
+    g->tile_expert = buf + n_slots;
+    g->tile_start = buf + n_slots + max_tiles;
+    g->tile_len = buf + n_slots + 2 * max_tiles;
+    g->n_tiles = buf + n_slots + 3 * max_tiles;
+    g->max_tiles = max_tiles;
+    const size_t smem = 3 * (size_t)n_experts * sizeof(int);
+    if (smem > 48 * 1024) {
+        cuda_fail_op(c, "moe: %d experts exceed the sorter's shared memory", n_experts);
+        return 0;
+    }
+    moe_sort_kernel<<<1, 1024, smem, c->stream>>>(ids, n_slots, n_experts, CUDA_MMA_GROUP_BM, buf,
+                                                  (int32_t *)g->tile_expert, (int32_t *)g->tile_start,
+                                                  (int32_t *)g->tile_len, (int32_t *)g->n_tiles);
+    return cuda_launched(c, "moe_sort");
+}
+
+void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const int32_t *ids, const float *weights,
+                      int k, const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0) return;
+    const int64_t width = gate->rows_per_expert, d = down->rows_per_expert, d_in = gate->all.cols;
+    const int n_slots = n * k;
+    const int E = gate->n_experts;
+    if (k <= 0 || up->rows_per_expert != width || down->all.cols != width) {
+        cuda_fail_op(c, "moe_experts: inconsistent expert shapes");
+        return;
+    }
+    float *g = (float *)cuda_scratch(c, SCRATCH_MOE_GATE, (size_t)n_slots * width * 4);
+    float *u = (float *)cuda_scratch(c, SCRATCH_MOE_UP, (size_t)n_slots * width * 4);
+    float *y = (float *)cuda_scratch(c, SCRATCH_MOE_DOWN, (size_t)n_slots * d * 4);
+    if (!g || !u || !y) return;
+    const g4_matrix wg = one_expert_shape(gate), wu = one_expert_shape(up), wd = one_expert_shape(down);
+    cuda_groups groups;
+    const int grouped = n > 8 && cuda_mma_supported(&wg, x, (size_t)d_in) && cuda_mma_supported(&wu, x, (size_t)d_in) &&
+                        cuda_mma_supported(&wd, g, (size_t)width) && moe_groups(c, ids, n_slots, E, &groups);
+    if (grouped) {
+        cuda_mma_gemm(c, g, (size_t)width, x, (size_t)d_in, k, n_slots, &wg, width, gate->expert_stride,
+                      gate->row_offset, &groups);
+        cuda_mma_gemm(c, u, (size_t)width, x, (size_t)d_in, k, n_slots, &wu, width, up->expert_stride,
+                      up->row_offset, &groups);
+        cuda_launch_gelu_mul(c, g, g, u, (size_t)n_slots * width);
+        cuda_mma_gemm(c, y, (size_t)d, g, (size_t)width, 1, n_slots, &wd, d, down->expert_stride, down->row_offset,
+                      &groups);
+    } else {
+        /* one GEMV per slot, its expert picked on the device */
+        cuda_gemv(c, g, (size_t)width, x, (size_t)d_in, 1, &wg, ids, n_slots, k, gate->expert_stride,
+                  gate->row_offset, E);
+        cuda_gemv(c, u, (size_t)width, x, (size_t)d_in, 1, &wu, ids, n_slots, k, up->expert_stride, up->row_offset, E);
+        cuda_launch_gelu_mul(c, g, g, u, (size_t)n_slots * width);
+        cuda_gemv(c, y, (size_t)d, g, (size_t)width, 1, &wd, ids, n_slots, 1, down->expert_stride, down->row_offset,
+                  E);
+    }
+    moe_combine_kernel<<<n, 256, 0, c->stream>>>(out, y, ids, weights, k, E, (int)d);
+    cuda_launched(c, "moe_combine");
+}

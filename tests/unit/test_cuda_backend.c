@@ -1,0 +1,1002 @@
+/* The CUDA backend against the CPU backend, op by op: every entry of the op
+ * table on random inputs (fixed seed, realistic magnitudes, never zeros),
+ * outputs poisoned with NaN first so an unwritten element fails, at
+ * real-model sizes (E2B/26B/31B widths, the 262144-row LM head, head_dim 256
+ * and 512, GQA, sliding rings that wrap) and at odd sizes that take the
+ * generic paths. Tolerances (relative RMS): 1e-6 for elementwise float32
+ * ops, 1e-5 for float32 reductions in another order (GEMV, attention,
+ * experts at decode sizes), 1e-4 for prefill GEMMs on bf16 tensor cores
+ * with split (hi + lo) operands, the default, and 1e-2 for the plain bf16
+ * mode (G4_CUDA_PREFILL=bf16). Exits 77 (skipped) without a usable GPU. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "base/file.h"
+#include "model/kv_cache.h"
+#include "tensor/dtype.h"
+#include "test_util.h"
+
+#define TOL_EXACT 0.0
+#define TOL_ELEMENTWISE 1e-6
+#define TOL_REDUCE 1e-5
+#define TOL_SPLIT 1e-4
+#define TOL_BF16 1e-2
+
+static g4_backend *cpu, *gpu;
+
+/* ---- random numbers ---- */
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static uint64_t next_u64(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static double uniform01(void) { return (double)(next_u64() >> 11) * (1.0 / 9007199254740992.0); }
+static int rand_int(int n) { return (int)(next_u64() % (uint64_t)n); }
+
+/* A magnitude in [lo, hi] with a random sign: never zero. */
+static float rnd(float lo, float hi) {
+    float v = lo + (hi - lo) * (float)uniform01();
+    return (next_u64() & 1) ? -v : v;
+}
+
+static float *rand_floats(size_t n, float lo, float hi) {
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = rnd(lo, hi);
+    return p;
+}
+
+/* ---- device helpers ---- */
+
+static void *up(const void *host, size_t bytes) {
+    void *d = gpu->ops->alloc(gpu, bytes ? bytes : 4);
+    if (d && bytes) gpu->ops->to_device(gpu, d, host, bytes);
+    return d;
+}
+
+static float *poisoned(size_t n) {
+    float *nan = malloc((n ? n : 1) * sizeof *nan);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    float *d = up(nan, n * sizeof *nan);
+    free(nan);
+    return d;
+}
+
+static float *down(const void *d, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    gpu->ops->to_host(gpu, h, d, n * sizeof *h);
+    return h;
+}
+
+static void release(void *d) { gpu->ops->release(gpu, d); }
+
+/* ---- reporting: one line per case, the worst error per op at the end ---- */
+
+typedef struct {
+    const char *op;
+    double worst, tol;
+    int cases;
+} op_stat;
+static op_stat stats[64];
+static int n_stats;
+
+static void record(const char *op, double err, double tol) {
+    int i = 0;
+    while (i < n_stats && strcmp(stats[i].op, op)) i++;
+    if (i == n_stats && n_stats < 64) stats[n_stats++] = (op_stat){op, 0, tol, 0};
+    if (i < 64) {
+        if (err > stats[i].worst) stats[i].worst = err;
+        if (tol > stats[i].tol) stats[i].tol = tol;
+        stats[i].cases++;
+    }
+}
+
+static void compare(const char *op, const char *what, const float *got, const float *want, size_t n, double tol) {
+    double err = test_rel_rms(got, want, n);
+    printf("  %-12s %-52s rel_rms %.2e (tol %.0e)\n", op, what, err, tol);
+    CHECK(err <= tol, "%s %s: rel_rms %.3e above %.0e", op, what, err, tol);
+    record(op, err, tol);
+}
+
+/* ---- weight matrices in every format ---- */
+
+typedef struct {
+    g4_matrix host, dev;
+    void *bufs[3];
+    char name[64];
+} test_matrix;
+
+static void make_matrix(test_matrix *t, g4_weight_format f, int bits, int group, g4_dtype sdt, int64_t rows,
+                        int64_t cols) {
+    memset(t, 0, sizeof *t);
+    g4_matrix *m = &t->host;
+    m->format = f;
+    m->rows = rows;
+    m->cols = cols;
+    const size_t n = (size_t)rows * (size_t)cols;
+    switch (f) {
+    case G4_WEIGHT_F32: {
+        float *w = rand_floats(n, 0.005f, 0.08f);
+        m->data = t->bufs[0] = w;
+        m->row_bytes = (size_t)cols * 4;
+        snprintf(t->name, sizeof t->name, "f32");
+        break;
+    }
+    case G4_WEIGHT_BF16:
+    case G4_WEIGHT_F16: {
+        uint16_t *w = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) {
+            float v = rnd(0.005f, 0.08f);
+            w[i] = f == G4_WEIGHT_BF16 ? g4_f32_to_bf16(v) : g4_f32_to_f16(v);
+        }
+        m->data = t->bufs[0] = w;
+        m->row_bytes = (size_t)cols * 2;
+        snprintf(t->name, sizeof t->name, f == G4_WEIGHT_BF16 ? "bf16" : "f16");
+        break;
+    }
+    case G4_WEIGHT_AFFINE:
+    case G4_WEIGHT_MXFP4: {
+        m->bits = f == G4_WEIGHT_MXFP4 ? 4 : bits;
+        m->group_size = group;
+        m->row_bytes = (size_t)(cols * m->bits / 8);
+        unsigned char *codes = malloc((size_t)rows * m->row_bytes);
+        for (size_t i = 0; i < (size_t)rows * m->row_bytes; i++) codes[i] = (unsigned char)next_u64();
+        m->data = t->bufs[0] = codes;
+        const size_t groups = (size_t)(cols / group);
+        if (f == G4_WEIGHT_MXFP4) {
+            unsigned char *s = malloc((size_t)rows * groups);
+            for (size_t i = 0; i < (size_t)rows * groups; i++) s[i] = (unsigned char)(118 + rand_int(7));
+            m->scales = t->bufs[1] = s;
+            m->scale_dtype = G4_DTYPE_U8;
+            m->scale_row_bytes = groups;
+            snprintf(t->name, sizeof t->name, "mxfp4");
+        } else {
+            const size_t es = g4_dtype_size(sdt);
+            unsigned char *s = malloc((size_t)rows * groups * es), *b = malloc((size_t)rows * groups * es);
+            const float levels = (float)((1 << bits) - 1);
+            for (size_t i = 0; i < (size_t)rows * groups; i++) {
+                float scale = 0.1f / levels * (0.5f + (float)uniform01());
+                float bias = -scale * levels * (0.4f + 0.2f * (float)uniform01());
+                if (sdt == G4_DTYPE_F32) {
+                    memcpy(s + 4 * i, &scale, 4);
+                    memcpy(b + 4 * i, &bias, 4);
+                } else {
+                    uint16_t sv = sdt == G4_DTYPE_BF16 ? g4_f32_to_bf16(scale) : g4_f32_to_f16(scale);
+                    uint16_t bv = sdt == G4_DTYPE_BF16 ? g4_f32_to_bf16(bias) : g4_f32_to_f16(bias);
+                    memcpy(s + 2 * i, &sv, 2);
+                    memcpy(b + 2 * i, &bv, 2);
+                }
+            }
+            m->scales = t->bufs[1] = s;
+            m->biases = t->bufs[2] = b;
+            m->scale_dtype = sdt;
+            m->scale_row_bytes = groups * es;
+            snprintf(t->name, sizeof t->name, "affine%d/g%d/%s", bits, group, g4_dtype_name(sdt));
+        }
+        break;
+    }
+    }
+    t->dev = t->host;
+    g4_status st = gpu->ops->prepare_matrix(gpu, &t->dev);
+    CHECK(st == G4_OK, "prepare_matrix %s: %s", t->name, g4_error_message());
+}
+
+static void free_matrix(test_matrix *t) {
+    for (int i = 0; i < 3; i++) free(t->bufs[i]);
+    memset(t, 0, sizeof *t); /* device copies belong to the backend */
+}
+
+/* ---- matmul ---- */
+
+static void check_matmul_on(g4_backend *be, const char *tag, const g4_matrix *hm, const g4_matrix *dm,
+                            const char *name, int n, double gemm_tol) {
+    const int64_t rows = hm->rows, cols = hm->cols;
+    float *x = rand_floats((size_t)n * cols, 0.05f, 2.0f);
+    float *want = malloc((size_t)n * rows * sizeof *want);
+    cpu->ops->matmul(cpu, want, x, n, hm);
+    float *dx = up(x, (size_t)n * cols * 4), *dout = poisoned((size_t)n * rows);
+    gpu->ops->synchronize(gpu); /* be may be another backend with its own stream */
+    be->ops->matmul(be, dout, dx, n, dm);
+    be->ops->synchronize(be);
+    float *got = down(dout, (size_t)n * rows);
+    char what[128];
+    snprintf(what, sizeof what, "%s%s %lldx%lld n=%d", tag, name, (long long)rows, (long long)cols, n);
+    const double tol = n <= 8 || hm->format == G4_WEIGHT_F32 ? TOL_REDUCE : gemm_tol;
+    compare(n <= 8 ? "matmul/gemv" : gemm_tol > TOL_SPLIT ? "matmul/gemm-bf16" : "matmul/gemm", what, got, want,
+            (size_t)n * rows, tol);
+    release(dx);
+    release(dout);
+    free(x);
+    free(want);
+    free(got);
+}
+
+static void check_matmul(test_matrix *t, const int *ns, int count) {
+    for (int i = 0; i < count; i++) check_matmul_on(gpu, "", &t->host, &t->dev, t->name, ns[i], TOL_SPLIT);
+}
+
+static void test_matmul(void) {
+    const int decode[] = {1, 2, 3, 5, 8}, prefill[] = {9, 64, 200}, few[] = {1, 4, 8, 128};
+    /* every format at a real E2B shape (q_proj 2048 x 1536) */
+    struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+    } formats[] = {
+        {G4_WEIGHT_BF16, 0, 0, 0},
+        {G4_WEIGHT_F16, 0, 0, 0},
+        {G4_WEIGHT_F32, 0, 0, 0},
+        {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16},
+        {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16},
+        {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16},
+        {G4_WEIGHT_AFFINE, 8, 128, G4_DTYPE_F32},
+        {G4_WEIGHT_AFFINE, 2, 64, G4_DTYPE_BF16},
+        {G4_WEIGHT_AFFINE, 3, 64, G4_DTYPE_BF16},
+        {G4_WEIGHT_AFFINE, 5, 32, G4_DTYPE_BF16},
+        {G4_WEIGHT_AFFINE, 6, 64, G4_DTYPE_F16},
+        {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8},
+    };
+    for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
+        test_matrix t;
+        make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, 2048, 1536);
+        check_matmul(&t, decode, 5);
+        check_matmul(&t, prefill, 3);
+        /* a row view (pointer arithmetic on device pointers) */
+        g4_matrix hv = g4_matrix_rows(&t.host, 37, 300), dv = g4_matrix_rows(&t.dev, 37, 300);
+        char name[96];
+        snprintf(name, sizeof name, "%s rows[37,337)", t.name);
+        check_matmul_on(gpu, "", &hv, &dv, name, 3, TOL_SPLIT);
+        check_matmul_on(gpu, "", &hv, &dv, name, 33, TOL_SPLIT);
+        free_matrix(&t);
+    }
+    /* real widths: k_proj 256 x 1536, gate 6144 x 1536, down 1536 x 6144, 31B o_proj-like 1024 x 5376 */
+    const int64_t shapes[][2] = {{256, 1536}, {6144, 1536}, {1536, 6144}, {1024, 5376}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        test_matrix t;
+        make_matrix(&t, G4_WEIGHT_BF16, 0, 0, 0, shapes[s][0], shapes[s][1]);
+        check_matmul(&t, few, 4);
+        free_matrix(&t);
+        make_matrix(&t, G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, shapes[s][0], shapes[s][1]);
+        check_matmul(&t, few, 4);
+        free_matrix(&t);
+        make_matrix(&t, G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, shapes[s][0], shapes[s][1]);
+        check_matmul(&t, few, 4);
+        free_matrix(&t);
+    }
+    /* wide rows (31B down_proj width): many 16-byte chunks per thread in the decode kernels */
+    {
+        struct {
+            g4_weight_format f;
+            int bits, group;
+        } wide[] = {{G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_AFFINE, 8, 64}, {G4_WEIGHT_AFFINE, 2, 64},
+                    {G4_WEIGHT_MXFP4, 4, 32}, {G4_WEIGHT_BF16, 0, 0}};
+        const int wn[] = {1, 3, 16};
+        for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++) {
+            test_matrix t;
+            make_matrix(&t, wide[k].f, wide[k].bits, wide[k].group, G4_DTYPE_BF16, 72, 21504);
+            check_matmul(&t, wn, 3);
+            free_matrix(&t);
+        }
+    }
+    /* odd shapes: rows not a multiple of anything, rows that break 16-byte alignment */
+    const int64_t odd[][2] = {{77, 96}, {33, 40}, {5, 100}, {129, 72}};
+    for (size_t s = 0; s < sizeof odd / sizeof odd[0]; s++) {
+        test_matrix t;
+        make_matrix(&t, G4_WEIGHT_BF16, 0, 0, 0, odd[s][0], odd[s][1]);
+        check_matmul(&t, decode, 5);
+        check_matmul(&t, prefill, 2);
+        free_matrix(&t);
+        make_matrix(&t, G4_WEIGHT_F32, 0, 0, 0, odd[s][0], odd[s][1]);
+        check_matmul(&t, decode, 3);
+        check_matmul(&t, prefill, 2);
+        free_matrix(&t);
+        if (odd[s][1] % 32 == 0) {
+            make_matrix(&t, G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_BF16, odd[s][0], odd[s][1]);
+            check_matmul(&t, decode, 3);
+            check_matmul(&t, prefill, 2);
+            free_matrix(&t);
+            make_matrix(&t, G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, odd[s][0], odd[s][1]);
+            check_matmul(&t, decode, 3);
+            check_matmul(&t, prefill, 2);
+            free_matrix(&t);
+        }
+    }
+    /* the E2B LM head: 262144 x 1536 bf16, decode sizes */
+    {
+        test_matrix t;
+        make_matrix(&t, G4_WEIGHT_BF16, 0, 0, 0, 262144, 1536);
+        const int lm[] = {1, 3};
+        check_matmul(&t, lm, 2);
+        free_matrix(&t);
+    }
+    /* the dequantise-in-tile mma kernel for quantised prefill (G4_CUDA_QGEMM=mma) */
+    setenv("G4_CUDA_QGEMM", "mma", 1);
+    g4_backend *mma = NULL;
+    g4_status st = g4_backend_cuda_create(0, &mma);
+    unsetenv("G4_CUDA_QGEMM");
+    CHECK(st == G4_OK, "second CUDA backend: %s", g4_error_message());
+    if (st == G4_OK) {
+        struct {
+            g4_weight_format f;
+            int bits, group;
+            g4_dtype sdt;
+            int64_t rows, cols;
+        } q[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 2048, 1536}, {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16, 1536, 6144},
+                 {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 300, 2816},     {G4_WEIGHT_AFFINE, 2, 32, G4_DTYPE_F16, 130, 512},
+                 {G4_WEIGHT_F16, 0, 0, 0, 200, 256}};
+        for (size_t k = 0; k < sizeof q / sizeof q[0]; k++) {
+            test_matrix t;
+            make_matrix(&t, q[k].f, q[k].bits, q[k].group, q[k].sdt, q[k].rows, q[k].cols);
+            g4_matrix dm = t.host;
+            st = mma->ops->prepare_matrix(mma, &dm);
+            CHECK(st == G4_OK, "prepare on the mma backend: %s", g4_error_message());
+            /* inputs live on the first backend's device: one GPU, one address space */
+            check_matmul_on(mma, "mma ", &t.host, &dm, t.name, 64, TOL_SPLIT);
+            check_matmul_on(mma, "mma ", &t.host, &dm, t.name, 300, TOL_SPLIT);
+            free_matrix(&t);
+        }
+        CHECK(g4_cuda_status(mma) == G4_OK, "mma backend status: %s", g4_error_message());
+        g4_backend_destroy(mma);
+    }
+}
+
+/* ---- embeddings, norms, rope, elementwise ---- */
+
+static void test_embed(void) {
+    struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+    } formats[] = {{G4_WEIGHT_BF16, 0, 0, 0}, {G4_WEIGHT_F32, 0, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16},
+                   {G4_WEIGHT_AFFINE, 6, 64, G4_DTYPE_F32}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
+    for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
+        test_matrix t;
+        make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, 5000, 1536);
+        const int n = 9;
+        int32_t ids[9];
+        for (int i = 0; i < n; i++) ids[i] = rand_int(5000);
+        ids[3] = ids[1]; /* repeats */
+        ids[8] = 4999;
+        const float scales[] = {1.0f, 39.25f};
+        for (int s = 0; s < 2; s++) {
+            float *want = malloc((size_t)n * 1536 * 4);
+            cpu->ops->embed(cpu, want, &t.host, ids, n, scales[s]);
+            int32_t *dids = up(ids, sizeof ids);
+            float *dout = poisoned((size_t)n * 1536);
+            gpu->ops->embed(gpu, dout, &t.dev, dids, n, scales[s]);
+            float *got = down(dout, (size_t)n * 1536);
+            char what[160];
+            snprintf(what, sizeof what, "%s 5000x1536 n=%d scale %g", t.name, n, scales[s]);
+            compare("embed", what, got, want, (size_t)n * 1536, TOL_ELEMENTWISE);
+            release(dids);
+            release(dout);
+            free(want);
+            free(got);
+        }
+        free_matrix(&t);
+    }
+}
+
+static void test_rmsnorm(void) {
+    const int cases[][3] = {{7, 1536, 1}, {64 * 8, 256, 1}, {5, 512, 0}, {3, 5376, 1}, {4, 37, 1}, {300, 2816, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int rows = cases[k][0], dim = cases[k][1], with_w = cases[k][2];
+        float *x = rand_floats((size_t)rows * dim, 0.01f, 30.0f), *w = rand_floats((size_t)dim, 0.5f, 2.0f);
+        float *want = malloc((size_t)rows * dim * 4);
+        cpu->ops->rmsnorm(cpu, want, x, with_w ? w : NULL, rows, dim, 1e-6f);
+        float *dx = up(x, (size_t)rows * dim * 4), *dw = up(w, (size_t)dim * 4);
+        gpu->ops->rmsnorm(gpu, dx, dx, with_w ? dw : NULL, rows, dim, 1e-6f); /* in place */
+        float *got = down(dx, (size_t)rows * dim);
+        char what[96];
+        snprintf(what, sizeof what, "%d x %d%s in place", rows, dim, with_w ? "" : " (no weight)");
+        compare("rmsnorm", what, got, want, (size_t)rows * dim, TOL_ELEMENTWISE);
+        release(dx);
+        release(dw);
+        free(x);
+        free(w);
+        free(want);
+        free(got);
+    }
+}
+
+static void test_rope(void) {
+    /* heads x head_dim, rotated pairs, theta: sliding 256 (full), global 512 (25%), odd */
+    const struct {
+        int n, heads, dim, pairs;
+        float theta;
+    } cases[] = {{5, 8, 256, 128, 10000.0f}, {3, 32, 512, 64, 1000000.0f}, {40, 16, 256, 128, 10000.0f},
+                 {2, 4, 64, 32, 10000.0f},   {3, 2, 72, 10, 500.0f}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int n = cases[k].n, H = cases[k].heads, D = cases[k].dim;
+        const size_t total = (size_t)n * H * D;
+        float *x = rand_floats(total, 0.01f, 3.0f), *want = malloc(total * 4);
+        int32_t *pos = malloc((size_t)n * 4);
+        for (int t = 0; t < n; t++) pos[t] = t == 0 ? 0 : t == 1 ? 131071 : rand_int(100000);
+        memcpy(want, x, total * 4);
+        cpu->ops->rope(cpu, want, n, H, D, pos, cases[k].theta, cases[k].pairs);
+        float *dx = up(x, total * 4);
+        int32_t *dpos = up(pos, (size_t)n * 4);
+        gpu->ops->rope(gpu, dx, n, H, D, dpos, cases[k].theta, cases[k].pairs);
+        float *got = down(dx, total);
+        char what[96];
+        snprintf(what, sizeof what, "n=%d %d heads x %d, %d pairs, theta %g", n, H, D, cases[k].pairs, cases[k].theta);
+        compare("rope", what, got, want, total, TOL_ELEMENTWISE);
+        release(dx);
+        release(dpos);
+        free(x);
+        free(want);
+        free(pos);
+        free(got);
+    }
+}
+
+/* Elementwise ops on an odd size: out of place into NaN, then in place. */
+static void test_elementwise(void) {
+    const size_t n = 100003;
+    const int rows = 61, dim = 1639; /* rows * dim = 99979 */
+    float *a = rand_floats(n, 0.01f, 8.0f), *b = rand_floats(n, 0.01f, 8.0f), *v = rand_floats(dim, 0.1f, 2.0f);
+    float *want = malloc(n * 4);
+    float *da = up(a, n * 4), *db = up(b, n * 4), *dv = up(v, dim * 4);
+    const char *names[] = {"gelu_mul", "add", "scale", "mul", "mul_rows", "softcap", "clamp", "affine", "add_rows"};
+    for (int op = 0; op < 9; op++) {
+        float *dout = poisoned(n);
+        size_t count = n;
+        memcpy(want, a, n * 4);
+        switch (op) {
+        case 0: cpu->ops->gelu_mul(cpu, want, a, b, n); gpu->ops->gelu_mul(gpu, dout, da, db, n); break;
+        case 1: cpu->ops->add(cpu, want, a, b, n); gpu->ops->add(gpu, dout, da, db, n); break;
+        case 2: cpu->ops->scale(cpu, want, a, 0.70710678f, n); gpu->ops->scale(gpu, dout, da, 0.70710678f, n); break;
+        case 3: cpu->ops->mul(cpu, want, a, b, n); gpu->ops->mul(gpu, dout, da, db, n); break;
+        case 4:
+            count = (size_t)rows * dim;
+            cpu->ops->mul_rows(cpu, want, a, v, rows, dim);
+            gpu->ops->mul_rows(gpu, dout, da, dv, rows, dim);
+            break;
+        case 5:
+            gpu->ops->copy(gpu, dout, da, n * 4);
+            cpu->ops->softcap(cpu, want, n, 3.0f);
+            gpu->ops->softcap(gpu, dout, n, 3.0f);
+            break;
+        case 6:
+            gpu->ops->copy(gpu, dout, da, n * 4);
+            cpu->ops->clamp(cpu, want, want, -2.5f, 1.5f, n);
+            gpu->ops->clamp(gpu, dout, dout, -2.5f, 1.5f, n);
+            break;
+        case 7: cpu->ops->affine(cpu, want, a, 2.0f, -1.0f, n); gpu->ops->affine(gpu, dout, da, 2.0f, -1.0f, n); break;
+        case 8:
+            count = (size_t)rows * dim;
+            cpu->ops->add_rows(cpu, want, a, v, rows, dim);
+            gpu->ops->add_rows(gpu, dout, da, dv, rows, dim);
+            break;
+        }
+        float *got = down(dout, count);
+        char what[64];
+        snprintf(what, sizeof what, "%zu values", count);
+        compare(names[op], what, got, want, count, TOL_ELEMENTWISE);
+        free(got);
+        release(dout);
+    }
+    /* in place, as the decoder calls them */
+    memcpy(want, a, n * 4);
+    cpu->ops->add(cpu, want, want, b, n);
+    gpu->ops->add(gpu, da, da, db, n);
+    float *got = down(da, n);
+    compare("add", "in place", got, want, n, TOL_ELEMENTWISE);
+    free(got);
+    release(da);
+    release(db);
+    release(dv);
+    free(a);
+    free(b);
+    free(v);
+    free(want);
+}
+
+static void test_rows_and_copies(void) {
+    const int n_src = 50, dim = 1536, n = 17;
+    float *src = rand_floats((size_t)n_src * dim, 0.01f, 5.0f);
+    int32_t rows[17];
+    for (int i = 0; i < n; i++) rows[i] = (i * 7 + 3) % n_src; /* distinct */
+    float *dsrc = up(src, (size_t)n_src * dim * 4);
+    int32_t *drows = up(rows, sizeof rows);
+    /* gather */
+    float *want = malloc((size_t)n_src * dim * 4);
+    cpu->ops->gather_rows(cpu, want, src, rows, n, dim);
+    float *dout = poisoned((size_t)n * dim);
+    gpu->ops->gather_rows(gpu, dout, dsrc, drows, n, dim);
+    float *got = down(dout, (size_t)n * dim);
+    compare("gather_rows", "17 of 50 rows x 1536", got, want, (size_t)n * dim, TOL_EXACT);
+    free(got);
+    /* scatter into a copy of src */
+    float *small = rand_floats((size_t)n * dim, 0.01f, 5.0f);
+    float *dsmall = up(small, (size_t)n * dim * 4);
+    memcpy(want, src, (size_t)n_src * dim * 4);
+    cpu->ops->scatter_rows(cpu, want, rows, small, n, dim);
+    float *dst = up(src, (size_t)n_src * dim * 4);
+    gpu->ops->scatter_rows(gpu, dst, drows, dsmall, n, dim);
+    got = down(dst, (size_t)n_src * dim);
+    compare("scatter_rows", "17 rows into 50 x 1536", got, want, (size_t)n_src * dim, TOL_EXACT);
+    free(got);
+    /* copy_rows: a column block of a wider matrix (the per-layer input slice) */
+    const int L = 35, P = 256, T = 7;
+    float *wide = rand_floats((size_t)T * L * P, 0.01f, 5.0f);
+    float *dwide = up(wide, (size_t)T * L * P * 4);
+    float *dslice = poisoned((size_t)T * P);
+    cpu->ops->copy_rows(cpu, want, P, wide + 5 * P, L * P, T, P);
+    gpu->ops->copy_rows(gpu, dslice, P, dwide + 5 * P, L * P, T, P);
+    got = down(dslice, (size_t)T * P);
+    compare("copy_rows", "7 rows x 256 from a 8960-wide matrix", got, want, (size_t)T * P, TOL_EXACT);
+    free(got);
+    /* copy, to_device, to_host round trip */
+    float *dcopy = poisoned((size_t)n_src * dim);
+    gpu->ops->copy(gpu, dcopy, dsrc, (size_t)n_src * dim * 4);
+    got = down(dcopy, (size_t)n_src * dim);
+    compare("copy", "device to device, 300 KiB", got, src, (size_t)n_src * dim, TOL_EXACT);
+    free(got);
+    release(dsrc), release(drows), release(dout), release(dsmall), release(dst), release(dwide), release(dslice),
+        release(dcopy);
+    free(src), free(want), free(small), free(wide);
+}
+
+static void test_vision_ops(void) {
+    /* 2-D RoPE: 50 patches, 12 heads of 64 (E2B-like tower), positions up to 40 */
+    {
+        const int n = 50, H = 12, D = 64;
+        const size_t total = (size_t)n * H * D;
+        float *x = rand_floats(total, 0.01f, 3.0f), *want = malloc(total * 4);
+        int32_t pos[100];
+        for (int t = 0; t < n; t++) pos[2 * t] = rand_int(40), pos[2 * t + 1] = rand_int(40);
+        memcpy(want, x, total * 4);
+        cpu->ops->rope_2d(cpu, want, n, H, D, pos, 100.0f);
+        float *dx = up(x, total * 4);
+        int32_t *dpos = up(pos, sizeof pos);
+        gpu->ops->rope_2d(gpu, dx, n, H, D, dpos, 100.0f);
+        float *got = down(dx, total);
+        compare("rope_2d", "50 patches, 12 heads x 64", got, want, total, TOL_ELEMENTWISE);
+        release(dx), release(dpos);
+        free(x), free(want), free(got);
+    }
+    /* pooling: 90 patches into 10 slots (some skipped) */
+    {
+        const int n_in = 90, n_out = 10, dim = 768;
+        float *in = rand_floats((size_t)n_in * dim, 0.01f, 4.0f), *want = malloc((size_t)n_out * dim * 4);
+        int32_t slot[90];
+        for (int r = 0; r < n_in; r++) slot[r] = r % 13 == 5 ? -1 : rand_int(n_out);
+        cpu->ops->pool_rows(cpu, want, in, slot, n_in, n_out, dim, 9.2376f);
+        float *din = up(in, (size_t)n_in * dim * 4), *dout = poisoned((size_t)n_out * dim);
+        int32_t *dslot = up(slot, sizeof slot);
+        gpu->ops->pool_rows(gpu, dout, din, dslot, n_in, n_out, dim, 9.2376f);
+        float *got = down(dout, (size_t)n_out * dim);
+        compare("pool_rows", "90 rows into 10 x 768", got, want, (size_t)n_out * dim, TOL_ELEMENTWISE);
+        release(din), release(dout), release(dslot);
+        free(in), free(want), free(got);
+    }
+}
+
+/* ---- KV cache and attention ---- */
+
+typedef struct {
+    const char *label;
+    int n_heads, n_kv, head_dim, block_size;
+    int sliding, window;
+    int n_seqs;
+    int lens[8];
+    int prefill;   /* 0: the last token of every sequence (decode); 1: the last chunk of sequence 0 */
+    int chunk;     /* positions stored per kv_store call (and the prefill chunk) */
+    int bidir;     /* widen a run of query tokens to see each other (image block) */
+    int empty_row; /* one query token with an empty range */
+} attn_case;
+
+static void upload_batch(const g4_attn_batch *h, g4_attn_batch *d, int n_seqs, void **bufs) {
+    *d = *h;
+    d->pos = bufs[0] = up(h->pos, (size_t)h->n_tokens * 4);
+    d->seq = bufs[1] = up(h->seq, (size_t)h->n_tokens * 4);
+    d->kv_range = bufs[2] = up(h->kv_range, (size_t)h->n_tokens * 16);
+    d->full_tables = bufs[3] = up(h->full_tables, (size_t)n_seqs * h->full_table_stride * 4);
+    d->sliding_tables = bufs[4] = up(h->sliding_tables, (size_t)n_seqs * h->ring_blocks * 4);
+}
+
+static void shuffle(int32_t *v, int n) {
+    for (int i = n - 1; i > 0; i--) {
+        int j = rand_int(i + 1);
+        int32_t t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
+static void check_attention(const attn_case *ac) {
+    const int Hq = ac->n_heads, Hkv = ac->n_kv, D = ac->head_dim, bs = ac->block_size, S = ac->n_seqs;
+    int max_len = 0;
+    for (int s = 0; s < S; s++) max_len = ac->lens[s] > max_len ? ac->lens[s] : max_len;
+    const int stride = (max_len + bs - 1) / bs;
+    const int ring = g4_kv_ring_blocks(ac->window, ac->chunk, bs);
+    const int n_blocks = ac->sliding ? S * ring : S * stride + 3;
+    int32_t *full_tables = malloc((size_t)S * stride * 4), *sliding_tables = malloc((size_t)S * ring * 4);
+    int32_t *perm = malloc((size_t)n_blocks * 4);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    shuffle(perm, n_blocks);
+    for (int i = 0; i < S * stride; i++) full_tables[i] = perm[i % n_blocks];
+    for (int i = 0; i < S * ring; i++) sliding_tables[i] = perm[i % n_blocks];
+    void *kc = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D), *kg = gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D);
+    CHECK(kc && kg, "%s: kv_alloc", ac->label);
+    const size_t kv_row = (size_t)Hkv * D;
+    int32_t *pos = malloc((size_t)(max_len + S) * 4), *seq = malloc((size_t)(max_len + S) * 4);
+    int32_t *ranges = malloc((size_t)(max_len + S) * 16);
+    /* store every sequence in chunks, as a session would */
+    for (int s = 0; s < S; s++) {
+        for (int start = 0; start < ac->lens[s]; start += ac->chunk) {
+            const int n = ac->lens[s] - start < ac->chunk ? ac->lens[s] - start : ac->chunk;
+            for (int t = 0; t < n; t++) pos[t] = start + t, seq[t] = s, ranges[4 * t] = ranges[4 * t + 1] = 0;
+            g4_attn_batch hb = {.n_tokens = n, .pos = pos, .seq = seq, .kv_range = ranges,
+                                .full_tables = full_tables, .full_table_stride = stride,
+                                .sliding_tables = sliding_tables, .ring_blocks = ring, .block_size = bs};
+            g4_attn_batch db;
+            void *bufs[5];
+            upload_batch(&hb, &db, S, bufs);
+            float *k = rand_floats((size_t)n * kv_row, 0.01f, 2.0f), *v = rand_floats((size_t)n * kv_row, 0.01f, 2.0f);
+            float *dk = up(k, (size_t)n * kv_row * 4), *dv = up(v, (size_t)n * kv_row * 4);
+            cpu->ops->kv_store(cpu, kc, k, v, &hb, ac->sliding);
+            gpu->ops->kv_store(gpu, kg, dk, dv, &db, ac->sliding);
+            release(dk), release(dv);
+            for (int i = 0; i < 5; i++) release(bufs[i]);
+            free(k), free(v);
+        }
+    }
+    /* the queries */
+    int n = 0;
+    if (!ac->prefill) {
+        for (int s = 0; s < S; s++) pos[n] = ac->lens[s] - 1, seq[n] = s, n++;
+    } else {
+        const int last = (ac->lens[0] - 1) / ac->chunk * ac->chunk;
+        for (int p = last; p < ac->lens[0]; p++) pos[n] = p, seq[n] = 0, n++;
+    }
+    for (int t = 0; t < n; t++) {
+        const int p = pos[t];
+        ranges[4 * t + 0] = p - ac->window + 1 < 0 ? 0 : p - ac->window + 1;
+        ranges[4 * t + 1] = p;
+        ranges[4 * t + 2] = 0;
+        ranges[4 * t + 3] = p;
+    }
+    if (ac->bidir && n > 6) /* tokens 2..5 see each other: ranges reach token 5 */
+        for (int t = 2; t <= 5; t++) ranges[4 * t + 1] = ranges[4 * t + 3] = pos[5];
+    if (ac->empty_row) ranges[4 * (n - 1) + 0] = ranges[4 * (n - 1) + 2] = pos[n - 1] + 1;
+    g4_attn_batch hb = {.n_tokens = n, .pos = pos, .seq = seq, .kv_range = ranges, .full_tables = full_tables,
+                        .full_table_stride = stride, .sliding_tables = sliding_tables, .ring_blocks = ring,
+                        .block_size = bs};
+    g4_attn_batch db;
+    void *bufs[5];
+    upload_batch(&hb, &db, S, bufs);
+    const size_t nq = (size_t)n * Hq * D;
+    float *q = rand_floats(nq, 0.01f, 2.0f), *want = malloc(nq * 4);
+    const float scale = ac->head_dim == 72 ? 0.125f : 1.0f;
+    cpu->ops->attention(cpu, want, q, kc, &hb, ac->sliding, Hq, scale);
+    float *dq = up(q, nq * 4), *dout = poisoned(nq);
+    gpu->ops->attention(gpu, dout, dq, kg, &db, ac->sliding, Hq, scale);
+    float *got = down(dout, nq);
+    char what[160];
+    snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d", ac->label, n, Hq, Hkv, D);
+    compare("attention", what, got, want, nq, TOL_REDUCE);
+    release(dq), release(dout);
+    for (int i = 0; i < 5; i++) release(bufs[i]);
+    cpu->ops->kv_free(cpu, kc);
+    gpu->ops->kv_free(gpu, kg);
+    free(q), free(want), free(got), free(pos), free(seq), free(ranges), free(full_tables), free(sliding_tables),
+        free(perm);
+}
+
+static void test_attention(void) {
+    const attn_case cases[] = {
+        /* decode: one token of each of 6 sequences of different lengths */
+        {"decode full E2B-global", 8, 1, 512, 16, 0, 1 << 30, 6, {1, 17, 300, 64, 999, 128}, 0, 64, 0, 0},
+        {"decode sliding E2B, ring wraps", 8, 1, 256, 16, 1, 512, 4, {3, 700, 1500, 513}, 0, 64, 0, 0},
+        {"decode full 31B-global GQA 8", 32, 4, 512, 16, 0, 1 << 30, 3, {40, 2000, 257}, 0, 128, 0, 0},
+        {"decode sliding 31B GQA 2", 32, 16, 256, 16, 1, 1024, 2, {1100, 90}, 0, 128, 0, 0},
+        {"decode 26B-global GQA 8", 16, 2, 512, 16, 0, 1 << 30, 1, {5000}, 0, 512, 0, 0},
+        {"decode long context", 8, 1, 256, 16, 0, 1 << 30, 1, {9000}, 0, 512, 0, 0},
+        /* prefill chunks of one sequence */
+        {"prefill full 512", 8, 1, 512, 16, 0, 1 << 30, 1, {230}, 1, 100, 0, 0},
+        {"prefill sliding 256 ring wrap", 8, 1, 256, 16, 1, 128, 1, {600}, 1, 64, 0, 0},
+        {"prefill 31B sliding GQA 2", 32, 16, 256, 16, 1, 1024, 1, {150}, 1, 150, 0, 0},
+        {"prefill 26B sliding GQA 2", 16, 8, 256, 16, 1, 1024, 1, {300}, 1, 100, 0, 1},
+        {"prefill with an image block", 8, 1, 256, 16, 1, 16, 1, {60}, 1, 40, 1, 0},
+        {"prefill full with an image block", 4, 2, 64, 16, 0, 1 << 30, 1, {60}, 1, 40, 1, 0},
+        /* odd sizes: tiny fixture heads, vision-like 72 with one block */
+        {"fixture-like 32", 4, 1, 32, 16, 0, 1 << 30, 2, {30, 7}, 0, 8, 0, 0},
+        {"fixture-like 32 prefill", 4, 1, 32, 16, 1, 8, 1, {45}, 1, 5, 0, 0},
+        {"vision-like 72, one block", 4, 4, 72, 96, 0, 1 << 30, 1, {96}, 1, 96, 0, 0},
+        {"odd head_dim 40", 6, 3, 40, 8, 0, 1 << 30, 2, {50, 33}, 0, 16, 0, 1},
+        {"odd head_dim 18 (scalar loads)", 2, 1, 18, 16, 0, 1 << 30, 1, {20}, 1, 20, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
+}
+
+/* ---- mixture of experts ---- */
+
+static void test_moe_route(void) {
+    const int n = 37, E = 128, k = 8;
+    float *logits = rand_floats((size_t)n * E, 0.01f, 4.0f), *scale = rand_floats(E, 0.5f, 2.0f);
+    for (int e = 0; e < E; e++) scale[e] = fabsf(scale[e]);
+    for (int t = 0; t < n; t += 3) logits[(size_t)t * E + 77] = logits[(size_t)t * E + 12] = 9.0f; /* ties */
+    int32_t *want_ids = malloc((size_t)n * k * 4);
+    float *want_w = malloc((size_t)n * k * 4);
+    cpu->ops->moe_route(cpu, want_ids, want_w, logits, scale, n, E, k);
+    float *dl = up(logits, (size_t)n * E * 4), *ds = up(scale, E * 4), *dw = poisoned((size_t)n * k);
+    int32_t *di = (int32_t *)poisoned((size_t)n * k);
+    gpu->ops->moe_route(gpu, di, dw, dl, ds, n, E, k);
+    int32_t *got_ids = malloc((size_t)n * k * 4);
+    gpu->ops->to_host(gpu, got_ids, di, (size_t)n * k * 4);
+    float *got_w = down(dw, (size_t)n * k);
+    CHECK(!memcmp(got_ids, want_ids, (size_t)n * k * 4), "moe_route: chosen experts differ from the CPU");
+    compare("moe_route", "37 tokens, top-8 of 128, with ties", got_w, want_w, (size_t)n * k, TOL_ELEMENTWISE);
+    release(dl), release(ds), release(dw), release(di);
+    free(logits), free(scale), free(want_ids), free(want_w), free(got_ids), free(got_w);
+}
+
+/* Stacked experts: HF (gate_up [E, 2I, d] bf16, down [E, d, I]) or MLX
+ * (separate gate, up, down in a quantised format). */
+static void check_moe(g4_backend *be, const char *label, int hf, g4_weight_format f, int bits, int group, int E,
+                      int width, int d, int k, const int *ns, int count, double grouped_tol) {
+    test_matrix gu, gm, um, dm;
+    g4_expert_matrix hg, hu, hd, dg, du, dd;
+    memset(&hg, 0, sizeof hg);
+    hg.n_experts = E;
+    hg.rows_per_expert = width;
+    hu = hg;
+    hd = hg;
+    hd.rows_per_expert = d;
+    hd.expert_stride = d;
+    make_matrix(&dm, f, bits, group, G4_DTYPE_BF16, (int64_t)E * d, width);
+    hd.all = dm.host;
+    if (hf) {
+        make_matrix(&gu, f, bits, group, G4_DTYPE_BF16, (int64_t)E * 2 * width, d);
+        hg.all = hu.all = gu.host;
+        hg.expert_stride = hu.expert_stride = 2 * width;
+        hu.row_offset = width;
+    } else {
+        make_matrix(&gm, f, bits, group, G4_DTYPE_BF16, (int64_t)E * width, d);
+        make_matrix(&um, f, bits, group, G4_DTYPE_BF16, (int64_t)E * width, d);
+        hg.all = gm.host;
+        hu.all = um.host;
+        hg.expert_stride = hu.expert_stride = width;
+    }
+    dg = hg, du = hu, dd = hd;
+    dd.all = dm.dev;
+    if (hf)
+        dg.all = du.all = gu.dev;
+    else
+        dg.all = gm.dev, du.all = um.dev;
+    for (int c = 0; c < count; c++) {
+        const int n = ns[c];
+        float *x = rand_floats((size_t)n * d, 0.05f, 2.0f), *w = rand_floats((size_t)n * k, 0.05f, 0.5f);
+        int32_t *ids = malloc((size_t)n * k * 4);
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < k; j++) {
+                int e, dup;
+                do {
+                    e = t % 5 == 0 ? j : rand_int(E); /* some tokens share experts 0..k-1 */
+                    dup = 0;
+                    for (int i = 0; i < j; i++) dup |= ids[(size_t)t * k + i] == e;
+                } while (dup);
+                ids[(size_t)t * k + j] = e;
+            }
+        float *want = malloc((size_t)n * d * 4);
+        cpu->ops->moe_experts(cpu, want, x, n, ids, w, k, &hg, &hu, &hd);
+        float *dx = up(x, (size_t)n * d * 4), *dw = up(w, (size_t)n * k * 4), *dout = poisoned((size_t)n * d);
+        int32_t *dids = up(ids, (size_t)n * k * 4);
+        gpu->ops->synchronize(gpu); /* be may be another backend with its own stream */
+        be->ops->moe_experts(be, dout, dx, n, dids, dw, k, &dg, &du, &dd);
+        be->ops->synchronize(be);
+        float *got = down(dout, (size_t)n * d);
+        char what[160];
+        snprintf(what, sizeof what, "%s %s E=%d k=%d %dx%d n=%d", label, dm.name, E, k, width, d, n);
+        compare(n <= 8 ? "moe/gemv" : grouped_tol > TOL_SPLIT ? "moe/grouped-bf16" : "moe/grouped", what, got, want,
+                (size_t)n * d, n <= 8 ? TOL_REDUCE : grouped_tol);
+        release(dx), release(dw), release(dout), release(dids);
+        free(x), free(w), free(ids), free(want), free(got);
+    }
+    free_matrix(&dm);
+    if (hf)
+        free_matrix(&gu);
+    else
+        free_matrix(&gm), free_matrix(&um);
+}
+
+static void test_moe_experts(void) {
+    const int ns[] = {1, 5, 8, 40, 150};
+    /* 26B-A4B expert widths (704 x 2816) with 32 of the 128 experts to keep the CPU reference quick */
+    check_moe(gpu, "HF", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, ns, 5, TOL_SPLIT);
+    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 5, TOL_SPLIT);
+    check_moe(gpu, "MLX", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, ns, 5, TOL_SPLIT);
+    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4, ns, 5, TOL_SPLIT);
+    /* fixture-like odd widths: the generic per-slot path at every size */
+    check_moe(gpu, "HF odd", 1, G4_WEIGHT_BF16, 0, 0, 8, 24, 72, 2, ns, 5, TOL_SPLIT);
+}
+
+/* The plain bf16 prefill mode (G4_CUDA_PREFILL=bf16): one product per tile. */
+static void test_fast_prefill(void) {
+    setenv("G4_CUDA_PREFILL", "bf16", 1);
+    g4_backend *fast = NULL;
+    g4_status st = g4_backend_cuda_create(0, &fast);
+    unsetenv("G4_CUDA_PREFILL");
+    CHECK(st == G4_OK, "bf16-mode CUDA backend: %s", g4_error_message());
+    if (st != G4_OK) return;
+    struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+    } q[] = {{G4_WEIGHT_BF16, 0, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
+    for (size_t k = 0; k < sizeof q / sizeof q[0]; k++) {
+        test_matrix t;
+        make_matrix(&t, q[k].f, q[k].bits, q[k].group, q[k].sdt, 2048, 1536);
+        check_matmul_on(fast, "bf16-mode ", &t.host, &t.dev, t.name, 64, TOL_BF16);
+        check_matmul_on(fast, "bf16-mode ", &t.host, &t.dev, t.name, 200, TOL_BF16);
+        free_matrix(&t);
+    }
+    const int ns[] = {40, 150};
+    check_moe(fast, "bf16-mode HF", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, ns, 2, TOL_BF16);
+    check_moe(fast, "bf16-mode MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 2, TOL_BF16);
+    CHECK(g4_cuda_status(fast) == G4_OK, "bf16-mode backend status: %s", g4_error_message());
+    g4_backend_destroy(fast);
+}
+
+/* ---- speed (printed, never failing: the bench command owns the limits) ---- */
+
+static double time_op(g4_backend *be, void (*op)(void *), void *arg, int reps) {
+    op(arg); /* warm-up */
+    be->ops->synchronize(be);
+    double t0 = g4_now_seconds();
+    for (int i = 0; i < reps; i++) op(arg);
+    be->ops->synchronize(be);
+    return (g4_now_seconds() - t0) / reps;
+}
+
+typedef struct {
+    g4_backend *be;
+    const g4_matrix *w;
+    float *x, *out;
+    int n;
+} matmul_arg;
+
+static void run_matmul(void *p) {
+    matmul_arg *a = p;
+    a->be->ops->matmul(a->be, a->out, a->x, a->n, a->w);
+}
+
+typedef struct {
+    float *out, *q;
+    void *kv;
+    g4_attn_batch b;
+    int heads;
+} attn_arg;
+
+static void run_attention(void *p) {
+    attn_arg *a = p;
+    gpu->ops->attention(gpu, a->out, a->q, a->kv, &a->b, 0, a->heads, 1.0f);
+}
+
+static void speed(void) {
+    const double bw = g4_cuda_probe_bandwidth(gpu);
+    printf("\nspeed (device copy bandwidth %.0f GB/s):\n", bw);
+    /* decode GEMV: a 31B MLP-sized matrix (21504 x 5376) in each format, one token */
+    struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+    } formats[] = {{G4_WEIGHT_BF16, 0, 0, 0}, {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16},
+                   {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
+    const int64_t rows = 21504, cols = 5376;
+    float *x = rand_floats((size_t)512 * cols, 0.05f, 2.0f);
+    float *dx = up(x, (size_t)512 * cols * 4), *dout = poisoned((size_t)512 * rows);
+    setenv("G4_CUDA_GEMV_ROWS4", "1", 1);
+    g4_backend *rows4 = NULL;
+    if (g4_backend_cuda_create(0, &rows4) != G4_OK) rows4 = NULL;
+    unsetenv("G4_CUDA_GEMV_ROWS4");
+    for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
+        test_matrix t;
+        make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, rows, cols);
+        const double bytes = (double)g4_matrix_bytes(&t.host);
+        const int ns[] = {1, 8, 512};
+        for (int i = 0; i < 3; i++) {
+            matmul_arg a = {gpu, &t.dev, dx, dout, ns[i]};
+            double s = time_op(gpu, run_matmul, &a, ns[i] == 512 ? 5 : 20);
+            if (ns[i] <= 8)
+                printf("  gemv %-18s %lldx%lld n=%-3d %8.1f us  %6.0f GB/s (%.0f%% of copy)\n", t.name, (long long)rows,
+                       (long long)cols, ns[i], s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
+            else
+                printf("  gemm %-18s %lldx%lld n=%-3d %8.1f us  %6.1f TFLOP/s\n", t.name, (long long)rows,
+                       (long long)cols, ns[i], s * 1e6, 2.0 * rows * cols * ns[i] / s / 1e12);
+        }
+        if (rows4 && formats[k].f != G4_WEIGHT_BF16) {
+            matmul_arg a = {rows4, &t.dev, dx, dout, 1};
+            double s = time_op(rows4, run_matmul, &a, 20);
+            printf("  gemv %-18s %lldx%lld n=1   %8.1f us  %6.0f GB/s (%.0f%% of copy), 4 rows per warp\n", t.name,
+                   (long long)rows, (long long)cols, s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
+            /* the variant must also be right */
+            check_matmul_on(rows4, "rows4 ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+        }
+        free_matrix(&t);
+    }
+    if (rows4) g4_backend_destroy(rows4);
+    release(dx), release(dout);
+    free(x);
+    /* decode attention: 32 heads over 8 KV heads of 256, 4096 positions */
+    {
+        const int Hq = 32, Hkv = 8, D = 256, bs = 16, len = 4096, blocks = len / bs;
+        void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D);
+        int32_t *table = malloc((size_t)blocks * 4), pos = len - 1, seq = 0, range[4] = {0, len - 1, 0, len - 1};
+        for (int i = 0; i < blocks; i++) table[i] = i;
+        attn_arg a;
+        a.kv = kv;
+        a.heads = Hq;
+        a.q = poisoned((size_t)Hq * D);
+        a.out = poisoned((size_t)Hq * D);
+        float *qh = rand_floats((size_t)Hq * D, 0.01f, 1.0f);
+        gpu->ops->to_device(gpu, a.q, qh, (size_t)Hq * D * 4);
+        a.b = (g4_attn_batch){.n_tokens = 1, .pos = up(&pos, 4), .seq = up(&seq, 4), .kv_range = up(range, 16),
+                              .full_tables = up(table, (size_t)blocks * 4), .full_table_stride = blocks,
+                              .sliding_tables = up(table, 4), .ring_blocks = 1, .block_size = bs};
+        /* random keys and values (never time on zeros) */
+        int32_t *all_pos = malloc((size_t)len * 4), *all_seq = calloc((size_t)len, 4);
+        for (int i = 0; i < len; i++) all_pos[i] = i;
+        float *k = rand_floats((size_t)len * Hkv * D, 0.01f, 1.0f), *v = rand_floats((size_t)len * Hkv * D, 0.01f, 1.0f);
+        g4_attn_batch fill = a.b;
+        fill.n_tokens = len;
+        fill.pos = up(all_pos, (size_t)len * 4);
+        fill.seq = up(all_seq, (size_t)len * 4);
+        float *dk = up(k, (size_t)len * Hkv * D * 4), *dv = up(v, (size_t)len * Hkv * D * 4);
+        gpu->ops->kv_store(gpu, kv, dk, dv, &fill, 0);
+        release(dk), release(dv), release((void *)fill.pos), release((void *)fill.seq);
+        free(k), free(v), free(all_pos), free(all_seq);
+        double s = time_op(gpu, run_attention, &a, 50);
+        const double bytes = 2.0 * len * Hkv * D * 4;
+        printf("  attention decode 32/8 heads x 256, 4096 keys: %8.1f us  %6.0f GB/s of float32 K/V\n", s * 1e6,
+               bytes / s / 1e9);
+        gpu->ops->kv_free(gpu, kv);
+        release(a.q), release(a.out), release((void *)a.b.pos), release((void *)a.b.seq), release((void *)a.b.kv_range),
+            release((void *)a.b.full_tables), release((void *)a.b.sliding_tables);
+        free(table), free(qh);
+    }
+}
+
+int main(void) {
+    g4_status st = g4_backend_cuda_create(0, &gpu);
+    if (st == G4_ERR_UNSUPPORTED) {
+        printf("skipped: %s\n", g4_error_message());
+        return 77;
+    }
+    CHECK(st == G4_OK, "CUDA backend: %s", g4_error_message());
+    if (st != G4_OK) return test_finish();
+    st = g4_backend_cpu_create(0, &cpu);
+    CHECK(st == G4_OK, "CPU backend: %s", g4_error_message());
+    if (st != G4_OK) return test_finish();
+    printf("CUDA device: %s\n", g4_cuda_device_name(gpu));
+    test_elementwise();
+    test_rmsnorm();
+    test_rope();
+    test_embed();
+    test_rows_and_copies();
+    test_vision_ops();
+    test_moe_route();
+    test_attention();
+    test_matmul();
+    test_moe_experts();
+    test_fast_prefill();
+    if (!getenv("G4_SKIP_SPEED")) speed();
+    CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());
+    printf("\n| op | cases | worst rel_rms | tolerance |\n|---|---|---|---|\n");
+    for (int i = 0; i < n_stats; i++)
+        printf("| %s | %d | %.2e | %.0e |\n", stats[i].op, stats[i].cases, stats[i].worst, stats[i].tol);
+    g4_backend_destroy(gpu);
+    g4_backend_destroy(cpu);
+    return test_finish();
+}
