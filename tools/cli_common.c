@@ -74,8 +74,7 @@ void cli_report_error(const char *cmd, g4_status st) {
 int cli_create_backend(const char *device, int threads, g4_backend **be) {
     g4_status st = g4_backend_open(device, threads, be);
     if (st != G4_OK) {
-        fprintf(stderr, "gemma4: cannot create the %s backend: %s
-", device ? device : "default", g4_error_message());
+        fprintf(stderr, "gemma4: cannot create the %s backend: %s\n", device ? device : "default", g4_error_message());
         return 1;
     }
     return 0;

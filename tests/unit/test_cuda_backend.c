@@ -582,6 +582,113 @@ static void test_vision_ops(void) {
     }
 }
 
+/* The audio tower's ops (and LayerNorm, which the 12B's vision embedder uses)
+ * at the E2B conformer's sizes. */
+static void test_audio_ops(void) {
+    /* elementwise: scale_rows, relu, silu, glu */
+    {
+        const int rows = 37, dim = 1024;
+        const size_t n = (size_t)rows * dim;
+        float *x = rand_floats(2 * n, 0.01f, 4.0f), *s = rand_floats((size_t)rows, 0.01f, 1.0f);
+        float *want = malloc(n * 4);
+        float *dx = up(x, 2 * n * 4), *ds = up(s, (size_t)rows * 4), *dout = poisoned(n);
+        cpu->ops->scale_rows(cpu, want, x, s, rows, dim);
+        gpu->ops->scale_rows(gpu, dout, dx, ds, rows, dim);
+        float *got = down(dout, n);
+        compare("scale_rows", "37 x 1024", got, want, n, TOL_ELEMENTWISE);
+        free(got);
+        cpu->ops->relu(cpu, want, x, n);
+        gpu->ops->relu(gpu, dout, dx, n);
+        got = down(dout, n);
+        compare("relu", "37 x 1024", got, want, n, TOL_ELEMENTWISE);
+        free(got);
+        cpu->ops->silu(cpu, want, x, n);
+        gpu->ops->silu(gpu, dout, dx, n);
+        got = down(dout, n);
+        compare("silu", "37 x 1024", got, want, n, TOL_ELEMENTWISE);
+        free(got);
+        cpu->ops->glu(cpu, want, x, rows, dim);
+        gpu->ops->glu(gpu, dout, dx, rows, dim);
+        got = down(dout, n);
+        compare("glu", "37 x 2048 -> 1024", got, want, n, TOL_ELEMENTWISE);
+        free(got);
+        release(dx), release(ds), release(dout);
+        free(x), free(s), free(want);
+    }
+    /* layer_norm with and without weight/bias, widths of the conformer and the 12B embedder */
+    {
+        const int rows = 19, dims[] = {32, 1024, 6912};
+        for (int k = 0; k < 3; k++) {
+            const int dim = dims[k];
+            const size_t n = (size_t)rows * dim;
+            float *x = rand_floats(n, 0.01f, 4.0f), *w = rand_floats((size_t)dim, 0.5f, 1.5f);
+            float *b = rand_floats((size_t)dim, 0.01f, 0.2f), *want = malloc(n * 4);
+            float *dx = up(x, n * 4), *dw = up(w, (size_t)dim * 4), *db = up(b, (size_t)dim * 4), *dout = poisoned(n);
+            cpu->ops->layer_norm(cpu, want, x, w, k == 1 ? NULL : b, rows, dim, 1e-5f);
+            gpu->ops->layer_norm(gpu, dout, dx, dw, k == 1 ? NULL : db, rows, dim, 1e-5f);
+            float *got = down(dout, n);
+            compare("layer_norm", dim == 32 ? "19 x 32" : dim == 1024 ? "19 x 1024, no bias" : "19 x 6912", got, want, n,
+                    TOL_ELEMENTWISE);
+            release(dx), release(dw), release(db), release(dout);
+            free(x), free(w), free(b), free(want), free(got);
+        }
+    }
+    /* conv2d: the subsampling convolutions (1 -> 128 and 128 -> 32 channels, 3x3, stride 2, pad 1) */
+    {
+        const int H = 61, W = 128, shapes[2][2] = {{1, 128}, {128, 32}};
+        for (int k = 0; k < 2; k++) {
+            const int ci = shapes[k][0], co = shapes[k][1], h = k ? 31 : H, w = k ? 64 : W;
+            const int Ho = (h + 2 - 3) / 2 + 1, Wo = (w + 2 - 3) / 2 + 1;
+            const size_t nx = (size_t)h * w * ci, nw = (size_t)co * 9 * ci, no = (size_t)Ho * Wo * co;
+            float *x = rand_floats(nx, 0.01f, 2.0f), *wt = rand_floats(nw, 0.01f, 0.3f), *want = malloc(no * 4);
+            float *dx = up(x, nx * 4), *dw = up(wt, nw * 4), *dout = poisoned(no);
+            cpu->ops->conv2d(cpu, want, x, wt, h, w, ci, co, 3, 3, 2, 1);
+            gpu->ops->conv2d(gpu, dout, dx, dw, h, w, ci, co, 3, 3, 2, 1);
+            float *got = down(dout, no);
+            compare("conv2d", k ? "31 x 64 x 128 -> 32" : "61 x 128 x 1 -> 128", got, want, no, TOL_REDUCE);
+            release(dx), release(dw), release(dout);
+            free(x), free(wt), free(want), free(got);
+        }
+    }
+    /* causal depthwise conv1d: kernel 5 over 1024 channels */
+    {
+        const int T = 75, C = 1024, K = 5;
+        float *x = rand_floats((size_t)T * C, 0.01f, 2.0f), *w = rand_floats((size_t)C * K, 0.01f, 0.5f);
+        float *want = malloc((size_t)T * C * 4);
+        float *dx = up(x, (size_t)T * C * 4), *dw = up(w, (size_t)C * K * 4), *dout = poisoned((size_t)T * C);
+        cpu->ops->depthwise_conv1d_causal(cpu, want, x, w, T, C, K);
+        gpu->ops->depthwise_conv1d_causal(gpu, dout, dx, dw, T, C, K);
+        float *got = down(dout, (size_t)T * C);
+        compare("depthwise_conv1d", "75 x 1024, kernel 5", got, want, (size_t)T * C, TOL_ELEMENTWISE);
+        release(dx), release(dw), release(dout);
+        free(x), free(w), free(want), free(got);
+    }
+    /* chunked attention: 8 heads of 128, chunk 12, 12 past frames, 13 relative keys, padding at the end */
+    {
+        g4_chunked_attn_params p = {.n_frames = 75, .n_heads = 8, .head_dim = 128, .chunk = 12, .past = 12,
+                                    .future = 0, .n_rel = 13, .max_past_dist = 11, .max_future_dist = 0,
+                                    .logit_cap = 50.0f, .invalid_logit = -1e9f};
+        const size_t n = (size_t)p.n_frames * p.n_heads * p.head_dim, nr = (size_t)p.n_rel * p.n_heads * p.head_dim;
+        float *q = rand_floats(n, 0.01f, 0.3f), *k = rand_floats(n, 0.01f, 0.3f), *v = rand_floats(n, 0.01f, 2.0f);
+        float *rk = rand_floats(nr, 0.01f, 0.3f), *want = malloc(n * 4);
+        int32_t valid[75];
+        for (int i = 0; i < 75; i++) valid[i] = i < 70;
+        float *dq = up(q, n * 4), *dk = up(k, n * 4), *dv = up(v, n * 4), *drk = up(rk, nr * 4), *dout = poisoned(n);
+        int32_t *dvalid = up(valid, sizeof valid);
+        for (int inv = 0; inv < 2; inv++) {
+            p.invert_mask = inv;
+            cpu->ops->chunked_attention(cpu, want, q, k, v, rk, valid, &p);
+            gpu->ops->chunked_attention(gpu, dout, dq, dk, dv, drk, dvalid, &p);
+            float *got = down(dout, n);
+            compare("chunked_attention", inv ? "75 frames x 8 heads x 128, inverted mask" : "75 frames x 8 heads x 128",
+                    got, want, n, TOL_REDUCE);
+            free(got);
+        }
+        release(dq), release(dk), release(dv), release(drk), release(dout), release(dvalid);
+        free(q), free(k), free(v), free(rk), free(want);
+    }
+}
+
 /* ---- KV cache and attention ---- */
 
 typedef struct {
@@ -986,6 +1093,7 @@ int main(void) {
     test_embed();
     test_rows_and_copies();
     test_vision_ops();
+    test_audio_ops();
     test_moe_route();
     test_attention();
     test_matmul();

@@ -14,6 +14,8 @@
 #include "backend/cuda/cuda_backend.h"
 #include "fixture_ref.h"
 #include "model/model.h"
+#include "model/audio_tower.h"
+#include "model/unified_embedders.h"
 #include "model/vision_tower.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
@@ -204,6 +206,114 @@ static void check_vision(const char *name) {
     fixture_ref_close(&ref);
 }
 
+/* The audio tower on the GPU: e2b's features through the conformer, against
+ * transformers (sdpa, the correct audio mask; tests/data/audio), then the
+ * merged prompt's logits. */
+static void check_audio(void) {
+    g4_model *m = NULL;
+    const char *dir = test_fixture("e2b");
+    fixture_ref ref;
+    char path[1024];
+    const char *data = getenv("G4_TEST_DATA");
+    snprintf(path, sizeof path, "%s/audio/e2b_audio_sdpa.safetensors", data ? data : "tests/data");
+    g4_st_set *sdpa = NULL;
+    if (fixture_ref_open(dir, &ref) != 0 || g4_st_open(path, &sdpa) != G4_OK) {
+        CHECK(0, "cannot open the e2b audio references");
+        return;
+    }
+    g4_status st = g4_model_load_dir(dir, gpu, &m);
+    CHECK(st == G4_OK, "e2b: load: %s", g4_error_message());
+    size_t n_feat = 0, n_mask = 0;
+    const float *features = fixture_ref_tensor(&ref, "audio.features", &n_feat);
+    const g4_st_tensor *mask_t = g4_st_find(ref.tensors, "audio.features_mask");
+    const g4_st_tensor *want_t = g4_st_find(sdpa, "audio.soft_tokens");
+    const g4_st_tensor *want_l = g4_st_find(sdpa, "audio.logits");
+    if (st == G4_OK && features && mask_t && want_t && want_l) {
+        n_mask = (size_t)mask_t->shape[0];
+        uint8_t *mask = malloc(n_mask);
+        for (size_t i = 0; i < n_mask; i++) mask[i] = ((const int32_t *)mask_t->data)[i] != 0;
+        float *soft = NULL;
+        int n_soft = 0;
+        st = g4_audio_encode(m, features, mask, (int)n_mask, &soft, &n_soft);
+        CHECK(st == G4_OK, "e2b audio encode on the GPU: %s", g4_error_message());
+        const int d = m->config.text.hidden_size, V = m->config.text.vocab_size;
+        if (st == G4_OK && (size_t)n_soft * d * 4 == want_t->nbytes) {
+            float *host = malloc(want_t->nbytes);
+            gpu->ops->to_host(gpu, host, soft, want_t->nbytes);
+            double err = test_rel_rms(host, (const float *)want_t->data, want_t->nbytes / 4);
+            printf("  %-10s audio soft tokens (%d)      rel_rms %.2e\n", "e2b", n_soft, err);
+            CHECK(err < TOLERANCE, "e2b audio soft tokens rel_rms %.3e", err);
+            if (err > worst_vision) worst_vision = err;
+            free(host);
+            int n_ids;
+            int32_t *ids = fixture_ref_ids(&ref, "audio", "prompt_ids", &n_ids);
+            int32_t *rows = malloc((size_t)n_ids * sizeof *rows);
+            int k = 0;
+            for (int i = 0; i < n_ids; i++)
+                if (ids[i] == m->config.tokens.audio_id) rows[k++] = i;
+            g4_session_options opt = {.n_ctx = n_ids + 1};
+            g4_session *s;
+            float *logits = malloc((size_t)n_ids * V * sizeof *logits);
+            g4_soft_tokens in = {k, rows, soft};
+            st = g4_session_create(m, &opt, &s);
+            if (st == G4_OK) st = g4_session_eval(s, ids, n_ids, &in, G4_LOGITS_ALL, logits);
+            CHECK(st == G4_OK && k == n_soft, "e2b audio prompt: %s", g4_error_message());
+            if (st == G4_OK && (size_t)n_ids * V * 4 == want_l->nbytes) {
+                err = test_rel_rms(logits, (const float *)want_l->data, want_l->nbytes / 4);
+                printf("  %-10s audio logits                rel_rms %.2e\n", "e2b", err);
+                CHECK(err < TOLERANCE, "e2b audio logits rel_rms %.3e", err);
+                if (err > worst_vision) worst_vision = err;
+            }
+            if (st == G4_OK) g4_session_destroy(s);
+            free(logits), free(rows), free(ids);
+        } else if (st == G4_OK) {
+            CHECK(0, "e2b: %d audio soft tokens do not fit the reference", n_soft);
+        }
+        if (soft) gpu->ops->release(gpu, soft);
+        free(mask);
+    }
+    g4_model_release(m);
+    g4_st_close(sdpa);
+    fixture_ref_close(&ref);
+}
+
+/* The 12B's encoder-free vision embedder on the GPU. */
+static void check_unified(void) {
+    const char *dir = test_fixture("unified");
+    fixture_ref ref;
+    if (fixture_ref_open(dir, &ref) != 0) {
+        CHECK(0, "cannot open the unified references");
+        return;
+    }
+    g4_model *m = NULL;
+    g4_status st = g4_model_load_dir(dir, gpu, &m);
+    CHECK(st == G4_OK, "unified: load: %s", g4_error_message());
+    size_t n_px = 0, n_soft_ref = 0;
+    const float *pixels = fixture_ref_tensor(&ref, "image.pixel_values", &n_px);
+    const float *want = fixture_ref_tensor(&ref, "image.soft_tokens", &n_soft_ref);
+    const g4_st_tensor *pos_t = g4_st_find(ref.tensors, "image.position_ids");
+    if (st == G4_OK && pixels && want && pos_t) {
+        float *soft = NULL;
+        int n_soft = 0;
+        st = g4_unified_vision_encode(m, pixels, (const int32_t *)pos_t->data, (int)pos_t->shape[0], NULL, NULL, &soft,
+                                      &n_soft);
+        CHECK(st == G4_OK && (size_t)n_soft * m->config.text.hidden_size == n_soft_ref, "unified vision: %s",
+              g4_error_message());
+        if (st == G4_OK && (size_t)n_soft * m->config.text.hidden_size == n_soft_ref) {
+            float *host = malloc(n_soft_ref * sizeof *host);
+            gpu->ops->to_host(gpu, host, soft, n_soft_ref * sizeof *host);
+            double err = test_rel_rms(host, want, n_soft_ref);
+            printf("  %-10s image soft tokens (%d)      rel_rms %.2e\n", "unified", n_soft, err);
+            CHECK(err < TOLERANCE, "unified soft tokens rel_rms %.3e", err);
+            if (err > worst_vision) worst_vision = err;
+            free(host);
+        }
+        if (soft) gpu->ops->release(gpu, soft);
+    }
+    g4_model_release(m);
+    fixture_ref_close(&ref);
+}
+
 /* ---- the engine: batched requests against each request alone ---- */
 
 #define N_REQ 16
@@ -313,6 +423,8 @@ int main(int argc, char **argv) {
     } else {
         for (size_t i = 0; i < sizeof text / sizeof text[0]; i++) check_text(text[i]);
         for (size_t i = 0; i < sizeof vision / sizeof vision[0]; i++) check_vision(vision[i]);
+        check_audio();
+        check_unified();
         for (size_t i = 0; i < sizeof engine / sizeof engine[0]; i++) check_engine(engine[i]);
     }
     CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());

@@ -271,7 +271,7 @@ static void launch_gemv(cuda_ctx *c, const gemv_args &a, int n_slots) {
 template <int F>
 static void launch_gemv_tokens(cuda_ctx *c, const gemv_args &a, int n_slots) {
     constexpr int R = gemv_rows<F>();
-    /* G4_CUDA_GEMV_ROWS4: four rows per warp for one token of a quantised
+    /* gemv_rows4 (default; G4_CUDA_GEMV_ROWS4=0 disables): four rows per warp for one token of a quantised
      * format (each activation load serves twice the weights; an experiment) */
     if (a.n <= 1 && c->gemv_rows4 && (is_affine<F>() || F == FF_MXFP4) && F != FF_AFF2)
         launch_gemv<F, 1, 4>(c, a, n_slots);
