@@ -11,12 +11,14 @@
 #include "backend/cuda/cuda_backend.h"
 #include "base/probe.h"
 #include "cli_common.h"
+#include "runtime/engine.h"
 #include "runtime/session.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: gemma4 bench (-m DIR | --synthetic NAME) [--format bf16|mlx4|mlx8|mxfp4]\n"
             "                    [-p 512] [-n 128] [-r 3] [--threads N] [--device cpu|cuda|cuda:N] [--json]\n"
+            "                    [--streams 1,8,32]   (aggregate decode of concurrent streams, batched)\n"
             "  NAME: e2b, e4b, 26b-a4b, 31b or 12b (full-size, random weights; real release configs)\n");
 }
 
@@ -35,9 +37,69 @@ static stats summarize(const double *v, int n) {
 
 static int32_t bench_token(int i, int vocab) { return (int32_t)(((uint32_t)i * 2654435761u) % (uint32_t)(vocab - 3)) + 3; }
 
+/* ---- concurrent streams through the batched engine ---- */
+
+typedef struct {
+    int generated;
+    double first_token_time;
+    int done;
+} stream_state;
+
+static void on_stream_token(void *user, const g4_token_event *ev) {
+    stream_state *s = user;
+    if (ev->has_token) {
+        if (s->generated++ == 0) s->first_token_time = g4_now_seconds();
+    }
+    if (ev->finish != G4_FINISH_NONE) s->done = 1;
+}
+
+/* Aggregate decode throughput of n concurrent greedy streams, each with a
+ * prompt of prompt_len tokens and tg generated tokens (stop tokens ignored).
+ * Decode time runs from the moment every stream has its first token (all
+ * prefills done) to the end. */
+static g4_status bench_streams(const g4_model *m, int n, int prompt_len, int tg, double *decode_tps) {
+    const int V = m->config.text.vocab_size;
+    g4_engine_options opt = {.max_seqs = n, .n_ctx = prompt_len + tg + 8,
+                             .max_batch_tokens = n * prompt_len > 512 ? n * prompt_len : 512};
+    g4_engine *e;
+    g4_status st = g4_engine_create(m, &opt, &e);
+    if (st != G4_OK) return st;
+    stream_state *states = calloc((size_t)n, sizeof *states);
+    int32_t *prompt = malloc((size_t)prompt_len * sizeof *prompt);
+    for (int r = 0; st == G4_OK && r < n; r++) {
+        for (int i = 0; i < prompt_len; i++) prompt[i] = bench_token(r * 977 + i, V);
+        g4_request req = {.prompt = prompt, .n_prompt = prompt_len, .max_tokens = tg, .on_token = on_stream_token,
+                          .user = &states[r]};
+        g4_sampler_params_default(&req.sampling);
+        st = g4_engine_submit(e, &req, NULL);
+    }
+    double t_all_started = 0;
+    while (st == G4_OK) {
+        int pending = g4_engine_step(e);
+        if (pending < 0) {
+            st = g4_fail(G4_ERR_INTERNAL, "engine step failed: %s", g4_error_message());
+            break;
+        }
+        if (t_all_started == 0) {
+            int started = 0;
+            for (int r = 0; r < n; r++) started += states[r].generated > 0;
+            if (started == n) t_all_started = g4_now_seconds();
+        }
+        if (pending == 0) break;
+    }
+    double t_end = g4_now_seconds();
+    int tokens = 0;
+    for (int r = 0; r < n; r++) tokens += states[r].generated - 1; /* after the first */
+    *decode_tps = t_end > t_all_started ? tokens / (t_end - t_all_started) : 0;
+    free(states);
+    free(prompt);
+    g4_engine_destroy(e);
+    return st;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *pp_text = "512", *tg_text = "128",
-               *reps_text = "3", *threads_text = NULL, *device = NULL;
+               *reps_text = "3", *threads_text = NULL, *device = NULL, *streams_text = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -46,7 +108,8 @@ int cmd_bench(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--format", &format)) || (r = cli_option(argc, argv, &i, "-p", &pp_text)) ||
             (r = cli_option(argc, argv, &i, "-n", &tg_text)) || (r = cli_option(argc, argv, &i, "-r", &reps_text)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
-            (r = cli_option(argc, argv, &i, "--device", &device))) {
+            (r = cli_option(argc, argv, &i, "--device", &device)) ||
+            (r = cli_option(argc, argv, &i, "--streams", &streams_text))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--json")) {
             json = 1;
@@ -66,6 +129,9 @@ int cmd_bench(int argc, char **argv) {
     long pp = cli_parse_count(pp_text, "-p"), tg = cli_parse_count(tg_text, "-n"), reps = cli_parse_count(reps_text, "-r");
     long threads = threads_text ? cli_parse_count(threads_text, "--threads") : 0;
     if (pp < 0 || tg < 0 || reps <= 0 || threads < 0) return 2;
+    int32_t *streams = NULL;
+    int n_streams = 0;
+    if (streams_text && (cli_parse_ids(streams_text, &streams, &n_streams) != 0 || n_streams == 0)) return 2;
 
     g4_backend *be = NULL;
     g4_model *model = NULL;
@@ -173,6 +239,25 @@ int cmd_bench(int argc, char **argv) {
     free(ids);
     free(pp_rate);
     free(tg_rate);
+    /* concurrent streams: aggregate decode through the batched engine */
+    double base = 0;
+    for (int k = 0; rc == 0 && k < n_streams; k++) {
+        double tps = 0;
+        g4_status sst = bench_streams(model, streams[k], 16, (int)(tg > 1 ? tg : 2), &tps);
+        if (sst != G4_OK) {
+            cli_report_error("bench --streams", sst);
+            rc = 1;
+            break;
+        }
+        if (k == 0) base = tps / streams[k];
+        if (json)
+            printf("{\"model\":\"%s\",\"streams\":%d,\"decode_tps\":%.2f,\"per_stream_tps\":%.2f}\n", model->path,
+                   streams[k], tps, tps / streams[k]);
+        else
+            printf("| %s | streams %d | aggregate decode %.1f t/s | %.1f t/s per stream | %.2fx one stream |\n",
+                   model->path, streams[k], tps, tps / streams[k], base > 0 ? tps / base : 0.0);
+    }
+    free(streams);
     cli_close_model(be, model);
     return rc;
 }
