@@ -62,7 +62,7 @@ if [ "$mode" != bench ]; then
   grep -E "^  (gemv|gemm|attention) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
   run_step test_cuda_fixtures 300 "$TESTS/test_cuda_fixtures"
   grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
-  if command -v compute-sanitizer > /dev/null; then
+  if [ -z "${G4_SKIP_MEMCHECK:-}" ] && command -v compute-sanitizer > /dev/null; then
     run_step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS/test_cuda_fixtures" \
       ${MEMCHECK_FIXTURES:-dense moe-mlx4 e2b-mlx4}
     grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$summary"

@@ -1,0 +1,22 @@
+#!/bin/bash
+# Packs the CUDA build for the GPU machine, whose image lacks some -dev
+# libraries: bin/ (gemma4 and the CUDA tests), lib/ (every shared library they
+# load outside glibc; bench/cuda_h200.sh copies only those the machine lacks)
+# and COMMIT. Usage: bench/make_prebuilt.sh BUILD_DIR OUT.tar.xz
+set -eu
+build=$1 out=$2
+stage=$(mktemp -d)
+mkdir -p "$stage/bin" "$stage/lib"
+cp "$build/gemma4" "$build/tests/test_cuda_backend" "$build/tests/test_cuda_fixtures" "$stage/bin/"
+for b in "$stage"/bin/*; do
+  ldd "$b" | awk '/=> \// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*|libcuda.so*) ;;
+      *) cp -L -n "$lib" "$stage/lib/" ;;
+    esac
+  done
+done
+git rev-parse --short HEAD > "$stage/COMMIT"
+tar -cJf "$out" -C "$stage" bin lib COMMIT
+rm -rf "$stage"
+ls -la "$out"
