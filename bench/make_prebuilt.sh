@@ -11,7 +11,8 @@ cp "$build/gemma4" "$build/tests/test_cuda_backend" "$build/tests/test_cuda_fixt
 for b in "$stage"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*|libcuda.so*) ;;
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+      libcuda.so*|libcudart.so*|libcublas*.so*|libnv*.so*) ;; # the GPU machine has CUDA 13
       *) cp -L -n "$lib" "$stage/lib/" ;;
     esac
   done
