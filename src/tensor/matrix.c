@@ -56,11 +56,13 @@ static unsigned read_code(const unsigned char *row, int bits, int64_t c) {
 }
 
 float g4_matrix_get(const g4_matrix *m, int64_t r, int64_t c) {
+    /* safetensors does not promise aligned tensors (mlx-vlm writes bf16 at odd
+     * offsets), so values are read through memcpy, never typed pointers */
     const unsigned char *row = (const unsigned char *)m->data + (size_t)r * m->row_bytes;
     switch (m->format) {
-    case G4_WEIGHT_F32: return ((const float *)row)[c];
-    case G4_WEIGHT_BF16: return g4_bf16_to_f32(((const uint16_t *)row)[c]);
-    case G4_WEIGHT_F16: return g4_f16_to_f32(((const uint16_t *)row)[c]);
+    case G4_WEIGHT_F32: return g4_load_as_f32(row, G4_DTYPE_F32, (size_t)c);
+    case G4_WEIGHT_BF16: return g4_load_as_f32(row, G4_DTYPE_BF16, (size_t)c);
+    case G4_WEIGHT_F16: return g4_load_as_f32(row, G4_DTYPE_F16, (size_t)c);
     case G4_WEIGHT_AFFINE: {
         const unsigned char *s = (const unsigned char *)m->scales + (size_t)r * m->scale_row_bytes;
         const unsigned char *b = (const unsigned char *)m->biases + (size_t)r * m->scale_row_bytes;
