@@ -289,7 +289,24 @@ static int build_prompt(generation *g, g4_prompt *p, g4_oai_error *err) {
         }
         g4_media_list_free(&media);
     } else if (g->req.prompt_ids) {
-        st = g4_prompt_from_ids(ctx, g->req.prompt_ids, g->req.n_prompt_ids, NULL, 0, p);
+        g4_media_list media = {0};
+        if (g->req.media) {
+            /* the parts, read as one message's content */
+            g4_media_limits ml = {s->opt.max_images, s->opt.max_audio, s->opt.max_body, s->opt.allowed_media_dir};
+            cJSON *wrap = cJSON_CreateArray(), *msg = cJSON_CreateObject();
+            cJSON_AddItemToArray(wrap, msg);
+            cJSON_AddItemReferenceToObject(msg, "content", (cJSON *)g->req.media);
+            int rc = g4_oai_collect_media(wrap, &ml, &media, err);
+            cJSON_Delete(wrap);
+            if (rc) {
+                err->param = "media";
+                return -1;
+            }
+        }
+        if (media.n) pthread_mutex_lock(&s->media_lock);
+        st = g4_prompt_from_ids(ctx, g->req.prompt_ids, g->req.n_prompt_ids, media.items, media.n, p);
+        if (media.n) pthread_mutex_unlock(&s->media_lock);
+        g4_media_list_free(&media);
     } else {
         if (!ctx->tokenizer)
             return g4_oai_fail(err, 400, "prompt", "this model has no tokenizer.json: send the prompt as token ids");

@@ -276,6 +276,12 @@ static int parse_completion(const cJSON *root, const g4_oai_limits *lim, g4_oai_
     if (g4_oai_get_int(root, "best_of", 1, 128, &best_of, err)) return -1;
     if (best_of != 1) return g4_oai_fail(err, 400, "best_of", "only best_of=1 is supported");
     if (field(root, "suffix")) return g4_oai_fail(err, 400, "suffix", "'suffix' is not supported");
+    const cJSON *media = field(root, "media");
+    if (media && !cJSON_IsArray(media))
+        return g4_oai_fail(err, 400, "media", "'media' must be a list of image_url / input_audio parts");
+    if (media && !r->prompt_ids)
+        return g4_oai_fail(err, 400, "media", "'media' needs the prompt as token ids with placeholder ids");
+    r->media = media;
     return 0;
 }
 

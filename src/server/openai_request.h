@@ -18,7 +18,9 @@
  *   completions: prompt (string, token ids, or a one-element list of
  *           either), add_special_tokens (default true: a leading <bos>),
  *           logprobs 0..20 (top alternatives per token), echo false,
- *           best_of 1, suffix null
+ *           best_of 1, suffix null, and (gemma4 extension) media: a list of
+ *           chat content parts (image_url / input_audio) whose soft tokens
+ *           fill the image/audio placeholder ids of a token-id prompt, in order
  * Sampling fields left out take the model's generation_config.json values
  * (as transformers and vLLM do). */
 #ifndef G4_SERVER_OPENAI_REQUEST_H
@@ -66,6 +68,7 @@ typedef struct {
     int32_t *prompt_ids;
     int n_prompt_ids;
     int add_special_tokens;
+    const cJSON *media; /* completions extension: content parts for the placeholders */
     /* generation */
     g4_sampler_params sampling;
     g4_logit_bias *logit_bias;
