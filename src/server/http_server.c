@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "server/server_internal.h"
 #include "text/strbuf.h"
+#include "text/utf8.h"
 
 typedef enum {
     R_NONE = 0,
@@ -74,7 +75,11 @@ typedef struct {
 cJSON *g4_error_json(const g4_oai_error *e) {
     cJSON *root = cJSON_CreateObject();
     cJSON *err = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(err, "message", e->message);
+    /* messages quote request text and may be cut mid-character: always send valid UTF-8 */
+    size_t len;
+    char *message = g4_utf8_repair(e->message, strlen(e->message), &len);
+    cJSON_AddStringToObject(err, "message", message ? message : "(error message lost: out of memory)");
+    free(message);
     cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
     if (e->param) cJSON_AddStringToObject(err, "param", e->param);
     else cJSON_AddNullToObject(err, "param");

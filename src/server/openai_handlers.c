@@ -59,10 +59,10 @@ void g4_serve_metrics(const g4_http_request *q, g4_http_reply *r) {
 }
 
 static cJSON *parse_body(const g4_http_request *q, g4_http_reply *r) {
-    cJSON *root = q->body_len ? cJSON_ParseWithLength(q->body, q->body_len) : NULL;
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        g4_reply_errorf(r, 400, NULL, "the request body must be a JSON object");
+    g4_oai_error err;
+    cJSON *root = g4_oai_parse_json(q->body, q->body_len, &err);
+    if (!root) {
+        g4_reply_error(r, &err);
         return NULL;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

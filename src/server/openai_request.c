@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "text/utf8.h"
+
 int g4_oai_fail(g4_oai_error *err, int status, const char *param, const char *fmt, ...) {
     err->status = status;
     err->type = status == 404 ? "not_found_error" : status >= 500 ? "server_error" : "invalid_request_error";
@@ -285,14 +287,50 @@ static int parse_completion(const cJSON *root, const g4_oai_limits *lim, g4_oai_
     return 0;
 }
 
+cJSON *g4_oai_parse_json(const char *body, size_t len, g4_oai_error *err) {
+    if (len == 0) {
+        g4_oai_fail(err, 400, NULL, "the request body is empty: send a JSON object");
+        return NULL;
+    }
+    if (!g4_utf8_valid(body, len)) {
+        g4_oai_fail(err, 400, NULL, "the request body is not valid UTF-8");
+        return NULL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)body[i];
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            g4_oai_fail(err, 400, NULL, "the request body is not valid JSON (control character 0x%02x at byte %zu)",
+                        c, i);
+            return NULL;
+        }
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        g4_oai_fail(err, 400, NULL, "the request body is not valid JSON");
+        return NULL;
+    }
+    while (end && end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+    if (end && end < body + len) {
+        cJSON_Delete(root);
+        g4_oai_fail(err, 400, NULL, "the request body is not valid JSON (text after the value at byte %zu)",
+                    (size_t)(end - body));
+        return NULL;
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        g4_oai_fail(err, 400, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
 int g4_oai_parse(const char *body, size_t len, g4_oai_kind kind, const g4_oai_limits *lim, g4_oai_request *out,
                  g4_oai_error *err) {
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    if (len == 0) return g4_oai_fail(err, 400, NULL, "the request body is empty: send a JSON object");
-    out->root = cJSON_ParseWithLength(body, len);
-    if (!out->root) return g4_oai_fail(err, 400, NULL, "the request body is not valid JSON");
-    if (!cJSON_IsObject(out->root)) return g4_oai_fail(err, 400, NULL, "the request body must be a JSON object");
+    out->root = g4_oai_parse_json(body, len, err);
+    if (!out->root) return -1;
     if (parse_common(out->root, lim, out, err)) return -1;
     if (kind == G4_OAI_CHAT ? parse_chat(out->root, out, err) : parse_completion(out->root, lim, out, err)) return -1;
     out->sampling.logprobs = out->logprobs;

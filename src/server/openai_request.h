@@ -80,6 +80,11 @@ typedef struct {
     int ignore_eos, return_token_ids;
 } g4_oai_request;
 
+/* Strict JSON text -> cJSON: valid UTF-8, no raw control characters, one
+ * value and nothing after it but whitespace (cJSON alone is more lenient).
+ * NULL with err filled (400) otherwise. */
+cJSON *g4_oai_parse_json(const char *body, size_t len, g4_oai_error *err);
+
 /* Parses and validates body[0..len). Returns 0, or -1 with err filled. */
 int g4_oai_parse(const char *body, size_t len, g4_oai_kind kind, const g4_oai_limits *lim, g4_oai_request *out,
                  g4_oai_error *err);
