@@ -62,6 +62,7 @@ typedef struct {
     const char *label;
     char *model_in_url; /* /v1/models/NAME */
     g4_strbuf body;
+    size_t accounted; /* bytes of body counted in the server's body_bytes */
     double t_arrival;
     int status;   /* what we answered (0: nothing yet) */
     int answered; /* a response is queued: ignore the rest of the body */
@@ -294,11 +295,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             g4_reply_errorf(&r, 413, NULL, "the request body is larger than %zu bytes", s->opt.max_body);
             return send_reply(s, c, hr, &r);
         }
-        if (!g4_strbuf_append(&hr->body, upload, n)) {
+        /* all bodies together stay within a budget: many large uploads at once get 503, not an OOM */
+        if (atomic_fetch_add(&s->body_bytes, n) + n > s->body_budget || !g4_strbuf_append(&hr->body, upload, n)) {
+            atomic_fetch_sub(&s->body_bytes, n);
             g4_http_reply r = {0};
-            g4_reply_errorf(&r, 503, NULL, "out of memory for the request body");
+            g4_reply_errorf(&r, 503, NULL, "the server holds too many request bodies; try again later");
             return send_reply(s, c, hr, &r);
         }
+        hr->accounted += n;
         return MHD_YES;
     }
     if (hr->answered) return MHD_YES;
@@ -326,6 +330,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, en
         pthread_mutex_unlock(&s->conn_lock);
     }
     atomic_fetch_sub(&s->in_flight, 1);
+    atomic_fetch_sub(&s->body_bytes, hr->accounted);
     g4_strbuf_free(&hr->body);
     free(hr->model_in_url);
     free(hr);
@@ -452,6 +457,7 @@ g4_status g4_server_start(g4_context *ctx, g4_engine *engine, const g4_server_op
     if (o->request_timeout_s <= 0) o->request_timeout_s = 30;
     if (o->idle_timeout_s <= 0) o->idle_timeout_s = 60;
     if (o->max_connections <= 0) o->max_connections = 1024;
+    s->body_budget = o->max_body * 8 > ((size_t)512 << 20) ? o->max_body * 8 : (size_t)512 << 20;
     s->n_ctx = g4_engine_n_ctx(engine);
     if (o->max_prompt_tokens <= 0 || o->max_prompt_tokens >= s->n_ctx) o->max_prompt_tokens = s->n_ctx - 1;
     s->model_name = strdup(o->model_name ? o->model_name : "gemma4");

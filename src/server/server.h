@@ -12,11 +12,14 @@
  * connection waiting for tokens also watches its socket, so a client that
  * goes away cancels its request at once and frees its KV blocks.
  *
- * Limits: body size (413), prompt tokens and max_tokens (400), images and
- * audio clips per request (400), a full engine queue (503). A request must
- * arrive whole within the request timeout (slow "slowloris" senders are
- * closed), idle keep-alive connections close after the idle timeout, and the
- * number of connections is capped. */
+ * Limits: body size (413), the request bodies held at once (max(8 x body
+ * limit, 512 MiB): 503), prompt tokens and max_tokens (400), images and
+ * audio clips per request (400), a full engine queue (503), connections.
+ * A request must arrive whole within the request timeout, counted from the
+ * connection's start or the end of its previous request: slow ("slowloris")
+ * senders are closed, and so are keep-alive connections idle that long.
+ * Any connection inactive for the idle timeout is closed. Prompts with
+ * images or audio are built one at a time (the towers use all cores). */
 #ifndef G4_SERVER_SERVER_H
 #define G4_SERVER_SERVER_H
 
@@ -35,11 +38,10 @@ typedef struct {
     int max_prompt_tokens;         /* prompt cap (default: the context) */
     int max_images, max_audio;     /* per request (default 8 and 4) */
     const char *allowed_media_dir; /* local image files allowed from here (NULL: none) */
-    int request_timeout_s;         /* a request must arrive within this (default 30) */
-    int idle_timeout_s;            /* idle keep-alive connections close (default 60) */
+    int request_timeout_s;         /* a request must arrive whole within this (default 30) */
+    int idle_timeout_s;            /* a connection with no activity closes (default 60) */
     int max_connections;           /* default 1024 */
     int threads;                   /* OpenMP threads for prompt building (0: default) */
-    int quiet;                     /* no request log on stderr */
 } g4_server_options;
 
 typedef struct g4_server g4_server;

@@ -26,6 +26,8 @@ struct g4_server {
     void *daemon; /* struct MHD_Daemon */
     int port;
     atomic_int draining, stopping, in_flight;
+    atomic_size_t body_bytes; /* request bodies held now, all connections together */
+    size_t body_budget;
     pthread_mutex_t media_lock; /* one prompt with media at a time: the towers are heavy */
     /* generations in progress, cancelled at shutdown */
     pthread_mutex_t jobs_lock;

@@ -88,6 +88,9 @@ def model_dir(root, fixture):
     return d
 
 
+RUNNING = []
+
+
 class Server:
     def __init__(self, model, *args, name="server"):
         self.log = open(os.path.join(TMP, "test_server_openai.%s.log" % name), "w+")
@@ -101,6 +104,7 @@ class Server:
             raise RuntimeError("server did not start: %r %s" % (line, self.log.read()[-2000:]))
         self.port = int(m.group(1))
         self.url = "http://127.0.0.1:%d" % self.port
+        RUNNING.append(self)
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
         if self.proc.poll() is None:
@@ -912,6 +916,10 @@ def main():
         if want("queue"):
             part_queue(root)
     finally:
+        for srv in RUNNING:  # after an exception: leave no server behind
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+                srv.proc.wait()
         shutil.rmtree(root, ignore_errors=True)
     print("%d passed, %d failed" % (n_checks - len(failures), len(failures)))
     return 1 if failures else 0
