@@ -9,14 +9,17 @@ finish_reason, a usage chunk that agrees with the tokens received, and
 non-streaming greedy answer for the same prompt (fetched once before the
 run): nothing garbled or mixed up between concurrent streams.
 
-Reports requests, failures, generated tokens, aggregate decode tokens/s
-(generated tokens / wall time), time to first token and time per output
-token percentiles, as text and (--json) as JSON.
+Reports requests, failures, generated tokens, aggregate tokens/s (generated
+tokens / wall time, prefills and the last requests' tail included), time to
+first token and time per output token percentiles, as text and (--json) as
+JSON. With --warmup S it also reads the server's /metrics counter
+gemma4_generation_tokens_total at S seconds and at the end of --duration:
+the steady-state generation rate once every client is streaming.
 
 usage:
   python3 bench/server_load.py --url http://127.0.0.1:8080 [--clients 64] [--duration 60]
       [--max-tokens 32] [--mode chat|completions] [--prompt-ids 2,17,33] [--verify]
-      [--api-key KEY] [--model NAME] [--json OUT]
+      [--api-key KEY] [--model NAME] [--warmup S] [--json OUT]
 --prompt-ids makes every client send that token-id prompt to /v1/completions
 (for models without a tokenizer, e.g. `gemma4 serve --synthetic e2b`), with
 ignore_eos so each request generates exactly --max-tokens tokens.
@@ -70,7 +73,8 @@ class Client:
 
 def make_request(args, i, stream):
     if args.prompt_ids:
-        body = {"prompt": args.prompt_ids, "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True}
+        body = {"prompt": args.prompt_ids, "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}  # without a tokenizer the ids mark each token's arrival
         path = "/v1/completions"
     elif args.mode == "completions":
         body = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": args.max_tokens, "temperature": 0}
@@ -145,7 +149,7 @@ def run_stream(client, args, i, expected):
             usage = obj["usage"]
         for ch in obj.get("choices", []):
             piece = (ch.get("delta", {}).get("content") or "") if chat else ch.get("text", "")
-            if piece or (chat and ch.get("delta", {}).get("reasoning_content")):
+            if piece or ch.get("token_ids") or (chat and ch.get("delta", {}).get("reasoning_content")):
                 times.append(time.monotonic())
             text.append(piece)
             if ch.get("finish_reason"):
@@ -166,6 +170,18 @@ def run_stream(client, args, i, expected):
     return problem is None, problem, n_tokens, ttft, times
 
 
+def generated_tokens(url):
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=60)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    for line in text.splitlines():
+        if line.startswith("gemma4_generation_tokens_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
 def percentile(xs, q):
     if not xs:
         return None
@@ -184,6 +200,7 @@ def main(argv=None):
     ap.add_argument("--verify", action="store_true")
     ap.add_argument("--api-key")
     ap.add_argument("--model")
+    ap.add_argument("--warmup", type=float, default=0)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
 
@@ -227,12 +244,24 @@ def main(argv=None):
             i += args.clients
         client.close()
 
+    samples = []
+
+    def sample_metrics():
+        for at in (start + args.warmup, deadline):
+            time.sleep(max(0.0, at - time.monotonic()))
+            samples.append((time.monotonic(), generated_tokens(args.url)))
+
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.clients)]
+    if args.warmup > 0:
+        threads.append(threading.Thread(target=sample_metrics))
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.monotonic() - start
+    steady = None
+    if len(samples) == 2 and samples[1][0] > samples[0][0]:
+        steady = (samples[1][1] - samples[0][1]) / (samples[1][0] - samples[0][0])
     result = {
         "clients": args.clients,
         "duration_s": round(wall, 2),
@@ -240,6 +269,7 @@ def main(argv=None):
         "failed": stats["failed"],
         "generated_tokens": stats["tokens"],
         "tokens_per_s": round(stats["tokens"] / wall, 2),
+        "steady_tokens_per_s": round(steady, 3) if steady is not None else None,
         "ttft_p50_s": percentile(stats["ttft"], 0.5),
         "ttft_p95_s": percentile(stats["ttft"], 0.95),
         "tpot_p50_s": percentile(stats["tpot"], 0.5),
@@ -250,6 +280,8 @@ def main(argv=None):
           "p95 %s s; time per output token p50 %s s"
           % (args.clients, wall, result["requests"], result["failed"], result["generated_tokens"],
              result["tokens_per_s"], fmt(result["ttft_p50_s"]), fmt(result["ttft_p95_s"]), fmt(result["tpot_p50_s"])))
+    if steady is not None:
+        print("steady state (%.0f s to %.0f s): %.3f tokens/s generated" % (args.warmup, args.duration, steady))
     for p in stats["problems"]:
         print("  problem: %s" % p)
     if args.json:

@@ -43,6 +43,7 @@ typedef struct {
     /* streaming */
     g4_strbuf out;
     size_t out_pos;
+    double t_last_out; /* when the stream last handed bytes to the connection */
     int oom;
 } generation;
 
@@ -83,7 +84,9 @@ static void emit(generation *g, const g4_reply_delta *d, const g4_sample *sample
         return;
     }
     int with_ids = token >= 0 && g->req.return_token_ids;
-    if (!d->content_len && !d->reasoning_len && !with_lp && !with_ids) return;
+    /* without a tokenizer every token is an (empty) chunk: the client still sees progress */
+    int untexted = token >= 0 && !g->ctx->tokenizer;
+    if (!d->content_len && !d->reasoning_len && !with_lp && !with_ids && !untexted) return;
     cJSON *choice;
     cJSON *chunk = new_chunk(g, &choice);
     if (g->req.kind == G4_OAI_CHAT) {
@@ -128,7 +131,6 @@ static void finalize(generation *g) {
     if (g->finalized) return;
     g->finalized = 1;
     g4_server *s = g->srv;
-    g4_metrics_tokens(s->metrics, g->n_prompt, g->n_completion);
     g4_metrics_duration(s->metrics, g4_now_seconds() - g->t_arrival);
     if (g->err_status) {
         if (g->req.stream) {
@@ -180,6 +182,9 @@ static void finalize(generation *g) {
 static void on_events(generation *g) {
     const g4_job_event *ev;
     int n = g4_job_take(g->job, &ev);
+    int n_tokens = 0;
+    for (int i = 0; i < n; i++) n_tokens += ev[i].has_token;
+    if (n_tokens) g4_metrics_tokens(g->srv->metrics, 0, n_tokens); /* as they come: rates stay current */
     for (int i = 0; i < n && !g->done; i++) {
         const g4_job_event *e = &ev[i];
         if (e->has_token) {
@@ -242,29 +247,36 @@ static void free_generation(generation *g) {
     free(g);
 }
 
+/* libmicrohttpd closes a connection whose last write is older than its idle
+ * timeout as soon as this returns, so a stream never stays silent that
+ * long: while it waits (queued, or tokens without text) it sends SSE
+ * comments, which clients ignore. */
 static long stream_read(void *cls, char *buf, size_t max) {
     generation *g = cls;
+    double keepalive = g->srv->opt.idle_timeout_s / 3.0;
+    if (keepalive > 10) keepalive = 10;
     while (g->out_pos == g->out.len) {
         g4_strbuf_clear(&g->out);
         g->out_pos = 0;
         if (g->finalized) return 0;
-        g4_job_wait_result w = g4_job_wait(g->job, g->fd, 10000);
+        double left = g->t_last_out + keepalive - g4_now_seconds();
+        if (left <= 0) {
+            if (!g4_strbuf_append(&g->out, ": waiting\n\n", 11)) return -1;
+            break;
+        }
+        g4_job_wait_result w = g4_job_wait(g->job, g->fd, (int)(left * 1000) + 1);
         if (w == G4_JOB_HANGUP) {
             g4_metrics_disconnect(g->srv->metrics);
             return -1;
         }
-        if (w == G4_JOB_TIMEOUT) {
-            /* an SSE comment keeps proxies from timing out while the request waits */
-            if (!g4_strbuf_append(&g->out, ": waiting\n\n", 11)) return -1;
-            continue;
-        }
-        on_events(g);
+        if (w == G4_JOB_READY) on_events(g);
         if (g->oom && !g->finalized) return -1;
     }
     size_t n = g->out.len - g->out_pos;
     if (n > max) n = max;
     memcpy(buf, g->out.data + g->out_pos, n);
     g->out_pos += n;
+    g->t_last_out = g4_now_seconds();
     return (long)n;
 }
 
@@ -458,6 +470,7 @@ void g4_serve_generate(const g4_http_request *q, g4_oai_kind kind, g4_http_reply
             g->prompt_ids = prompt.ids;
             g->n_prompt = prompt.n_ids;
             prompt.ids = NULL;
+            g4_metrics_tokens(s->metrics, g->n_prompt, 0);
         }
     }
     g4_prompt_free(ctx, &prompt);
@@ -479,6 +492,7 @@ void g4_serve_generate(const g4_http_request *q, g4_oai_kind kind, g4_http_reply
             cJSON_AddNullToObject(choice, "finish_reason");
             sse(g, chunk);
         }
+        g->t_last_out = g4_now_seconds();
         r->status = 200;
         r->content_type = "text/event-stream";
         r->stream = (g4_body_source){.read = stream_read, .free = stream_free, .cls = g};

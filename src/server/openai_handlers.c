@@ -78,7 +78,7 @@ static cJSON *parse_body(const g4_http_request *q, g4_http_reply *r) {
 }
 
 /* vLLM's /tokenize: {"prompt": TEXT, "add_special_tokens": true} or
- * {"messages": [...], "add_generation_prompt": true} ->
+ * {"messages": [...], "tools": [...], "add_generation_prompt": true} ->
  * {"count", "max_model_len", "tokens"}. */
 void g4_serve_tokenize(const g4_http_request *q, g4_http_reply *r) {
     g4_server *s = q->srv;
@@ -106,10 +106,14 @@ void g4_serve_tokenize(const g4_http_request *q, g4_http_reply *r) {
         if (!rc) rc = g4_oai_collect_media(messages, &ml, &media, &err);
         if (!rc) {
             g4_prompt_options po = {.chat = {.add_generation_prompt = add_generation_prompt, .enable_thinking = thinking}};
+            const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
             g4_status st = g4_chat_normalize_tool_arguments(messages);
+            if (st == G4_OK && tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools))
+                st = g4_fail(G4_ERR_INVALID_ARGUMENT, "'tools' must be a list");
             if (st == G4_OK) {
                 if (media.n) pthread_mutex_lock(&s->media_lock);
-                st = g4_prompt_from_messages(ctx, messages, NULL, &po, media.items, media.n, &prompt);
+                st = g4_prompt_from_messages(ctx, messages, cJSON_IsArray(tools) ? tools : NULL, &po, media.items,
+                                             media.n, &prompt);
                 if (media.n) pthread_mutex_unlock(&s->media_lock);
             }
             if (st != G4_OK) rc = g4_oai_fail(&err, st == G4_ERR_OUT_OF_MEMORY ? 503 : 400, "messages", "%s", g4_error_message());

@@ -169,7 +169,7 @@ def sse_events(body):
 
 # ---- references ----------------------------------------------------------------
 
-def render(fixture, messages, enable_thinking=False):
+def render(fixture, messages, enable_thinking=False, tools=None):
     """The chat template as transformers' apply_chat_template renders it."""
     with open(os.path.join(DATA, "chat", "templates", TEMPLATES[fixture]), encoding="utf-8") as f:
         text = f.read()
@@ -179,7 +179,7 @@ def render(fixture, messages, enable_thinking=False):
         raise jinja2.exceptions.TemplateError(msg)
 
     env.globals["raise_exception"] = raise_exception
-    return env.from_string(text).render(messages=messages, tools=None, add_generation_prompt=True,
+    return env.from_string(text).render(messages=messages, tools=tools, add_generation_prompt=True,
                                         enable_thinking=enable_thinking, bos_token="<bos>", eos_token="<eos>",
                                         pad_token="<pad>", unk_token="<unk>")
 
@@ -342,6 +342,38 @@ def part_chat(s, client, model):
                                              stop=[stop], extra_body={"ignore_eos": True})
         check(cut.choices[0].message.content == base[:base.find(stop)].strip() and
               cut.choices[0].finish_reason == "stop", "chat stop %r: %r" % (stop, cut.choices[0].message.content))
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather for a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "days": {"type": "integer", "description": "Forecast days"}}, "required": ["city"]}}}
+
+
+def part_tools(s, client, model):
+    """Tools and a tool-call round trip reach the template as transformers renders them."""
+    messages = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                    "name": "get_weather", "arguments": json.dumps({"city": "Paris", "days": 2})}}]},
+                {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "sunny, 21 C"}]
+    # transformers takes the arguments as a dict; the OpenAI API sends JSON text
+    as_dicts = json.loads(json.dumps(messages))
+    as_dicts[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris", "days": 2}
+    want = HF.encode(render("dense", as_dicts, tools=[WEATHER]), add_special_tokens=False).ids
+    r = client.chat.completions.create(model="dense", messages=messages, tools=[WEATHER], temperature=0, max_tokens=4,
+                                       extra_body={"return_token_ids": True})
+    check(r.model_dump()["prompt_token_ids"] == want, "tools prompt = template with tools")
+    st, _, body = request(s.port, "POST", "/tokenize", {"messages": messages, "tools": [WEATHER]})
+    check(st == 200 and json.loads(body)["tokens"] == want, "tokenize with tools")
+    r = client.chat.completions.create(model="dense", messages=messages, tools=[WEATHER], tool_choice="none",
+                                       temperature=0, max_tokens=4, extra_body={"return_token_ids": True})
+    want = HF.encode(render("dense", as_dicts), add_special_tokens=False).ids
+    check(r.model_dump()["prompt_token_ids"] == want, "tool_choice none: no tools in the prompt")
+    for bad in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        st, _, body = request(s.port, "POST", "/v1/chat/completions", {"messages": messages, "tools": [WEATHER],
+                                                                        "tool_choice": bad, "max_tokens": 2})
+        check(st == 400 and error_shape(body), "tool_choice %r refused" % (bad,))
 
 
 def part_completions(s, client, model):
@@ -560,7 +592,8 @@ def part_disconnect(s, client, model):
 
 def part_queue(root):
     model = os.path.join(root, "dense")
-    s = Server(model, "--max-seqs", "1", "--max-queue", "1", "--shutdown-grace", "1", name="queue")
+    s = Server(model, "--max-seqs", "1", "--max-queue", "1", "--shutdown-grace", "1", "--idle-timeout", "2",
+               name="queue")
     try:
         sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
         body = json.dumps({"prompt": "Hello", "max_tokens": 3000, "stream": True, "ignore_eos": True})
@@ -571,8 +604,9 @@ def part_queue(root):
             got += sock.recv(4096)
         waiting = {}
 
-        def second():
-            waiting["r"] = request(s.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
+        def second():  # a stream that waits longer than the idle timeout for its first token
+            waiting["r"] = request(s.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3,
+                                                                        "stream": True})
 
         t = threading.Thread(target=second)
         t.start()
@@ -582,9 +616,13 @@ def part_queue(root):
             time.sleep(0.01)
         st, _, body = request(s.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
         check(st == 503 and error_shape(body), "a full queue answers 503: %d %r" % (st, body))
+        time.sleep(3)
         sock.close()  # frees the running sequence: the waiting one runs
         t.join(30)
-        check(waiting.get("r", (0,))[0] == 200, "the waiting request ran once there was room")
+        st, _, body = waiting.get("r", (0, {}, b""))
+        payloads, ok = sse_events(body)
+        check(st == 200 and ok and payloads[-1] == "[DONE]" and body.startswith(b": waiting\n\n"),
+              "a stream waiting in the queue beyond the idle timeout: kept alive, then served: %r" % body[:80])
         # shutdown with a long request in flight: cancelled after the 1 s grace, the stream ends cleanly
         result = {}
 
@@ -881,7 +919,7 @@ def part_shutdown(s):
     check(raw_exchange(s.port, b"GET /health HTTP/1.1\r\n\r\n", timeout=2) == 0, "no longer listening")
 
 
-PARTS = ["basics", "chat", "completions", "image", "metrics", "batching", "disconnect", "barrage", "load", "audio",
+PARTS = ["basics", "chat", "tools", "completions", "image", "metrics", "batching", "disconnect", "barrage", "load", "audio",
          "queue", "shutdown"]
 
 
@@ -898,7 +936,8 @@ def main():
                    "--max-prompt-tokens", "2000", "--max-seqs", "16", "--request-timeout", "3", "--idle-timeout", "5",
                    "--allowed-media-dir", media, name="dense")
         client = openai.OpenAI(base_url=s.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
-        for name, fn in (("basics", part_basics), ("chat", part_chat), ("completions", part_completions),
+        for name, fn in (("basics", part_basics), ("chat", part_chat), ("tools", part_tools),
+                         ("completions", part_completions),
                          ("metrics", part_metrics), ("batching", part_batching), ("disconnect", part_disconnect),
                          ("barrage", part_barrage), ("load", part_load)):
             if want(name):
