@@ -29,6 +29,92 @@ typedef enum g4_status {
 const char *g4_error_message(void);
 const char *g4_status_name(g4_status s);
 
+/* ---- Embedding the engine ------------------------------------------------
+ *
+ * One opened model serves any number of concurrent requests through one
+ * batched engine: every decode step is a single forward pass over all
+ * running requests, new prompts join between steps, and a shared KV cache
+ * pool admits requests while it has room (the rest wait in a queue).
+ *
+ *   g4_handle *h;
+ *   g4_open("path/to/gemma-4-E2B-it", NULL, &h);
+ *   g4_params p;
+ *   g4_params_default(&p);
+ *   p.max_tokens = 200;
+ *   g4_submit_chat(h, "[{\"role\": \"user\", \"content\": \"Hi!\"}]", NULL, &p, on_event, state, &id);
+ *   ... on_event receives the reply piece by piece; ev->done marks the end ...
+ *   g4_close(h);
+ *
+ * Callbacks run on the engine's thread, one request's events in order:
+ * keep them short (copy the text, signal another thread). Never call
+ * g4_close from a callback. */
+
+typedef struct g4_handle g4_handle;
+
+typedef struct {
+    const char *device; /* "cpu", "cuda", or NULL: cuda when present, else cpu */
+    int threads;        /* CPU threads (0: all cores) */
+    int max_seqs;       /* requests decoded together (0: 32) */
+    int n_ctx;          /* positions per request, prompt included (0: min(model, 4096)) */
+    int max_queue;      /* requests waiting for room before submit fails with G4_ERR_LIMIT (0: 256) */
+} g4_open_options;
+
+/* `model`: a model folder (config.json, weights, tokenizer.json) or an
+ * ORG/NAME already in the Hugging Face cache. opt may be NULL. */
+g4_status g4_open(const char *model, const g4_open_options *opt, g4_handle **out);
+/* Cancels what still runs (each request gets its final event first) and
+ * frees everything. */
+void g4_close(g4_handle *h);
+
+typedef struct {
+    int max_tokens;           /* 0: up to the end of the context */
+    float temperature;        /* 0: greedy */
+    int top_k;                /* 0: off */
+    float top_p;              /* 1: off */
+    float min_p;              /* 0: off */
+    float repetition_penalty; /* 1: off */
+    float presence_penalty, frequency_penalty; /* 0: off */
+    uint64_t seed;
+    int enable_thinking;      /* chat: the template's thinking mode; reasoning comes as G4_TEXT_REASONING */
+    const char *const *stop;  /* stop strings (copied); the text ends before the first match */
+    int n_stop;
+} g4_params;
+
+/* Greedy, no stop strings, no limit but the context. */
+void g4_params_default(g4_params *p);
+/* The model's generation_config.json sampling (as transformers' generate). */
+void g4_params_model_default(const g4_handle *h, g4_params *p);
+
+typedef enum { G4_TEXT_CONTENT = 0, G4_TEXT_REASONING = 1 } g4_text_kind;
+
+typedef struct {
+    uint64_t request_id;
+    const char *text;   /* new text, NUL-terminated, valid during the callback ("" if none) */
+    size_t len;
+    g4_text_kind kind;  /* the answer or the thought channel */
+    int32_t token;      /* the generated token this event comes with (-1: none) */
+    int done;           /* the last event of the request */
+    const char *finish_reason; /* with done: "stop", "length", "tool_calls", "cancelled" or "error" */
+    const char *error;         /* with "error": what went wrong */
+    const char *tool_calls;    /* with done: JSON array [{"name": ..., "arguments": {...}}], or NULL */
+    int prompt_tokens, completion_tokens;
+} g4_event;
+
+typedef void (*g4_event_callback)(void *user, const g4_event *ev);
+
+/* A conversation in the OpenAI chat shape (JSON text of the messages array;
+ * image_url parts as data: URIs and input_audio parts as base64), rendered
+ * with the model's chat template. tools_json: a JSON array of OpenAI tool
+ * definitions, or NULL. Fails with G4_ERR_LIMIT when the queue is full or
+ * the prompt does not fit the context. */
+g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *tools_json, const g4_params *p,
+                         g4_event_callback cb, void *user, uint64_t *request_id);
+/* Raw text continued as is (a <bos> is put first). */
+g4_status g4_submit_text(g4_handle *h, const char *prompt, const g4_params *p, g4_event_callback cb, void *user,
+                         uint64_t *request_id);
+/* The request ends soon with finish_reason "cancelled" (if it has not ended). */
+void g4_cancel(g4_handle *h, uint64_t request_id);
+
 #ifdef __cplusplus
 }
 #endif

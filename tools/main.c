@@ -7,6 +7,7 @@
 #include "gemma4.h"
 
 int cmd_run(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
@@ -19,6 +20,7 @@ int cmd_audio(int argc, char **argv);
 const g4_command g4_commands[] = {
     {"run", cmd_run, "answer one prompt (text, images, audio), streamed"},
     {"chat", cmd_chat, "interactive conversation that keeps its KV cache between turns"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (chat, completions, streaming, batching)"},
     {"logits", cmd_logits, "logits of a token sequence to a safetensors file (verification)"},
     {"generate", cmd_generate, "greedy continuation of token ids (verification)"},
     {"info", cmd_info, "architecture, layer plan, parameters and weight bytes of a model"},

@@ -1,5 +1,6 @@
 #include "base/status.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,13 @@
 static _Thread_local char *error_text;
 static _Thread_local size_t error_cap;
 
+/* Threads come and go (a server's connection threads): the key's destructor
+ * frees a thread's buffer when it exits. */
+static pthread_key_t error_key;
+static pthread_once_t error_key_once = PTHREAD_ONCE_INIT;
+
+static void make_error_key(void) { pthread_key_create(&error_key, free); }
+
 static void store_message(const char *msg) {
     size_t n = strlen(msg) + 1;
     if (n > error_cap) {
@@ -17,6 +25,8 @@ static void store_message(const char *msg) {
         if (!grown) return; /* keep the old message rather than none */
         error_text = grown;
         error_cap = n;
+        pthread_once(&error_key_once, make_error_key);
+        pthread_setspecific(error_key, error_text);
     }
     memcpy(error_text, msg, n);
 }

@@ -1,5 +1,6 @@
 #include "runtime/engine.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,8 @@ void g4_engine_cancel(g4_engine *e, uint64_t request_id) {
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->lock);
 }
+
+int g4_engine_n_ctx(const g4_engine *e) { return e->opt.n_ctx; }
 
 void g4_engine_get_stats(g4_engine *e, g4_engine_stats *out) {
     pthread_mutex_lock(&e->lock);
@@ -472,6 +475,8 @@ int g4_engine_step(g4_engine *e) {
 
 static void *engine_thread(void *arg) {
     g4_engine *e = arg;
+    /* a new thread starts from the runtime's default, not its creator's setting */
+    if (e->opt.threads > 0) omp_set_num_threads(e->opt.threads);
     for (;;) {
         pthread_mutex_lock(&e->lock);
         while (!e->stop_requested && e->n_running + e->n_waiting == 0) pthread_cond_wait(&e->wake, &e->lock);

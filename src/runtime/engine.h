@@ -67,6 +67,7 @@ typedef struct {
     int max_batch_tokens; /* tokens per forward pass (0: 512) */
     int max_queue;        /* waiting requests before submit refuses (0: 256) */
     int vision_mask;      /* g4_vision_mask of session.h */
+    int threads;          /* OpenMP threads of the engine thread (0: the runtime's default) */
 } g4_engine_options;
 
 typedef struct {
@@ -100,5 +101,8 @@ g4_status g4_engine_start(g4_engine *e);
 void g4_engine_stop(g4_engine *e, int cancel_all);
 
 void g4_engine_get_stats(g4_engine *e, g4_engine_stats *out);
+
+/* Positions per sequence (the context every request must fit in). */
+int g4_engine_n_ctx(const g4_engine *e);
 
 #endif

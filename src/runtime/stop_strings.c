@@ -71,9 +71,9 @@ static int grow(char **buf, size_t *cap, size_t need) {
 /* Moves held[0..n) to the output buffer and drops it from held. */
 static g4_status hand_out(g4_stop_matcher *m, size_t n, g4_stop_result *r) {
     if (!grow(&m->out, &m->out_cap, n + 1)) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    memcpy(m->out, m->held, n);
+    if (n) memcpy(m->out, m->held, n); /* held is NULL before the first feed */
     m->out[n] = 0;
-    memmove(m->held, m->held + n, m->held_len - n);
+    if (m->held_len > n) memmove(m->held, m->held + n, m->held_len - n);
     m->held_len -= n;
     m->emitted += n;
     r->emit = m->out;

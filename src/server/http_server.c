@@ -1,0 +1,530 @@
+/* The HTTP side of the server: libmicrohttpd in thread-per-connection mode,
+ * routing, authentication, request bodies and their limits, slow-client
+ * defence, graceful shutdown. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "server/server_internal.h"
+#include "text/strbuf.h"
+#include "text/utf8.h"
+
+typedef enum {
+    R_NONE = 0,
+    R_HEALTH,
+    R_METRICS,
+    R_MODELS,
+    R_MODEL,
+    R_CHAT,
+    R_COMPLETIONS,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+} route_id;
+
+static const struct {
+    const char *path;
+    const char *method;
+    route_id id;
+    const char *label; /* the endpoint label of the metrics */
+} routes[] = {
+    {"/health", "GET", R_HEALTH, "health"},
+    {"/metrics", "GET", R_METRICS, "metrics"},
+    {"/v1/models", "GET", R_MODELS, "models"},
+    {"/v1/chat/completions", "POST", R_CHAT, "chat_completions"},
+    {"/v1/completions", "POST", R_COMPLETIONS, "completions"},
+    {"/tokenize", "POST", R_TOKENIZE, "tokenize"},
+    {"/detokenize", "POST", R_DETOKENIZE, "detokenize"},
+};
+#define N_ROUTES (sizeof routes / sizeof routes[0])
+
+/* One open connection, for the reaper. */
+struct conn_entry {
+    int fd;
+    double since; /* connection start or end of its last request */
+    int busy;     /* a request's headers have arrived and it is not answered yet */
+    int reaped;
+    conn_entry *prev, *next;
+};
+
+typedef struct {
+    route_id route;
+    const char *label;
+    char *model_in_url; /* /v1/models/NAME */
+    g4_strbuf body;
+    size_t accounted; /* bytes of body counted in the server's body_bytes */
+    double t_arrival;
+    int status;   /* what we answered (0: nothing yet) */
+    int answered; /* a response is queued: ignore the rest of the body */
+    conn_entry *conn;
+    char method[8];
+    char path[64];
+} http_req;
+
+/* ---- replies ---------------------------------------------------------------- */
+
+cJSON *g4_error_json(const g4_oai_error *e) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *err = cJSON_AddObjectToObject(root, "error");
+    /* messages quote request text and may be cut mid-character: always send valid UTF-8 */
+    size_t len;
+    char *message = g4_utf8_repair(e->message, strlen(e->message), &len);
+    cJSON_AddStringToObject(err, "message", message ? message : "(error message lost: out of memory)");
+    free(message);
+    cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
+    if (e->param) cJSON_AddStringToObject(err, "param", e->param);
+    else cJSON_AddNullToObject(err, "param");
+    if (e->code) cJSON_AddStringToObject(err, "code", e->code);
+    else cJSON_AddNullToObject(err, "code");
+    return root;
+}
+
+void g4_reply_json(g4_http_reply *r, int status, cJSON *obj) {
+    char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!text) {
+        static const char oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        text = strdup(oom);
+        status = 503;
+    }
+    r->status = text ? status : 0;
+    r->content_type = "application/json";
+    r->body = text;
+    r->body_len = text ? strlen(text) : 0;
+}
+
+void g4_reply_error(g4_http_reply *r, const g4_oai_error *e) { g4_reply_json(r, e->status, g4_error_json(e)); }
+
+void g4_reply_errorf(g4_http_reply *r, int status, const char *param, const char *fmt, ...) {
+    g4_oai_error e;
+    g4_oai_fail(&e, status, param, "%s", "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    if (status == 401) e.code = "invalid_api_key";
+    if (status == 503) e.type = "server_error";
+    g4_reply_error(r, &e);
+}
+
+/* ---- streamed bodies ------------------------------------------------------- */
+
+static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    g4_body_source *src = cls;
+    long n = src->read(src->cls, buf, max);
+    if (n > 0) return (ssize_t)n;
+    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void free_stream(void *cls) {
+    g4_body_source *src = cls;
+    if (src->free) src->free(src->cls);
+    free(src);
+}
+
+static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_req *hr, g4_http_reply *r) {
+    hr->answered = 1;
+    if (r->status == 0) {
+        if (r->stream.free) r->stream.free(r->stream.cls);
+        free(r->body);
+        return MHD_NO; /* close without an answer (the client went away) */
+    }
+    struct MHD_Response *resp;
+    if (r->stream.read) {
+        g4_body_source *src = malloc(sizeof *src);
+        if (!src) {
+            if (r->stream.free) r->stream.free(r->stream.cls);
+            return MHD_NO;
+        }
+        *src = r->stream;
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_stream, src, free_stream);
+        if (!resp) {
+            free_stream(src);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    } else {
+        resp = MHD_create_response_from_buffer(r->body_len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
+                                                                                          : MHD_RESPMEM_PERSISTENT);
+        if (!resp) {
+            free(r->body);
+            return MHD_NO;
+        }
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type ? r->content_type : "application/json");
+    if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (atomic_load(&s->draining) || r->status == 413) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    hr->status = r->status;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+static int key_matches(const char *header, const char *key) {
+    if (!header || strncasecmp(header, "Bearer ", 7) != 0) return 0;
+    header += 7;
+    while (*header == ' ') header++;
+    size_t a = strlen(header), b = strlen(key);
+    unsigned diff = (unsigned)(a ^ b);
+    for (size_t i = 0; i < b; i++) diff |= (unsigned char)(i < a ? header[i] : 0) ^ (unsigned char)key[i];
+    return diff == 0; /* no early exit: timing says nothing about the key */
+}
+
+/* Route, method, shutdown, key and declared size, before any body is read.
+ * Returns 1 with *r filled when the request is answered already. */
+static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, const char *url, const char *method,
+                         g4_http_reply *r) {
+    int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    int path_known = 0;
+    const char *want = NULL;
+    for (size_t i = 0; i < N_ROUTES; i++) {
+        int match = !strcmp(url, routes[i].path);
+        if (!match && routes[i].id == R_MODELS && !strncmp(url, "/v1/models/", 11) && url[11]) match = 2;
+        if (!match) continue;
+        path_known = 1;
+        want = routes[i].method;
+        hr->label = routes[i].label;
+        if (strcmp(routes[i].method, "GET") == 0 ? is_get : !strcmp(method, routes[i].method)) {
+            hr->route = match == 2 ? R_MODEL : routes[i].id;
+            if (match == 2) hr->model_in_url = strdup(url + 11);
+        }
+        break;
+    }
+    if (!path_known) {
+        hr->label = "other";
+        g4_reply_errorf(r, 404, NULL, "no such endpoint: %s %.200s", method, url);
+        return 1;
+    }
+    if (hr->route == R_NONE) {
+        r->allow = want;
+        g4_reply_errorf(r, 405, NULL, "%.200s accepts %s only", url, want);
+        r->allow = want;
+        return 1;
+    }
+    if (atomic_load(&s->draining)) {
+        g4_reply_errorf(r, 503, NULL, "the server is shutting down");
+        return 1;
+    }
+    if (s->opt.api_key && hr->route != R_HEALTH && hr->route != R_METRICS) {
+        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (!key_matches(auth, s->opt.api_key)) {
+            g4_reply_errorf(r, 401, NULL,
+                            auth ? "Incorrect API key provided." : "Missing API key: send 'Authorization: Bearer KEY'.");
+            return 1;
+        }
+    }
+    const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (length) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(length, &end, 10);
+        if (errno || *end || n > s->opt.max_body) {
+            g4_reply_errorf(r, 413, NULL, "the request body is larger than %zu bytes", s->opt.max_body);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void dispatch(g4_server *s, http_req *hr, int fd, g4_http_reply *r) {
+    g4_http_request q = {.srv = s,
+                         .body = hr->body.data ? hr->body.data : "",
+                         .body_len = hr->body.len,
+                         .fd = fd,
+                         .t_arrival = hr->t_arrival};
+    switch (hr->route) {
+    case R_HEALTH: g4_serve_health(&q, r); break;
+    case R_METRICS: g4_serve_metrics(&q, r); break;
+    case R_MODELS: g4_serve_models(&q, NULL, r); break;
+    case R_MODEL: g4_serve_models(&q, hr->model_in_url ? hr->model_in_url : "", r); break;
+    case R_CHAT: g4_serve_generate(&q, G4_OAI_CHAT, r); break;
+    case R_COMPLETIONS: g4_serve_generate(&q, G4_OAI_COMPLETION, r); break;
+    case R_TOKENIZE: g4_serve_tokenize(&q, r); break;
+    case R_DETOKENIZE: g4_serve_detokenize(&q, r); break;
+    default: g4_reply_errorf(r, 404, NULL, "no such endpoint"); break;
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **req_cls) {
+    (void)version;
+    g4_server *s = cls;
+    http_req *hr = *req_cls;
+    if (!hr) {
+        hr = calloc(1, sizeof *hr);
+        if (!hr) return MHD_NO;
+        *req_cls = hr;
+        hr->t_arrival = g4_now_seconds();
+        snprintf(hr->method, sizeof hr->method, "%s", method);
+        snprintf(hr->path, sizeof hr->path, "%s", url);
+        atomic_fetch_add(&s->in_flight, 1);
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        hr->conn = info ? info->socket_context : NULL;
+        if (hr->conn) {
+            pthread_mutex_lock(&s->conn_lock);
+            hr->conn->busy = 1;
+            pthread_mutex_unlock(&s->conn_lock);
+        }
+        g4_http_reply r = {0};
+        if (check_request(s, c, hr, url, method, &r)) return send_reply(s, c, hr, &r);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (hr->answered) return MHD_YES;
+        if (g4_now_seconds() - hr->t_arrival > s->opt.request_timeout_s) return MHD_NO; /* too slow: drop */
+        if (hr->body.len + n > s->opt.max_body) {
+            g4_http_reply r = {0};
+            g4_reply_errorf(&r, 413, NULL, "the request body is larger than %zu bytes", s->opt.max_body);
+            return send_reply(s, c, hr, &r);
+        }
+        /* all bodies together stay within a budget: many large uploads at once get 503, not an OOM */
+        if (atomic_fetch_add(&s->body_bytes, n) + n > s->body_budget || !g4_strbuf_append(&hr->body, upload, n)) {
+            atomic_fetch_sub(&s->body_bytes, n);
+            g4_http_reply r = {0};
+            g4_reply_errorf(&r, 503, NULL, "the server holds too many request bodies; try again later");
+            return send_reply(s, c, hr, &r);
+        }
+        hr->accounted += n;
+        return MHD_YES;
+    }
+    if (hr->answered) return MHD_YES;
+    const union MHD_ConnectionInfo *fdinfo = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    g4_http_reply r = {0};
+    dispatch(s, hr, fdinfo ? fdinfo->connect_fd : -1, &r);
+    return send_reply(s, c, hr, &r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode why) {
+    (void)c;
+    g4_server *s = cls;
+    http_req *hr = *req_cls;
+    if (!hr) return;
+    *req_cls = NULL;
+    /* 499 (nginx's "client closed request") for requests that got no answer */
+    int status = hr->status ? hr->status : 499;
+    g4_metrics_request(s->metrics, hr->label ? hr->label : "other", status);
+    g4_log(G4_LOG_INFO, "%s %s %d %.1f ms%s", hr->method, hr->path, status, 1e3 * (g4_now_seconds() - hr->t_arrival),
+           why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    if (hr->conn) {
+        pthread_mutex_lock(&s->conn_lock);
+        hr->conn->busy = 0;
+        hr->conn->since = g4_now_seconds();
+        pthread_mutex_unlock(&s->conn_lock);
+    }
+    atomic_fetch_sub(&s->in_flight, 1);
+    atomic_fetch_sub(&s->body_bytes, hr->accounted);
+    g4_strbuf_free(&hr->body);
+    free(hr->model_in_url);
+    free(hr);
+}
+
+/* ---- connections and the reaper ------------------------------------------- */
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    g4_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_entry *e = calloc(1, sizeof *e);
+        if (!e) return;
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        e->fd = info ? info->connect_fd : -1;
+        e->since = g4_now_seconds();
+        pthread_mutex_lock(&s->conn_lock);
+        e->next = s->conns;
+        if (s->conns) s->conns->prev = e;
+        s->conns = e;
+        pthread_mutex_unlock(&s->conn_lock);
+        *socket_context = e;
+    } else {
+        conn_entry *e = *socket_context;
+        if (!e) return;
+        /* before libmicrohttpd closes the socket: the reaper never touches a reused fd */
+        pthread_mutex_lock(&s->conn_lock);
+        if (e->prev) e->prev->next = e->next;
+        else s->conns = e->next;
+        if (e->next) e->next->prev = e->prev;
+        pthread_mutex_unlock(&s->conn_lock);
+        free(e);
+        *socket_context = NULL;
+    }
+}
+
+/* Closes connections whose next request has not arrived in full within the
+ * request timeout (a slow sender, or an idle keep-alive connection). */
+static void *reaper_main(void *arg) {
+    g4_server *s = arg;
+    pthread_mutex_lock(&s->conn_lock);
+    while (!s->reaper_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 250 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->reaper_wake, &s->conn_lock, &until);
+        double now = g4_now_seconds();
+        for (conn_entry *e = s->conns; e; e = e->next)
+            if (!e->busy && !e->reaped && e->fd >= 0 && now - e->since > s->opt.request_timeout_s) {
+                shutdown(e->fd, SHUT_RDWR); /* libmicrohttpd sees the end and closes it */
+                e->reaped = 1;
+            }
+    }
+    pthread_mutex_unlock(&s->conn_lock);
+    return NULL;
+}
+
+static void log_mhd(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    g4_log(G4_LOG_DEBUG, "http: %s", line);
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+void g4_server_track(g4_server *s, g4_job *j) {
+    pthread_mutex_lock(&s->jobs_lock);
+    if (s->n_jobs == s->cap_jobs) {
+        int cap = s->cap_jobs ? s->cap_jobs * 2 : 64;
+        g4_job **grown = realloc(s->jobs, (size_t)cap * sizeof *grown);
+        if (grown) s->jobs = grown, s->cap_jobs = cap;
+    }
+    if (s->n_jobs < s->cap_jobs) s->jobs[s->n_jobs++] = j;
+    int stopping = atomic_load(&s->stopping);
+    pthread_mutex_unlock(&s->jobs_lock);
+    if (stopping) g4_job_cancel(j);
+}
+
+void g4_server_untrack(g4_server *s, g4_job *j) {
+    pthread_mutex_lock(&s->jobs_lock);
+    for (int i = 0; i < s->n_jobs; i++)
+        if (s->jobs[i] == j) {
+            s->jobs[i] = s->jobs[--s->n_jobs];
+            break;
+        }
+    pthread_mutex_unlock(&s->jobs_lock);
+}
+
+static void free_server(g4_server *s) {
+    if (s->reaper_started) {
+        pthread_mutex_lock(&s->conn_lock);
+        s->reaper_stop = 1;
+        pthread_cond_signal(&s->reaper_wake);
+        pthread_mutex_unlock(&s->conn_lock);
+        pthread_join(s->reaper, NULL);
+    }
+    g4_metrics_free(s->metrics);
+    pthread_mutex_destroy(&s->media_lock);
+    pthread_mutex_destroy(&s->jobs_lock);
+    pthread_mutex_destroy(&s->conn_lock);
+    pthread_cond_destroy(&s->reaper_wake);
+    free(s->jobs);
+    free(s->model_name);
+    free(s);
+}
+
+g4_status g4_server_start(g4_context *ctx, g4_engine *engine, const g4_server_options *opt, g4_server **out) {
+    *out = NULL;
+    g4_server *s = calloc(1, sizeof *s);
+    if (!s) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    s->ctx = ctx;
+    s->engine = engine;
+    if (opt) s->opt = *opt;
+    g4_server_options *o = &s->opt;
+    if (!o->host) o->host = "127.0.0.1";
+    if (!o->max_body) o->max_body = (size_t)32 << 20;
+    if (o->max_tokens <= 0) o->max_tokens = 4096;
+    if (o->max_images <= 0) o->max_images = 8;
+    if (o->max_audio <= 0) o->max_audio = 4;
+    if (o->request_timeout_s <= 0) o->request_timeout_s = 30;
+    if (o->idle_timeout_s <= 0) o->idle_timeout_s = 60;
+    if (o->max_connections <= 0) o->max_connections = 1024;
+    s->body_budget = o->max_body * 8 > ((size_t)512 << 20) ? o->max_body * 8 : (size_t)512 << 20;
+    s->n_ctx = g4_engine_n_ctx(engine);
+    if (o->max_prompt_tokens <= 0 || o->max_prompt_tokens >= s->n_ctx) o->max_prompt_tokens = s->n_ctx - 1;
+    s->model_name = strdup(o->model_name ? o->model_name : "gemma4");
+    s->created = (long)time(NULL);
+    s->metrics = g4_metrics_create();
+    pthread_mutex_init(&s->media_lock, NULL);
+    pthread_mutex_init(&s->jobs_lock, NULL);
+    pthread_mutex_init(&s->conn_lock, NULL);
+    pthread_cond_init(&s->reaper_wake, NULL);
+    if (!s->model_name || !s->metrics) {
+        free_server(s);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    o->model_name = s->model_name;
+
+    char port_text[16];
+    snprintf(port_text, sizeof port_text, "%d", o->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(o->host, port_text, &hints, &ai);
+    if (gai != 0 || !ai) {
+        free_server(s);
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "cannot use host '%s': %s", o->host, gai_strerror(gai));
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    if (pthread_create(&s->reaper, NULL, reaper_main, s) == 0) s->reaper_started = 1;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!d || !s->reaper_started) {
+        if (d) MHD_stop_daemon(d);
+        free_server(s);
+        return g4_fail(G4_ERR_IO, "cannot listen on %s port %d (in use, or not an address of this machine?)", o->host,
+                       o->port);
+    }
+    s->daemon = d;
+    const union MHD_DaemonInfo *pi = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = pi ? pi->port : o->port;
+    *out = s;
+    return G4_OK;
+}
+
+int g4_server_port(const g4_server *s) { return s->port; }
+
+void g4_server_drain(g4_server *s) {
+    if (atomic_exchange(&s->draining, 1)) return;
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+int g4_server_in_flight(g4_server *s) { return atomic_load(&s->in_flight); }
+
+void g4_server_stop(g4_server *s) {
+    if (!s) return;
+    g4_server_drain(s);
+    atomic_store(&s->stopping, 1);
+    pthread_mutex_lock(&s->jobs_lock);
+    for (int i = 0; i < s->n_jobs; i++) g4_job_cancel(s->jobs[i]);
+    pthread_mutex_unlock(&s->jobs_lock);
+    /* the cancelled requests end within an engine step or two */
+    for (int i = 0; i < 200 && atomic_load(&s->in_flight) > 0; i++) usleep(25 * 1000);
+    MHD_stop_daemon(s->daemon); /* closes idle connections, joins their threads */
+    free_server(s);
+}

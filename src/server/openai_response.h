@@ -1,0 +1,33 @@
+/* JSON pieces of OpenAI responses: ids, usage, log-probabilities, chunks. */
+#ifndef G4_SERVER_OPENAI_RESPONSE_H
+#define G4_SERVER_OPENAI_RESPONSE_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "runtime/context.h"
+#include "runtime/sampler.h"
+#include "server/openai_request.h"
+#include "text/chat.h"
+
+/* "PREFIX" + 24 random hex digits (e.g. "chatcmpl-", "cmpl-", "call_"). */
+void g4_oai_new_id(const char *prefix, char *out, size_t cap);
+
+cJSON *g4_oai_usage(long prompt_tokens, long completion_tokens);
+
+/* Chat: {"token", "logprob", "bytes", "top_logprobs": [...]} for one token. */
+cJSON *g4_oai_chat_logprob(const g4_context *ctx, const g4_sample *s, int top);
+
+/* Completions: {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}. */
+cJSON *g4_oai_completion_logprobs_new(void);
+void g4_oai_completion_logprobs_add(cJSON *lp, const g4_context *ctx, const g4_sample *s, int top, size_t offset);
+
+/* [{"id", "type": "function", "function": {"name", "arguments"}}], with
+ * "index" on each when for_stream. */
+cJSON *g4_oai_tool_calls(const g4_tool_call *calls, size_t n, int for_stream);
+
+/* A chunk skeleton: {"id", "object", "created", "model", "choices": [{"index": 0, ...}]};
+ * *choice is the choice object to fill. */
+cJSON *g4_oai_chunk(g4_oai_kind kind, const char *id, long created, const char *model, cJSON **choice);
+
+#endif

@@ -1,0 +1,229 @@
+/* gemma4 serve: the OpenAI-compatible HTTP server over the batched engine. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "cli_common.h"
+#include "runtime/context.h"
+#include "runtime/engine.h"
+#include "server/server.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: gemma4 serve (-m DIR|ORG/NAME | --synthetic NAME [--format bf16|mlx4|mlx8|mxfp4]) [options]\n"
+            "\n"
+            "OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
+            "GET /health, GET /metrics, POST /tokenize, POST /detokenize.\n"
+            "\n"
+            "  --host ADDR             address to listen on (default 127.0.0.1)\n"
+            "  --port N                port (default 8080; 0 picks a free one, printed at start)\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' (also $GEMMA4_API_KEY)\n"
+            "  --model-name NAME       model id in /v1/models (default: the model folder's name)\n"
+            "  --max-seqs N            sequences decoded together (default 32)\n"
+            "  --ctx N                 positions per sequence (default min(model, 4096))\n"
+            "  --kv-blocks N           KV cache blocks of 16 positions in the shared pool\n"
+            "                          (default max-seqs * ctx / 16: every sequence fits its whole context)\n"
+            "  --max-queue N           requests waiting for admission before 503 (default 256)\n"
+            "  --max-batch-tokens N    tokens per forward pass (default 512)\n"
+            "  --max-body BYTES        request body limit (default 33554432)\n"
+            "  --max-tokens N          max_tokens limit per request (default 4096)\n"
+            "  --max-prompt-tokens N   prompt length limit (default: the context)\n"
+            "  --max-images N          images per request (default 8)\n"
+            "  --max-audio N           audio clips per request (default 4)\n"
+            "  --allowed-media-dir DIR image_url may name local files under DIR\n"
+            "  --request-timeout S     a request must arrive whole within S seconds of the connection's\n"
+            "                          start or its previous request (default 30)\n"
+            "  --idle-timeout S        connections with no activity close after S seconds (default 60)\n"
+            "  --max-connections N     open connections (default 1024)\n"
+            "  --shutdown-grace S      on SIGINT/SIGTERM, let requests finish for S seconds, then cancel (default 10)\n"
+            "  --threads N             CPU threads (default: all cores)\n"
+            "  --device cpu|cuda       (default: cuda when present)\n"
+            "  --quiet                 no request log\n");
+}
+
+static int parse_count(const char *text, const char *name, long *out) {
+    if (!text) return 0;
+    long v = cli_parse_count(text, name);
+    if (v < 0) return -1;
+    *out = v;
+    return 0;
+}
+
+/* A context around a synthetic model (random weights, no tokenizer). */
+static g4_status open_synthetic(const char *name, const char *format, const char *device, int threads,
+                                g4_context **out) {
+    g4_context *c = calloc(1, sizeof *c);
+    if (!c) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    g4_status st = g4_backend_open(device, threads, &c->backend);
+    if (st == G4_OK) st = g4_model_synthesize(name, format, c->backend, &c->model);
+    if (st != G4_OK) {
+        g4_context_close(c);
+        return st;
+    }
+    c->generation.temperature = 1.0f;
+    c->generation.top_p = 1.0f;
+    c->generation.repetition_penalty = 1.0f;
+    c->chat.variant = c->model->config.text.ple_dim > 0 ? G4_CHAT_SMALL : G4_CHAT_LARGE;
+    c->chat.source = G4_CHAT_FROM_CONFIG;
+    const g4_token_ids *tk = &c->model->config.tokens;
+    for (int i = 0; i < tk->n_eos && c->n_stop < G4_MAX_STOP_IDS; i++) c->stop_ids[c->n_stop++] = tk->eos_ids[i];
+    c->image_tokens = 280;
+    c->audio_tokens_max = 750;
+    *out = c;
+    return G4_OK;
+}
+
+/* The folder's name, or the hub id as given. */
+static char *default_model_name(const char *arg) {
+    if (!g4_is_directory(arg)) return strdup(arg);
+    size_t n = strlen(arg);
+    while (n > 1 && arg[n - 1] == '/') n--;
+    size_t start = n;
+    while (start > 0 && arg[start - 1] != '/') start--;
+    char *name = malloc(n - start + 1);
+    if (name) {
+        memcpy(name, arg + start, n - start);
+        name[n - start] = 0;
+    }
+    return name;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *device = NULL;
+    const char *v[20] = {0};
+    enum { HOST, PORT, KEY, NAME, SEQS, CTX, BLOCKS, QUEUE, BATCH, BODY, MAXTOK, MAXPROMPT, IMAGES, AUDIO, MEDIA,
+           REQTIME, IDLE, CONNS, GRACE, THREADS };
+    static const char *const names[] = {"--host",       "--port",       "--api-key",         "--model-name",
+                                        "--max-seqs",   "--ctx",        "--kv-blocks",       "--max-queue",
+                                        "--max-batch-tokens", "--max-body", "--max-tokens",  "--max-prompt-tokens",
+                                        "--max-images", "--max-audio",  "--allowed-media-dir", "--request-timeout",
+                                        "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads"};
+    int quiet = 0;
+    for (int i = 1; i < argc; i++) {
+        int r = 0;
+        if ((r = cli_option(argc, argv, &i, "-m", &model_path)) ||
+            (r = cli_option(argc, argv, &i, "--synthetic", &synthetic)) ||
+            (r = cli_option(argc, argv, &i, "--format", &format)) ||
+            (r = cli_option(argc, argv, &i, "--device", &device))) {
+            if (r < 0) return 2;
+            continue;
+        }
+        for (int k = 0; k < (int)(sizeof names / sizeof names[0]) && !r; k++)
+            r = cli_option(argc, argv, &i, names[k], &v[k]);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (cli_flag(argv, i, "--quiet")) {
+            quiet = 1;
+        } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "gemma4 serve: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!!model_path == !!synthetic) {
+        fprintf(stderr, "gemma4 serve: give either -m DIR or --synthetic NAME\n");
+        usage(stderr);
+        return 2;
+    }
+    long port = 8080, seqs = 0, ctx_len = 0, blocks = 0, queue = 0, batch = 0, body = 0, max_tok = 0, max_prompt = 0,
+         images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0;
+    long *nums[] = {NULL, &port, NULL, NULL, &seqs, &ctx_len, &blocks, &queue, &batch, &body, &max_tok, &max_prompt,
+                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads};
+    for (int k = 0; k < 20; k++)
+        if (nums[k] && parse_count(v[k], names[k], nums[k])) return 2;
+    if (port > 65535) {
+        fprintf(stderr, "gemma4 serve: --port must be in 0..65535\n");
+        return 2;
+    }
+    const char *api_key = v[KEY] ? v[KEY] : getenv("GEMMA4_API_KEY");
+    if (api_key && !api_key[0]) api_key = NULL;
+    if (!quiet) g4_log_set_level(G4_LOG_INFO);
+
+    /* SIGINT/SIGTERM are taken by sigwait below; every thread inherits the mask */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* a socket and an eventfd per connection: allow as many as the hard limit does */
+    struct rlimit files;
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
+
+    g4_context *ctx = NULL;
+    g4_context_options co = {.device = device, .threads = (int)threads};
+    g4_status st = synthetic ? open_synthetic(synthetic, format, device, (int)threads, &ctx)
+                             : g4_context_open(model_path, &co, &ctx);
+    if (st != G4_OK) {
+        cli_report_error("serve", st);
+        return 1;
+    }
+    char *name = v[NAME] ? strdup(v[NAME]) : synthetic ? NULL : default_model_name(model_path);
+    if (!name && synthetic) {
+        name = malloc(strlen(synthetic) + 16);
+        if (name) sprintf(name, "synthetic-%s", synthetic);
+    }
+    g4_engine_options eo = {.max_seqs = (int)seqs, .n_ctx = (int)ctx_len, .kv_blocks = (int)blocks,
+                            .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads};
+    g4_engine *engine = NULL;
+    st = g4_engine_create(ctx->model, &eo, &engine);
+    if (st == G4_OK) st = g4_engine_start(engine);
+    g4_server *srv = NULL;
+    g4_server_options so = {.host = v[HOST],
+                            .port = (int)port,
+                            .api_key = api_key,
+                            .model_name = name,
+                            .max_body = (size_t)body,
+                            .max_tokens = (int)max_tok,
+                            .max_prompt_tokens = (int)max_prompt,
+                            .max_images = (int)images,
+                            .max_audio = (int)audio,
+                            .allowed_media_dir = v[MEDIA],
+                            .request_timeout_s = (int)req_time,
+                            .idle_timeout_s = (int)idle,
+                            .max_connections = (int)conns,
+                            .threads = (int)threads};
+    if (st == G4_OK) st = g4_server_start(ctx, engine, &so, &srv);
+    if (st != G4_OK) {
+        cli_report_error("serve", st);
+        if (engine) g4_engine_stop(engine, 1);
+        g4_engine_destroy(engine);
+        g4_context_close(ctx);
+        free(name);
+        return 1;
+    }
+    printf("gemma4 serve: listening on http://%s:%d (model %s, context %d, %s)\n", v[HOST] ? v[HOST] : "127.0.0.1",
+           g4_server_port(srv), name, g4_engine_n_ctx(engine), ctx->tokenizer ? "tokenizer" : "no tokenizer: ids only");
+    fflush(stdout);
+
+    int sig = 0;
+    while (sigwait(&stop_signals, &sig) != 0) {
+    }
+    fprintf(stderr, "gemma4 serve: %s: finishing %d request(s) (up to %ld s; signal again to cancel them now)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", g4_server_in_flight(srv), grace);
+    g4_server_drain(srv);
+    double deadline = g4_now_seconds() + (double)grace;
+    while (g4_server_in_flight(srv) > 0 && g4_now_seconds() < deadline) {
+        struct timespec wait = {0, 50 * 1000000L};
+        if (sigtimedwait(&stop_signals, NULL, &wait) >= 0) break; /* asked again: stop now */
+    }
+    g4_server_stop(srv);
+    g4_engine_stop(engine, 1);
+    g4_engine_destroy(engine);
+    g4_context_close(ctx);
+    free(name);
+    fprintf(stderr, "gemma4 serve: stopped\n");
+    return 0;
+}
