@@ -19,7 +19,13 @@
 /* Decode arguments: rows [r0, r1) of w against n_tok <= max_tok
  * tokens x[t][cols]; out[t * ldo + r]. xsum[t * n_groups + g] holds the sum of
  * token t's x over group g (AFFINE only, else NULL): the bias term is
- * bias[g] * xsum[g], so the inner loop only multiplies codes. */
+ * bias[g] * xsum[g], so the inner loop only multiplies codes.
+ *
+ * Where the table's x_interleave(w) is nonzero, x arrives interleaved (see
+ * cpu_interleave_x): a kernel then loads a whole vector of 32-bit words of
+ * codes and, with shifts and masks alone, gets in lane i the code
+ * per_word * i + s at step s; x in the same order turns that into plain FMAs,
+ * with no shuffles. */
 typedef struct {
     const g4_matrix *w;
     const float *x;
@@ -41,6 +47,9 @@ typedef struct {
     void (*gemm_micro)(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc);
     int mr, nr;
     int max_tok;
+    /* Codes per 32-bit word for which gemv wants interleaved x, or 0. */
+    int (*x_interleave)(const g4_matrix *w);
+    int lanes; /* floats per vector */
     /* Machine probes: sum of n floats (a streaming read), and n_iter rounds
      * of independent FMAs returning the flop count done. */
     float (*read_sum)(const float *p, int64_t n);
@@ -57,6 +66,19 @@ const cpu_kernel_table *cpu_kernels_for(cpu_isa level);
 /* Whether w's layout suits the fast kernels: AFFINE/MXFP4 need group_size a
  * multiple of 32 and cols a multiple of group_size. */
 int cpu_kernels_fast_layout(const g4_matrix *w);
+
+/* Columns [0, result) of w are decoded from interleaved x: whole blocks of
+ * per_word * lanes codes, provided the groups tile them (or they the groups). */
+static inline int64_t cpu_wide_cols(const g4_matrix *w, int per_word, int lanes) {
+    const int64_t block = (int64_t)per_word * lanes, gs = w->group_size;
+    if (gs % block != 0 && block % gs != 0) return 0;
+    return w->cols / block * block;
+}
+
+/* dst = x with each block of per_word*lanes values among the first
+ * cpu_wide_cols columns reordered so that dst[b + s*lanes + i] = x[b +
+ * per_word*i + s]; the remaining columns are copied as they are. */
+void cpu_interleave_x(float *dst, const float *x, int64_t cols, int64_t wide_cols, int per_word, int lanes);
 
 /* Scalar parameter loads shared by every level. */
 static inline float cpu_load_param(const void *p, g4_dtype dt, int64_t i) {

@@ -95,6 +95,7 @@ ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, qu
     const int64_t block_bytes = 4 * w->bits;
     const int affine = kind != Q_MXFP4;
     const decoder d = make_decoder(w);
+    const int U = T == 1 ? 4 : T == 2 ? 2 : 1; /* accumulators per token: short FMA chains */
     float scale[PARAM_SEGMENT], bias[PARAM_SEGMENT];
     for (int64_t r = r0; r < r1; r++) {
         const unsigned char *row = (const unsigned char *)w->data + (size_t)r * w->row_bytes;
@@ -114,9 +115,11 @@ ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, qu
                 if (affine) bias[g] = load_param(brow, w->scale_dtype, 0, g0 + g);
             }
             for (int64_t g = 0; g < n; g++) {
-                __m256 acc[MAX_TOK];
+                __m256 acc[MAX_TOK][4];
 #pragma GCC unroll 4
-                for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+                for (int t = 0; t < T; t++)
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++) acc[t][u] = _mm256_setzero_ps();
                 const int64_t c_group = (g0 + g) * gs;
                 const unsigned char *p = row + (g0 + g) * blocks_per_group * block_bytes;
                 for (int64_t blk = 0; blk < blocks_per_group; blk++, p += block_bytes) {
@@ -126,12 +129,17 @@ ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, qu
                         const __m256 q = decode8(&d, p, i, kind);
 #pragma GCC unroll 4
                         for (int t = 0; t < T; t++)
-                            acc[t] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xc + t * cols + 8 * i), acc[t]);
+                            acc[t][i % U] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xc + t * cols + 8 * i), acc[t][i % U]);
                     }
                 }
                 const __m256 s = _mm256_set1_ps(scale[g]);
 #pragma GCC unroll 4
-                for (int t = 0; t < T; t++) total[t] = _mm256_fmadd_ps(s, acc[t], total[t]);
+                for (int t = 0; t < T; t++) {
+                    __m256 sum = acc[t][0];
+#pragma GCC unroll 4
+                    for (int u = 1; u < U; u++) sum = _mm256_add_ps(sum, acc[t][u]);
+                    total[t] = _mm256_fmadd_ps(s, sum, total[t]);
+                }
             }
             if (affine) {
 #pragma GCC unroll 4
@@ -334,6 +342,11 @@ static double fma_burn(int64_t n_iter, float *sink) {
     return 2.0 * 8.0 * CHAINS * (double)n_iter;
 }
 
+static int x_interleave(const g4_matrix *w) {
+    (void)w;
+    return 0;
+}
+
 const cpu_kernel_table cpu_kernels_avx2 = {
     .isa = CPU_ISA_AVX2,
     .gemv = gemv,
@@ -342,6 +355,8 @@ const cpu_kernel_table cpu_kernels_avx2 = {
     .mr = MR,
     .nr = NR,
     .max_tok = MAX_TOK,
+    .x_interleave = x_interleave,
+    .lanes = 8,
     .read_sum = read_sum,
     .fma_burn = fma_burn,
 };

@@ -146,6 +146,11 @@ static double fma_burn(int64_t n_iter, float *sink) {
     return 2.0 * 8.0 * (double)n_iter;
 }
 
+static int x_interleave(const g4_matrix *w) {
+    (void)w;
+    return 0;
+}
+
 const cpu_kernel_table cpu_kernels_scalar = {
     .isa = CPU_ISA_SCALAR,
     .gemv = gemv,
@@ -154,6 +159,8 @@ const cpu_kernel_table cpu_kernels_scalar = {
     .mr = MR,
     .nr = NR,
     .max_tok = CPU_DECODE_TOKENS,
+    .x_interleave = x_interleave,
+    .lanes = 1,
     .read_sum = read_sum,
     .fma_burn = fma_burn,
 };

@@ -24,7 +24,6 @@ enum {
     CHUNK_BLOCKS = 4,        /* token blocks of nr per work item */
     DECODE_CHUNK_BYTES = 32768, /* weight bytes per decode work item */
     SERIAL_WORK = 1 << 16,   /* multiply-adds below which threads cost more than they give */
-    XSUM_STACK = 2048,
 };
 
 const cpu_kernel_table *cpu_kernels_for(cpu_isa level) {
@@ -67,24 +66,56 @@ static void matmul_generic(float *out, const float *x, int64_t n_tokens, const g
     }
 }
 
+static void *alloc_floats(size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+void cpu_interleave_x(float *dst, const float *x, int64_t cols, int64_t wide_cols, int per_word, int lanes) {
+    const int64_t block = (int64_t)per_word * lanes;
+    for (int64_t b = 0; b < wide_cols; b += block)
+        for (int s = 0; s < per_word; s++)
+            for (int i = 0; i < lanes; i++) dst[b + s * lanes + i] = x[b + (int64_t)per_word * i + s];
+    memcpy(dst + wide_cols, x + wide_cols, (size_t)(cols - wide_cols) * sizeof *dst);
+}
+
+/* Per-thread scratch for decode's small per-call arrays: grows, never shrinks,
+ * so that the hot path does not allocate. */
+static _Thread_local float *decode_scratch;
+static _Thread_local size_t decode_scratch_floats;
+
+static float *scratch_floats(size_t n) {
+    if (n > decode_scratch_floats) {
+        float *p = alloc_floats(n);
+        if (!p) return NULL;
+        free(decode_scratch);
+        decode_scratch = p;
+        decode_scratch_floats = n;
+    }
+    return decode_scratch;
+}
+
 static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x, int64_t n_tokens,
                           const g4_matrix *w) {
     const int64_t rows = w->rows, cols = w->cols;
-    float xsum_stack[XSUM_STACK];
-    float *xsum = NULL;
-    int64_t n_groups = 0;
-    if (w->format == G4_WEIGHT_AFFINE) {
-        n_groups = cols / w->group_size;
-        size_t need = (size_t)(n_tokens * n_groups);
-        xsum = need <= XSUM_STACK ? xsum_stack : malloc(need * sizeof *xsum);
-        if (!xsum) return;
-        for (int64_t t = 0; t < n_tokens; t++)
-            for (int64_t g = 0; g < n_groups; g++) {
-                const float *xg = x + t * cols + g * w->group_size;
-                double s = 0;
-                for (int i = 0; i < w->group_size; i++) s += xg[i];
-                xsum[t * n_groups + g] = (float)s;
-            }
+    const int64_t n_groups = w->format == G4_WEIGHT_AFFINE ? cols / w->group_size : 0;
+    const int per_word = k->x_interleave(w);
+    const int64_t wide_cols = per_word ? cpu_wide_cols(w, per_word, k->lanes) : 0;
+    const size_t xsum_floats = (size_t)(n_tokens * n_groups);
+    float *scratch = scratch_floats(xsum_floats + (wide_cols ? (size_t)(n_tokens * cols) : 0) + 1);
+    if (!scratch) return;
+    float *xsum = n_groups ? scratch : NULL;
+    for (int64_t t = 0; t < n_tokens && xsum; t++)
+        for (int64_t g = 0; g < n_groups; g++) {
+            const float *xg = x + t * cols + g * w->group_size;
+            double s = 0;
+            for (int i = 0; i < w->group_size; i++) s += xg[i];
+            xsum[t * n_groups + g] = (float)s;
+        }
+    if (wide_cols) {
+        float *xi = scratch + xsum_floats;
+        for (int64_t t = 0; t < n_tokens; t++) cpu_interleave_x(xi + t * cols, x + t * cols, cols, wide_cols, per_word, k->lanes);
+        x = xi;
     }
     const size_t bytes_per_row = w->row_bytes + 2 * w->scale_row_bytes;
     int64_t chunk_rows = (int64_t)(DECODE_CHUNK_BYTES / (bytes_per_row ? bytes_per_row : 1));
@@ -106,12 +137,6 @@ static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x,
             k->gemv(&a, r0, r1);
         }
     }
-    if (xsum != xsum_stack) free(xsum);
-}
-
-static void *alloc_floats(size_t n) {
-    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
-    return aligned_alloc(64, bytes ? bytes : 64);
 }
 
 /* xp[(b * cols + c) * nr + j] = x[b*nr + j][c], zero past the last token. */
