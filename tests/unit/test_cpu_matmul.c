@@ -28,7 +28,9 @@
 #define RMS_TOL 2e-6     /* ||out - ref|| / ||ref|| over outputs of RMS_MIN_COUNT or more */
 enum { RMS_MIN_COUNT = 200 }; /* (one output near zero by chance makes a small one meaningless) */
 
-static const int token_counts[] = {1, 2, 3, 7, 64, 129};
+/* decode kernels take up to 8 (AVX-512) or 4 (AVX2) tokens at once, and the
+ * prefill path starts at 16: 4, 8 and 15 cover the edges */
+static const int token_counts[] = {1, 2, 3, 4, 7, 8, 15, 64, 129};
 enum { MAX_TOKENS = 129 };
 
 /* ---- PRNG (splitmix64) ---- */
@@ -336,11 +338,13 @@ static void test_affine(void) {
         for (int gi = 0; gi < 3; gi++)
             for (int di = 0; di < 3; di++) {
                 const int g = groups[gi];
-                /* shapes: one group, a few groups, and 4096 + a group wide */
-                const int64_t shapes[4][2] = {{1, g}, {3, 4096 + g}, {17, 3 * g}, {250, 4096 + g}};
-                for (int s = 0; s < 4; s++) {
-                    /* the widest shape for the realistic parameter dtypes only, to keep the run short */
-                    if (s == 3 && dtypes[di] == G4_DTYPE_F32 && g != 64) continue;
+                /* shapes: one group, a few groups, 4096 + a group wide, and more
+                 * groups than the kernels convert parameters for at once (256) */
+                const int64_t shapes[5][2] = {{1, g}, {3, 4096 + g}, {17, 3 * g}, {250, 4096 + g}, {2, 259 * g}};
+                for (int s = 0; s < 5; s++) {
+                    /* the largest shape: every group size with bf16 parameters (as MLX
+                     * stores them), the others at group 64 only, to keep the run short */
+                    if (s == 3 && dtypes[di] != G4_DTYPE_BF16 && g != 64) continue;
                     test_matrix t;
                     make_affine_matrix(&t, bit_counts[bi], g, dtypes[di], shapes[s][0], shapes[s][1]);
                     snprintf(label, sizeof label, "affine%d g%d %s", bit_counts[bi], g, g4_dtype_name(dtypes[di]));
@@ -350,9 +354,29 @@ static void test_affine(void) {
             }
 }
 
+/* Group sizes MLX does not use but the format allows: 256 (several 128-code
+ * blocks under one scale) and 96 (groups that do not tile 128-code blocks). */
+static void test_affine_other_groups(void) {
+    const int bit_counts[] = {3, 4, 8};
+    const int groups[] = {96, 256};
+    char label[64];
+    for (int bi = 0; bi < 3; bi++)
+        for (int gi = 0; gi < 2; gi++) {
+            const int g = groups[gi];
+            const int64_t shapes[3][2] = {{3, 43 * g}, {17, g}, {2, 259 * g}};
+            for (int s = 0; s < 3; s++) {
+                test_matrix t;
+                make_affine_matrix(&t, bit_counts[bi], g, G4_DTYPE_BF16, shapes[s][0], shapes[s][1]);
+                snprintf(label, sizeof label, "affine%d g%d bf16", bit_counts[bi], g);
+                check_matrix(&t, label);
+                free_matrix(&t);
+            }
+        }
+}
+
 static void test_mxfp4(void) {
-    const int64_t shapes[5][2] = {{1, 32}, {3, 4096 + 64}, {17, 96}, {250, 4096 + 64}, {2, 4096 + 32}};
-    for (int s = 0; s < 5; s++) {
+    const int64_t shapes[6][2] = {{1, 32}, {3, 4096 + 64}, {17, 96}, {250, 4096 + 64}, {2, 4096 + 32}, {2, 259 * 32}};
+    for (int s = 0; s < 6; s++) {
         test_matrix t;
         make_mxfp4_matrix(&t, shapes[s][0], shapes[s][1]);
         check_matrix(&t, "mxfp4");
@@ -389,13 +413,22 @@ static void test_mxfp4_extreme_scales(void) {
     free_matrix(&t);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* Hundreds of small matmuls with serial reference work between them:
+     * libgomp's idle threads would spin through all of it, which on a shared
+     * machine takes the cores the test needs. libgomp reads OMP_WAIT_POLICY
+     * when it loads, so set it and start again. */
+    if (!getenv("OMP_WAIT_POLICY") && argc > 0) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);
+    }
     printf("cpu_matmul: supported level %s\n", cpu_isa_level_name(cpu_isa_supported()));
     test_float_formats();
     test_mxfp4();
     test_mxfp4_extreme_scales();
     test_generic_layout();
     test_affine();
+    test_affine_other_groups();
     const char *verbose = getenv("G4_TEST_VERBOSE");
     if (verbose && *verbose == '1')
         printf("worst element error %.3g of |w||x|, worst rel rms %.3g\n", worst_element_seen, worst_rms_seen);

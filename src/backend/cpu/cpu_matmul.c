@@ -23,7 +23,7 @@ enum {
     TILE_COLS = 256,         /* columns of W dequantised at once (multiple of 32) */
     CHUNK_BLOCKS = 4,        /* token blocks of nr per work item */
     DECODE_CHUNK_BYTES = 32768, /* weight bytes per decode work item */
-    SERIAL_WORK = 1 << 16,   /* multiply-adds below which threads cost more than they give */
+    SERIAL_WORK = 1 << 18,   /* multiply-adds (~10 us on one core) below which threads cost more than they give */
 };
 
 const cpu_kernel_table *cpu_kernels_for(cpu_isa level) {
@@ -139,9 +139,10 @@ static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x,
     }
 }
 
-/* xp[(b * cols + c) * nr + j] = x[b*nr + j][c], zero past the last token. */
+/* xp[(b * cols + c) * nr + j] = x[b*nr + j][c], zero past the last token.
+ * Called inside a parallel region: the blocks are shared out. */
 static void pack_tokens(float *xp, const float *x, int64_t n_tokens, int64_t cols, int nr, int64_t n_blocks) {
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
     for (int64_t b = 0; b < n_blocks; b++) {
         float *dst = xp + b * cols * nr;
         for (int j = 0; j < nr; j++) {
@@ -165,11 +166,12 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
     const int64_t ldc = (int64_t)CHUNK_BLOCKS * nr;
     float *xp = alloc_floats((size_t)(n_blocks * cols * nr));
     if (!xp) return;
-    pack_tokens(xp, x, n_tokens, cols, nr, n_blocks);
     const int64_t n_row_tiles = (rows + tile_rows - 1) / tile_rows;
     const int64_t n_chunks = (n_blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
-#pragma omp parallel
+    const int threaded = n_row_tiles * n_chunks > 1 && rows * cols * n_tokens >= SERIAL_WORK;
+#pragma omp parallel if (threaded)
     {
+        pack_tokens(xp, x, n_tokens, cols, nr, n_blocks); /* ends with a barrier */
         float *tile = alloc_floats((size_t)(tile_rows * TILE_COLS));
         float *acc = alloc_floats((size_t)(tile_rows * ldc));
 #pragma omp for schedule(dynamic, 1)
