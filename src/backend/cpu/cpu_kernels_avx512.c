@@ -46,12 +46,13 @@ static decoder make_decoder(const g4_matrix *w, quant_kind kind) {
     d.nibble_shift = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
     if (kind == Q_AFFINE_ANY) {
         int bits = w->bits;
-        int32_t pick[16], shift[16];
+        uint32_t pick[16];
+        int32_t shift[16];
         for (int k = 0; k < 16; k++) {
             int bit = k * bits, byte = bit / 8;
             /* bytes byte, byte+1 into the low half of dword k (pshufb works per
              * 128-bit lane on a copy of all 16 bytes; 0x80 gives zero) */
-            pick[k] = byte | (byte + 1) << 8 | 0x80 << 16 | 0x80 << 24;
+            pick[k] = (uint32_t)byte | (uint32_t)(byte + 1) << 8 | 0x80u << 16 | 0x80u << 24;
             shift[k] = bit % 8;
         }
         d.byte_pick = _mm512_loadu_si512(pick);
