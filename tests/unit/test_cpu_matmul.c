@@ -29,8 +29,8 @@
 enum { RMS_MIN_COUNT = 200 }; /* (one output near zero by chance makes a small one meaningless) */
 
 /* decode kernels take up to 8 (AVX-512) or 4 (AVX2) tokens at once, and the
- * prefill path starts at 16: 4, 8 and 15 cover the edges */
-static const int token_counts[] = {1, 2, 3, 4, 7, 8, 15, 64, 129};
+ * prefill path starts at 16 (AVX-512) or 8: 4, 7, 8, 15 and 16 cover the edges */
+static const int token_counts[] = {1, 2, 3, 4, 7, 8, 15, 16, 64, 129};
 enum { MAX_TOKENS = 129 };
 
 /* ---- PRNG (splitmix64) ---- */

@@ -43,10 +43,14 @@ typedef struct {
      * multiples of 32. */
     void (*dequant_row)(const g4_matrix *w, int64_t r, int64_t c0, int64_t nc, float *dst);
     /* Prefill micro-kernel: c[i*ldc + j] += sum_{k<kc} a[i*lda + k] * b[k*nr + j]
-     * for i < mr, j < nr (b is a packed block of nr tokens, 64-byte aligned). */
+     * for i < mr, j < nr (b is a packed block of nr tokens, 64-byte aligned);
+     * gemm_micro_half does the same for a block of nr/2 tokens (b[k*nr/2 + j]),
+     * so that a last block of few tokens costs half. */
     void (*gemm_micro)(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc);
+    void (*gemm_micro_half)(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc);
     int mr, nr;
     int max_tok;
+    int prefill_min_tokens; /* from here on the tiled prefill path is faster (measured) */
     /* Codes per 32-bit word for which gemv wants interleaved x, or 0. */
     int (*x_interleave)(const g4_matrix *w);
     int lanes; /* floats per vector */

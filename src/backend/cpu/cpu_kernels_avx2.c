@@ -292,26 +292,40 @@ static void dequant_row(const g4_matrix *w, int64_t r, int64_t c0, int64_t nc, f
 enum { MR = 6, NR = 16 };
 
 /* 6 rows x 16 tokens: 12 accumulators, two packed x vectors and one
- * broadcast weight in flight (15 of the 16 registers). */
-static void gemm_micro(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc) {
+ * broadcast weight in flight (15 of the 16 registers) (J = 2); J = 1 is the
+ * 8-token block. */
+ALWAYS_INLINE void gemm_block(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc, const int J) {
     __m256 acc[MR][2];
 #pragma GCC unroll 6
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < J; j++) acc[i][j] = _mm256_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
-        const __m256 b0 = _mm256_load_ps(b + k * NR), b1 = _mm256_load_ps(b + k * NR + 8);
+        __m256 bk[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < J; j++) bk[j] = _mm256_load_ps(b + k * 8 * J + 8 * j);
 #pragma GCC unroll 6
         for (int i = 0; i < MR; i++) {
             const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
-            acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+#pragma GCC unroll 2
+            for (int j = 0; j < J; j++) acc[i][j] = _mm256_fmadd_ps(ai, bk[j], acc[i][j]);
         }
     }
 #pragma GCC unroll 6
-    for (int i = 0; i < MR; i++) {
-        float *ci = c + i * ldc;
-        _mm256_storeu_ps(ci, _mm256_add_ps(_mm256_loadu_ps(ci), acc[i][0]));
-        _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), acc[i][1]));
-    }
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < J; j++) {
+            float *cij = c + i * ldc + 8 * j;
+            _mm256_storeu_ps(cij, _mm256_add_ps(_mm256_loadu_ps(cij), acc[i][j]));
+        }
+}
+
+static void gemm_micro(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc) {
+    gemm_block(a, lda, kc, b, c, ldc, 2);
+}
+
+static void gemm_micro_half(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc) {
+    gemm_block(a, lda, kc, b, c, ldc, 1);
 }
 
 static float read_sum(const float *p, int64_t n) {
@@ -352,6 +366,8 @@ const cpu_kernel_table cpu_kernels_avx2 = {
     .gemv = gemv,
     .dequant_row = dequant_row,
     .gemm_micro = gemm_micro,
+    .gemm_micro_half = gemm_micro_half,
+    .prefill_min_tokens = 8,
     .mr = MR,
     .nr = NR,
     .max_tok = MAX_TOK,

@@ -375,26 +375,39 @@ static void dequant_row(const g4_matrix *w, int64_t r, int64_t c0, int64_t nc, f
 enum { MR = 8, NR = 32 };
 
 /* 8 rows x 32 tokens: 16 accumulators, per k two loads of packed x and eight
- * broadcasts of weights feed 16 FMAs. */
-static void gemm_micro(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc) {
+ * broadcasts of weights feed 16 FMAs (J = 2); J = 1 is the 16-token block. */
+ALWAYS_INLINE void gemm_block(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc, const int J) {
     __m512 acc[MR][2];
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < J; j++) acc[i][j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
-        const __m512 b0 = _mm512_load_ps(b + k * NR), b1 = _mm512_load_ps(b + k * NR + 16);
+        __m512 bk[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < J; j++) bk[j] = _mm512_load_ps(b + k * 16 * J + 16 * j);
 #pragma GCC unroll 8
         for (int i = 0; i < MR; i++) {
             const __m512 ai = _mm512_set1_ps(a[i * lda + k]);
-            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+#pragma GCC unroll 2
+            for (int j = 0; j < J; j++) acc[i][j] = _mm512_fmadd_ps(ai, bk[j], acc[i][j]);
         }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-        float *ci = c + i * ldc;
-        _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), acc[i][0]));
-        _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), acc[i][1]));
-    }
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < J; j++) {
+            float *cij = c + i * ldc + 16 * j;
+            _mm512_storeu_ps(cij, _mm512_add_ps(_mm512_loadu_ps(cij), acc[i][j]));
+        }
+}
+
+static void gemm_micro(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc) {
+    gemm_block(a, lda, kc, b, c, ldc, 2);
+}
+
+static void gemm_micro_half(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc) {
+    gemm_block(a, lda, kc, b, c, ldc, 1);
 }
 
 static float read_sum(const float *p, int64_t n) {
@@ -436,6 +449,8 @@ const cpu_kernel_table cpu_kernels_avx512 = {
     .gemv = gemv,
     .dequant_row = dequant_row,
     .gemm_micro = gemm_micro,
+    .gemm_micro_half = gemm_micro_half,
+    .prefill_min_tokens = 16,
     .mr = MR,
     .nr = NR,
     .max_tok = CPU_DECODE_TOKENS,

@@ -117,17 +117,26 @@ static void gemv(const cpu_gemv_args *a, int64_t r0, int64_t r1) {
 
 enum { MR = 4, NR = 8 };
 
-static void gemm_micro(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc) {
+static inline void gemm_block(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc,
+                              const int nr) {
     float acc[MR][NR] = {{0}};
     for (int64_t k = 0; k < kc; k++) {
-        const float *bk = b + k * NR;
+        const float *bk = b + k * nr;
         for (int i = 0; i < MR; i++) {
             float ai = a[i * lda + k];
-            for (int j = 0; j < NR; j++) acc[i][j] += ai * bk[j];
+            for (int j = 0; j < nr; j++) acc[i][j] += ai * bk[j];
         }
     }
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NR; j++) c[i * ldc + j] += acc[i][j];
+        for (int j = 0; j < nr; j++) c[i * ldc + j] += acc[i][j];
+}
+
+static void gemm_micro(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc) {
+    gemm_block(a, lda, kc, b, c, ldc, NR);
+}
+
+static void gemm_micro_half(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc) {
+    gemm_block(a, lda, kc, b, c, ldc, NR / 2);
 }
 
 static float read_sum(const float *p, int64_t n) {
@@ -156,6 +165,8 @@ const cpu_kernel_table cpu_kernels_scalar = {
     .gemv = gemv,
     .dequant_row = dequant_row,
     .gemm_micro = gemm_micro,
+    .gemm_micro_half = gemm_micro_half,
+    .prefill_min_tokens = 8,
     .mr = MR,
     .nr = NR,
     .max_tok = CPU_DECODE_TOKENS,

@@ -18,7 +18,6 @@
 #include "backend/cpu/cpu_kernels.h"
 
 enum {
-    PREFILL_MIN_TOKENS = 16, /* below this the decode path is faster */
     TILE_ROW_TARGET = 64,    /* rows of W dequantised at once (rounded to mr) */
     TILE_COLS = 256,         /* columns of W dequantised at once (multiple of 32) */
     CHUNK_BLOCKS = 4,        /* token blocks of nr per work item */
@@ -139,19 +138,26 @@ static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x,
     }
 }
 
-/* xp[(b * cols + c) * nr + j] = x[b*nr + j][c], zero past the last token.
- * Called inside a parallel region: the blocks are shared out. */
+/* Tokens in block b: nr, or nr/2 for a last block that needs no more. */
+static int block_width(int64_t b, int64_t n_tokens, int nr) {
+    const int64_t left = n_tokens - b * nr;
+    return left <= nr / 2 ? nr / 2 : nr;
+}
+
+/* Block b of width wb at xp + b*cols*nr: xp[.. + c*wb + j] = x[b*nr + j][c],
+ * zero past the last token. Called inside a parallel region. */
 static void pack_tokens(float *xp, const float *x, int64_t n_tokens, int64_t cols, int nr, int64_t n_blocks) {
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < n_blocks; b++) {
+        const int wb = block_width(b, n_tokens, nr);
         float *dst = xp + b * cols * nr;
-        for (int j = 0; j < nr; j++) {
+        for (int j = 0; j < wb; j++) {
             int64_t t = b * nr + j;
             if (t < n_tokens) {
                 const float *xt = x + t * cols;
-                for (int64_t c = 0; c < cols; c++) dst[c * nr + j] = xt[c];
+                for (int64_t c = 0; c < cols; c++) dst[c * wb + j] = xt[c];
             } else {
-                for (int64_t c = 0; c < cols; c++) dst[c * nr + j] = 0.0f;
+                for (int64_t c = 0; c < cols; c++) dst[c * wb + j] = 0.0f;
             }
         }
     }
@@ -187,9 +193,12 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
                 for (int64_t i = 0; i < n_rows; i++) k->dequant_row(w, r0 + i, c0, nc, tile + i * TILE_COLS);
                 for (int64_t i = n_rows; i < padded_rows; i++) memset(tile + i * TILE_COLS, 0, (size_t)nc * sizeof *tile);
                 for (int64_t b = 0; b < nb; b++) {
-                    const float *xb = xp + ((b0 + b) * cols + c0) * nr;
+                    const int wb = block_width(b0 + b, n_tokens, nr);
+                    const float *xb = xp + (b0 + b) * cols * nr + c0 * wb;
+                    void (*micro)(const float *, int64_t, int64_t, const float *, float *, int64_t) =
+                        wb == nr ? k->gemm_micro : k->gemm_micro_half;
                     for (int64_t i = 0; i < padded_rows; i += mr)
-                        k->gemm_micro(tile + i * TILE_COLS, TILE_COLS, nc, xb, acc + i * ldc + b * nr, ldc);
+                        micro(tile + i * TILE_COLS, TILE_COLS, nc, xb, acc + i * ldc + b * nr, ldc);
                 }
             }
             const int64_t t0 = b0 * nr, t1 = t0 + nb * nr < n_tokens ? t0 + nb * nr : n_tokens;
@@ -213,7 +222,7 @@ void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w
         return;
     }
     const cpu_kernel_table *k = cpu_kernels_for(cpu_isa_active());
-    if (n_tokens < PREFILL_MIN_TOKENS) matmul_decode(k, out, x, n_tokens, w);
+    if (n_tokens < k->prefill_min_tokens) matmul_decode(k, out, x, n_tokens, w);
     else matmul_prefill(k, out, x, n_tokens, w);
 }
 
