@@ -7,7 +7,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "base/file.h"
 
-enum { BANDWIDTH_PASSES = 5, FLOP_PASSES = 3 };
+enum { BANDWIDTH_PASSES = 5, FLOP_PASSES = 5 };
 
 double g4_measure_memory_bandwidth(void) {
     const cpu_kernel_table *k = cpu_kernels_for(cpu_isa_active());
