@@ -1,6 +1,6 @@
 /* CPU matmul speed for the real Gemma 4 shapes, beside this machine's limits.
  *
- *   matmul_bench [--isa avx512|avx2|scalar|all] [--quick]
+ *   matmul_bench [--isa avx512|avx2|scalar|all] [--only decode|prefill] [--quick]
  *
  * Decode (1 token): GB/s of weights streamed (g4_matrix_bytes / median time)
  * and the fraction of the measured memory bandwidth (and the best call's GB/s). Small matrices are cycled
@@ -197,11 +197,13 @@ static void bench_prefill(const format_spec *f, const shape *s, double peak) {
 int main(int argc, char **argv) {
     const char *isa_arg = "all";
     int quick = 0;
+    const char *only = "";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa_arg = argv[++i];
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else {
-            fprintf(stderr, "usage: %s [--isa avx512|avx2|scalar|all] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--isa avx512|avx2|scalar|all] [--only decode|prefill] [--quick]\n", argv[0]);
             return 2;
         }
     }
@@ -212,16 +214,16 @@ int main(int argc, char **argv) {
         double bandwidth = g4_measure_memory_bandwidth();
         double peak = g4_measure_cpu_flops();
         printf("\n== %s: memory bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s\n", cpu_isa_name(), bandwidth, peak);
-        printf("decode, 1 token:\n");
+        if (strcmp(only, "prefill") != 0) printf("decode, 1 token:\n");
         for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++)
             for (size_t si = 0; si < sizeof decode_shapes / sizeof decode_shapes[0]; si++) {
-                if (quick && si != 1) continue;
+                if ((quick && si != 1) || strcmp(only, "prefill") == 0) continue;
                 bench_decode(&formats[fi], &decode_shapes[si], bandwidth);
             }
-        printf("prefill, %d tokens:\n", PREFILL_TOKENS);
+        if (strcmp(only, "decode") != 0) printf("prefill, %d tokens:\n", PREFILL_TOKENS);
         for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++)
             for (size_t si = 0; si < sizeof prefill_shapes / sizeof prefill_shapes[0]; si++) {
-                if (quick && si != 1) continue;
+                if ((quick && si != 1) || strcmp(only, "decode") == 0) continue;
                 /* the 31B shape takes minutes without SIMD */
                 if (level == CPU_ISA_SCALAR && prefill_shapes[si].cols > 8192) continue;
                 bench_prefill(&formats[fi], &prefill_shapes[si], peak);

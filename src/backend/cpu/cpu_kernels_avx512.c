@@ -19,6 +19,8 @@ typedef enum { F_F32, F_BF16, F_F16 } float_kind;
 
 /* Scale/bias parameters are converted to float a segment of groups at a time. */
 enum { PARAM_SEGMENT = 256 };
+/* Decode takes up to this many rows at once (for 1 token; 2 rows for 2). */
+enum { MAX_R = 4 };
 
 static const float affine4_table[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 static const float e2m1_table[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
@@ -33,6 +35,7 @@ typedef struct {
     __m512i bit_shift;        /* any bits: (k * bits) % 8 */
     __m512i code_mask;
     __mmask16 half_bytes;     /* any bits: the 2*bits bytes of 16 codes */
+    __m512i lane_group;       /* 4-bit wide loads: lane i holds codes of group 8i / group_size of the block */
     int bits;
 } decoder;
 
@@ -44,6 +47,9 @@ static decoder make_decoder(const g4_matrix *w, quant_kind kind) {
     d.word_lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     d.word_hi = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     d.nibble_shift = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    int32_t lane_group[16];
+    for (int i = 0; i < 16; i++) lane_group[i] = w->group_size > 0 ? 8 * i / w->group_size : 0;
+    d.lane_group = _mm512_loadu_si512(lane_group);
     if (kind == Q_AFFINE_ANY) {
         int bits = w->bits;
         uint32_t pick[16];
@@ -129,104 +135,148 @@ ALWAYS_INLINE __m512 wide_step(const decoder *d, __m512i v, int s) {
     return _mm512_permutexvar_ps(s ? _mm512_srli_epi32(v, (unsigned)(4 * s)) : v, d->table);
 }
 
-ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, quant_kind kind, const int T) {
+/* R rows of W against T tokens. Rows go several at a time when there are
+ * few tokens: each x vector loaded then feeds R rows, which matters once a
+ * row of x no longer fits in L1 (the 31B's 21504 columns). */
+ALWAYS_INLINE void quant_rows(const cpu_gemv_args *a, const decoder *d, int64_t r, quant_kind kind, const int T,
+                              const int R) {
     const g4_matrix *w = a->w;
     const int64_t cols = w->cols, gs = w->group_size, n_groups = cols / gs, blocks_per_group = gs / 32;
     const int64_t block_bytes = 4 * w->bits; /* 32 codes */
     const int affine = kind != Q_MXFP4;
     /* 4-bit codes: columns [0, wide_cols) go 128 at a time against interleaved x */
-    const int per_word = 8;
-    const int64_t wide_codes = 16 * per_word;
-    const int64_t wide_cols = kind == Q_AFFINE4 || kind == Q_MXFP4 ? cpu_wide_cols(w, per_word, 16) : 0;
+    const int64_t wide_codes = 128;
+    const int64_t wide_cols = kind == Q_AFFINE4 || kind == Q_MXFP4 ? cpu_wide_cols(w, 8, 16) : 0;
     const int64_t unit = gs > wide_codes ? gs : wide_codes; /* codes under one scale vector */
-    /* lane i of a wide load holds codes of group (per_word * i) / gs of its block */
-    int32_t lane_group_init[16];
-    for (int i = 0; i < 16; i++) lane_group_init[i] = (int32_t)(per_word * i / gs);
-    const __m512i lane_group = _mm512_loadu_si512(lane_group_init);
-    const int U = T == 1 ? 4 : T == 2 ? 2 : 1; /* accumulators per token in the wide loop */
-    const int split = T <= 4;                  /* two accumulators per token in the group loop */
-    const decoder d = make_decoder(w, kind);
-    float scale[PARAM_SEGMENT + 16], bias[PARAM_SEGMENT + 16];
-    for (int64_t r = r0; r < r1; r++) {
-        const unsigned char *row = (const unsigned char *)w->data + (size_t)r * w->row_bytes;
-        const unsigned char *srow = (const unsigned char *)w->scales + (size_t)r * w->scale_row_bytes;
-        const unsigned char *brow = affine ? (const unsigned char *)w->biases + (size_t)r * w->scale_row_bytes : 0;
-        __m512 total[CPU_DECODE_TOKENS];
-        float bias_total[CPU_DECODE_TOKENS];
+    const int U = R > 1 ? 1 : T == 1 ? 4 : T == 2 ? 2 : 1; /* accumulators per row and token */
+    /* fixed-size arrays (R*T <= 8, R*T*U <= 16) that the compiler keeps in registers */
+    float scale[MAX_R][PARAM_SEGMENT + 16], bias[MAX_R][PARAM_SEGMENT + 16];
+    const unsigned char *row[MAX_R], *srow[MAX_R], *brow[MAX_R];
+    __m512 total[MAX_R * CPU_DECODE_TOKENS];
+    float bias_total[MAX_R * CPU_DECODE_TOKENS];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        row[i] = (const unsigned char *)w->data + (size_t)(r + i) * w->row_bytes;
+        srow[i] = (const unsigned char *)w->scales + (size_t)(r + i) * w->scale_row_bytes;
+        brow[i] = affine ? (const unsigned char *)w->biases + (size_t)(r + i) * w->scale_row_bytes : NULL;
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            total[t] = _mm512_setzero_ps();
-            bias_total[t] = 0.0f;
+            total[i * T + t] = _mm512_setzero_ps();
+            bias_total[i * T + t] = 0.0f;
         }
-        for (int64_t g0 = 0; g0 < n_groups; g0 += PARAM_SEGMENT) {
-            const int64_t n = n_groups - g0 < PARAM_SEGMENT ? n_groups - g0 : PARAM_SEGMENT;
-            load_params(srow, w->scale_dtype, !affine, g0, n, scale);
-            if (affine) load_params(brow, w->scale_dtype, 0, g0, n, bias);
-            const int64_t c_begin = g0 * gs, c_end = (g0 + n) * gs;
-            const int64_t c_wide = c_end < wide_cols ? c_end : wide_cols;
-            int64_t c = c_begin;
-            /* wide part: 64-byte loads against interleaved x */
-            for (; c < c_wide; c += unit) {
-                __m512 acc[CPU_DECODE_TOKENS][4];
+    }
+    for (int64_t g0 = 0; g0 < n_groups; g0 += PARAM_SEGMENT) {
+        const int64_t n = n_groups - g0 < PARAM_SEGMENT ? n_groups - g0 : PARAM_SEGMENT;
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            load_params(srow[i], w->scale_dtype, !affine, g0, n, scale[i]);
+            if (affine) load_params(brow[i], w->scale_dtype, 0, g0, n, bias[i]);
+        }
+        const int64_t c_begin = g0 * gs, c_end = (g0 + n) * gs;
+        const int64_t c_wide = c_end < wide_cols ? c_end : wide_cols;
+        int64_t c = c_begin;
+        /* wide part: 64-byte loads against interleaved x */
+        for (; c < c_wide; c += unit) {
+            __m512 acc[16];
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
                 for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
-                    for (int u = 0; u < U; u++) acc[t][u] = _mm512_setzero_ps();
-                for (int64_t cb = c; cb < c + unit; cb += wide_codes) {
-                    const __m512i v = _mm512_loadu_si512(row + cb / per_word * 4);
-                    const float *xc = a->x + cb;
-#pragma GCC unroll 8
-                    for (int s = 0; s < per_word; s++) {
-                        const __m512 q = wide_step(&d, v, s);
-#pragma GCC unroll 8
-                        for (int t = 0; t < T; t++)
-                            acc[t][s % U] = _mm512_fmadd_ps(q, _mm512_loadu_ps(xc + t * cols + 16 * s), acc[t][s % U]);
-                    }
-                }
-                const int64_t g = (c - c_begin) / gs;
-                const __m512 sv = gs >= wide_codes ? _mm512_set1_ps(scale[g])
-                                                   : _mm512_permutexvar_ps(lane_group, _mm512_loadu_ps(scale + g));
-#pragma GCC unroll 8
-                for (int t = 0; t < T; t++) {
-                    __m512 sum = acc[t][0];
+                    for (int u = 0; u < U; u++) acc[(i * T + t) * U + u] = _mm512_setzero_ps();
+            for (int64_t cb = c; cb < c + unit; cb += wide_codes) {
+                __m512i v[MAX_R];
 #pragma GCC unroll 4
-                    for (int u = 1; u < U; u++) sum = _mm512_add_ps(sum, acc[t][u]);
-                    total[t] = _mm512_fmadd_ps(sv, sum, total[t]);
-                }
-            }
-            /* group by group, 32 codes at a time, x in plain order */
-            for (int64_t g = (c - c_begin) / gs; g < n; g++) {
-                __m512 acc0[CPU_DECODE_TOKENS], acc1[CPU_DECODE_TOKENS];
+                for (int i = 0; i < R; i++) v[i] = _mm512_loadu_si512(row[i] + cb / 2);
+                const float *xc = a->x + cb;
 #pragma GCC unroll 8
-                for (int t = 0; t < T; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
-                const int64_t c_group = (g0 + g) * gs;
-                const unsigned char *p = row + (g0 + g) * blocks_per_group * block_bytes;
-                for (int64_t blk = 0; blk < blocks_per_group; blk++, p += block_bytes) {
-                    __m512 q0, q1;
-                    decode_block(&d, p, kind, &q0, &q1);
-                    const float *xc = a->x + c_group + blk * 32;
+                for (int s = 0; s < 8; s++) {
+                    __m512 q[MAX_R];
+#pragma GCC unroll 4
+                    for (int i = 0; i < R; i++) q[i] = wide_step(d, v[i], s);
 #pragma GCC unroll 8
                     for (int t = 0; t < T; t++) {
-                        acc0[t] = _mm512_fmadd_ps(q0, _mm512_loadu_ps(xc + t * cols), acc0[t]);
-                        if (split)
-                            acc1[t] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(xc + t * cols + 16), acc1[t]);
-                        else
-                            acc0[t] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(xc + t * cols + 16), acc0[t]);
+                        const __m512 xv = _mm512_loadu_ps(xc + t * cols + 16 * s);
+#pragma GCC unroll 4
+                        for (int i = 0; i < R; i++) {
+                            __m512 *ac = &acc[(i * T + t) * U + s % U];
+                            *ac = _mm512_fmadd_ps(q[i], xv, *ac);
+                        }
                     }
                 }
-                const __m512 sv = _mm512_set1_ps(scale[g]);
-#pragma GCC unroll 8
-                for (int t = 0; t < T; t++)
-                    total[t] = _mm512_fmadd_ps(sv, split ? _mm512_add_ps(acc0[t], acc1[t]) : acc0[t], total[t]);
             }
-            if (affine) {
+            const int64_t g = (c - c_begin) / gs;
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                const __m512 sv = gs >= wide_codes ? _mm512_set1_ps(scale[i][g])
+                                                   : _mm512_permutexvar_ps(d->lane_group, _mm512_loadu_ps(scale[i] + g));
 #pragma GCC unroll 8
-                for (int t = 0; t < T; t++) bias_total[t] += dot_n(bias, a->xsum + t * n_groups + g0, n);
+                for (int t = 0; t < T; t++) {
+                    __m512 sum = acc[(i * T + t) * U];
+#pragma GCC unroll 4
+                    for (int u = 1; u < U; u++) sum = _mm512_add_ps(sum, acc[(i * T + t) * U + u]);
+                    total[i * T + t] = _mm512_fmadd_ps(sv, sum, total[i * T + t]);
+                }
             }
         }
+        /* group by group, 32 codes at a time, x in plain order */
+        const int split = R == 1 && T <= 4; /* two accumulators per token: shorter FMA chains */
+        for (int64_t g = (c - c_begin) / gs; g < n; g++) {
+            __m512 acc0[MAX_R * CPU_DECODE_TOKENS], acc1[MAX_R * CPU_DECODE_TOKENS];
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) a->out[t * a->ldo + r] = _mm512_reduce_add_ps(total[t]) + bias_total[t];
+                for (int t = 0; t < T; t++) acc0[i * T + t] = acc1[i * T + t] = _mm512_setzero_ps();
+            const int64_t c_group = (g0 + g) * gs;
+            for (int64_t blk = 0; blk < blocks_per_group; blk++) {
+                __m512 q0[MAX_R], q1[MAX_R];
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++)
+                    decode_block(d, row[i] + ((g0 + g) * blocks_per_group + blk) * block_bytes, kind, &q0[i], &q1[i]);
+                const float *xc = a->x + c_group + blk * 32;
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    const __m512 x0 = _mm512_loadu_ps(xc + t * cols), x1 = _mm512_loadu_ps(xc + t * cols + 16);
+#pragma GCC unroll 4
+                    for (int i = 0; i < R; i++) {
+                        const int k = i * T + t;
+                        acc0[k] = _mm512_fmadd_ps(q0[i], x0, acc0[k]);
+                        if (split) acc1[k] = _mm512_fmadd_ps(q1[i], x1, acc1[k]);
+                        else acc0[k] = _mm512_fmadd_ps(q1[i], x1, acc0[k]);
+                    }
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                const __m512 sv = _mm512_set1_ps(scale[i][g]);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    const int k = i * T + t;
+                    total[k] = _mm512_fmadd_ps(sv, split ? _mm512_add_ps(acc0[k], acc1[k]) : acc0[k], total[k]);
+                }
+            }
+        }
+        if (affine) {
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) bias_total[i * T + t] += dot_n(bias[i], a->xsum + t * n_groups + g0, n);
+        }
     }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            a->out[t * a->ldo + r + i] = _mm512_reduce_add_ps(total[i * T + t]) + bias_total[i * T + t];
+}
+
+/* Rows several at a time for 1 or 2 tokens (see quant_rows), then the rest. */
+ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, quant_kind kind, const int T) {
+    const int R = T == 1 ? 4 : T == 2 ? 2 : 1;
+    const decoder d = make_decoder(a->w, kind);
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) quant_rows(a, &d, r, kind, T, R);
+    for (; r < r1; r++) quant_rows(a, &d, r, kind, T, 1);
 }
 
 ALWAYS_INLINE __m512 load_weights16(const void *row, int64_t c, float_kind kind, __mmask16 m) {
@@ -236,43 +286,63 @@ ALWAYS_INLINE __m512 load_weights16(const void *row, int64_t c, float_kind kind,
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-ALWAYS_INLINE void gemv_float(const cpu_gemv_args *a, int64_t r0, int64_t r1, float_kind kind, const int T) {
+ALWAYS_INLINE void float_rows(const cpu_gemv_args *a, int64_t r, float_kind kind, const int T, const int R) {
     const g4_matrix *w = a->w;
     const int64_t cols = w->cols;
-    enum { MAX_U = 4 };
-    const int U = T == 1 ? 4 : T == 2 ? 2 : 1; /* accumulators per token */
-    for (int64_t r = r0; r < r1; r++) {
-        const void *row = (const unsigned char *)w->data + (size_t)r * w->row_bytes;
-        __m512 acc[CPU_DECODE_TOKENS][MAX_U];
+    const int U = R > 1 ? 1 : T == 1 ? 4 : T == 2 ? 2 : 1; /* accumulators per row and token */
+    const void *row[MAX_R];
+    __m512 acc[16]; /* R*T*U <= 16: fixed size, kept in registers */
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        row[i] = (const unsigned char *)w->data + (size_t)(r + i) * w->row_bytes;
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
-            for (int u = 0; u < U; u++) acc[t][u] = _mm512_setzero_ps();
-        int64_t c = 0;
-        for (; c + 16 * U <= cols; c += 16 * U) {
+            for (int u = 0; u < U; u++) acc[(i * T + t) * U + u] = _mm512_setzero_ps();
+    }
+    int64_t c = 0;
+    for (; c + 16 * U <= cols; c += 16 * U) {
 #pragma GCC unroll 4
-            for (int u = 0; u < U; u++) {
-                __m512 wv = load_weights16(row, c + 16 * u, kind, 0xffff);
+        for (int u = 0; u < U; u++) {
+            __m512 wv[MAX_R];
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) wv[i] = load_weights16(row[i], c + 16 * u, kind, 0xffff);
 #pragma GCC unroll 8
-                for (int t = 0; t < T; t++)
-                    acc[t][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(a->x + t * cols + c + 16 * u), acc[t][u]);
+            for (int t = 0; t < T; t++) {
+                const __m512 xv = _mm512_loadu_ps(a->x + t * cols + c + 16 * u);
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++) acc[(i * T + t) * U + u] = _mm512_fmadd_ps(wv[i], xv, acc[(i * T + t) * U + u]);
             }
         }
-        for (; c < cols; c += 16) {
-            __mmask16 m = tail_mask(cols - c);
-            __m512 wv = load_weights16(row, c, kind, m);
-#pragma GCC unroll 8
-            for (int t = 0; t < T; t++)
-                acc[t][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, a->x + t * cols + c), acc[t][0]);
-        }
+    }
+    for (; c < cols; c += 16) {
+        const __mmask16 m = tail_mask(cols - c);
+        __m512 wv[MAX_R];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) wv[i] = load_weights16(row[i], c, kind, m);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            __m512 s = acc[t][0];
+            const __m512 xv = _mm512_maskz_loadu_ps(m, a->x + t * cols + c);
 #pragma GCC unroll 4
-            for (int u = 1; u < U; u++) s = _mm512_add_ps(s, acc[t][u]);
-            a->out[t * a->ldo + r] = _mm512_reduce_add_ps(s);
+            for (int i = 0; i < R; i++) acc[(i * T + t) * U] = _mm512_fmadd_ps(wv[i], xv, acc[(i * T + t) * U]);
         }
     }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512 sum = acc[(i * T + t) * U];
+#pragma GCC unroll 4
+            for (int u = 1; u < U; u++) sum = _mm512_add_ps(sum, acc[(i * T + t) * U + u]);
+            a->out[t * a->ldo + r + i] = _mm512_reduce_add_ps(sum);
+        }
+}
+
+ALWAYS_INLINE void gemv_float(const cpu_gemv_args *a, int64_t r0, int64_t r1, float_kind kind, const int T) {
+    const int R = T == 1 ? 4 : T == 2 ? 2 : 1;
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) float_rows(a, r, kind, T, R);
+    for (; r < r1; r++) float_rows(a, r, kind, T, 1);
 }
 
 /* The token count becomes a constant in each case, so that the accumulators
