@@ -22,6 +22,7 @@ enum {
     TILE_COLS = 256,         /* columns of W dequantised at once (multiple of 32) */
     CHUNK_BLOCKS = 4,        /* token blocks of nr per work item */
     DECODE_CHUNK_BYTES = 32768, /* weight bytes per decode work item */
+    PACKED_X_CACHED = 8 << 20, /* packed tokens (bytes) that stay in the last-level cache */
     SERIAL_WORK = 1 << 18,   /* multiply-adds (~10 us on one core) below which threads cost more than they give */
 };
 
@@ -175,6 +176,7 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
     const int64_t n_row_tiles = (rows + tile_rows - 1) / tile_rows;
     const int64_t n_chunks = (n_blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
     const int threaded = n_row_tiles * n_chunks > 1 && rows * cols * n_tokens >= SERIAL_WORK;
+    const int chunk_major = (size_t)(n_blocks * cols * nr) * sizeof(float) > PACKED_X_CACHED;
 #pragma omp parallel if (threaded)
     {
         pack_tokens(xp, x, n_tokens, cols, nr, n_blocks); /* ends with a barrier */
@@ -183,7 +185,12 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_row_tiles * n_chunks; item++) {
             if (!tile || !acc) continue;
-            const int64_t r0 = item / n_chunks * tile_rows, b0 = item % n_chunks * CHUNK_BLOCKS;
+            /* Neighbouring items share a row tile while the packed tokens stay in
+             * cache; past that they share a token chunk, so that each chunk comes
+             * from memory once rather than once per row tile. */
+            const int64_t rt = chunk_major ? item % n_row_tiles : item / n_chunks;
+            const int64_t chunk = chunk_major ? item / n_row_tiles : item % n_chunks;
+            const int64_t r0 = rt * tile_rows, b0 = chunk * CHUNK_BLOCKS;
             const int64_t n_rows = rows - r0 < tile_rows ? rows - r0 : tile_rows;
             const int64_t padded_rows = (n_rows + mr - 1) / mr * mr;
             const int64_t nb = n_blocks - b0 < CHUNK_BLOCKS ? n_blocks - b0 : CHUNK_BLOCKS;
