@@ -13,7 +13,7 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum { MAX_TOK = 4, PARAM_SEGMENT = 256 };
+enum { MAX_TOK = 4, PARAM_SEGMENT = 256, MAX_R = 2 };
 
 typedef enum { Q_AFFINE4, Q_AFFINE8, Q_AFFINE_ANY, Q_MXFP4 } quant_kind;
 typedef enum { F_F32, F_BF16, F_F16 } float_kind;
@@ -83,77 +83,135 @@ static float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static float load_param(const void *base, g4_dtype dt, int is_e8m0, int64_t i) {
+ALWAYS_INLINE float load_param(const void *base, g4_dtype dt, int is_e8m0, int64_t i) {
     if (is_e8m0) return cpu_e8m0_to_f32(((const uint8_t *)base)[i]);
     if (dt == G4_DTYPE_F16) return _cvtsh_ss(((const uint16_t *)base)[i]);
     return cpu_load_param(base, dt, i);
 }
 
-ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, quant_kind kind, const int T) {
+/* dst[i] = parameter g0 + i of one row, for i < n, 8 at a time where the
+ * type allows. */
+static void load_params(const void *base, g4_dtype dt, int is_e8m0, int64_t g0, int64_t n, float *dst) {
+    int64_t i = 0;
+    if (is_e8m0) {
+        const __m256i zero = _mm256_setzero_si256(), all = _mm256_set1_epi32(255);
+        const __m256i smallest = _mm256_set1_epi32(0x00400000), nan = _mm256_set1_epi32(0x7fc00000);
+        for (; i + 8 <= n; i += 8) {
+            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((const uint8_t *)base + g0 + i)));
+            __m256i f = _mm256_slli_epi32(e, 23);
+            f = _mm256_blendv_epi8(f, smallest, _mm256_cmpeq_epi32(e, zero));
+            f = _mm256_blendv_epi8(f, nan, _mm256_cmpeq_epi32(e, all));
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(f));
+        }
+    } else if (dt == G4_DTYPE_BF16) {
+        for (; i + 8 <= n; i += 8) {
+            __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + g0 + i));
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+        }
+    } else if (dt == G4_DTYPE_F16) {
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + g0 + i))));
+    }
+    for (; i < n; i++) dst[i] = load_param(base, dt, is_e8m0, g0 + i);
+}
+
+static float dot_n(const float *a, const float *b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* R rows of W against T tokens; for 1 token two rows go together so that
+ * each x vector loaded feeds both (rows of x longer than L1 otherwise cost
+ * one L2 load per FMA). Accumulator arrays have fixed sizes (R*T*U <= 8) so
+ * that the compiler keeps them in registers. */
+ALWAYS_INLINE void quant_rows(const cpu_gemv_args *a, const decoder *d, int64_t r, quant_kind kind, const int T,
+                              const int R) {
     const g4_matrix *w = a->w;
     const int64_t cols = w->cols, gs = w->group_size, n_groups = cols / gs, blocks_per_group = gs / 32;
     const int64_t block_bytes = 4 * w->bits;
     const int affine = kind != Q_MXFP4;
-    const decoder d = make_decoder(w);
-    const int U = T == 1 ? 4 : T == 2 ? 2 : 1; /* accumulators per token: short FMA chains */
-    float scale[PARAM_SEGMENT], bias[PARAM_SEGMENT];
-    for (int64_t r = r0; r < r1; r++) {
-        const unsigned char *row = (const unsigned char *)w->data + (size_t)r * w->row_bytes;
-        const unsigned char *srow = (const unsigned char *)w->scales + (size_t)r * w->scale_row_bytes;
-        const unsigned char *brow = affine ? (const unsigned char *)w->biases + (size_t)r * w->scale_row_bytes : 0;
-        __m256 total[MAX_TOK];
-        float bias_total[MAX_TOK];
+    const int U = R > 1 ? 2 : T == 1 ? 4 : T == 2 ? 2 : 1; /* accumulators per row and token */
+    float scale[MAX_R][PARAM_SEGMENT], bias[MAX_R][PARAM_SEGMENT];
+    const unsigned char *row[MAX_R], *srow[MAX_R], *brow[MAX_R];
+    __m256 total[MAX_R * MAX_TOK];
+    float bias_total[MAX_R * MAX_TOK];
+#pragma GCC unroll 2
+    for (int i = 0; i < R; i++) {
+        row[i] = (const unsigned char *)w->data + (size_t)(r + i) * w->row_bytes;
+        srow[i] = (const unsigned char *)w->scales + (size_t)(r + i) * w->scale_row_bytes;
+        brow[i] = affine ? (const unsigned char *)w->biases + (size_t)(r + i) * w->scale_row_bytes : NULL;
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
-            total[t] = _mm256_setzero_ps();
-            bias_total[t] = 0.0f;
+            total[i * T + t] = _mm256_setzero_ps();
+            bias_total[i * T + t] = 0.0f;
         }
-        for (int64_t g0 = 0; g0 < n_groups; g0 += PARAM_SEGMENT) {
-            const int64_t n = n_groups - g0 < PARAM_SEGMENT ? n_groups - g0 : PARAM_SEGMENT;
-            for (int64_t g = 0; g < n; g++) {
-                scale[g] = load_param(srow, w->scale_dtype, !affine, g0 + g);
-                if (affine) bias[g] = load_param(brow, w->scale_dtype, 0, g0 + g);
-            }
-            for (int64_t g = 0; g < n; g++) {
-                __m256 acc[MAX_TOK][4];
+    }
+    for (int64_t g0 = 0; g0 < n_groups; g0 += PARAM_SEGMENT) {
+        const int64_t n = n_groups - g0 < PARAM_SEGMENT ? n_groups - g0 : PARAM_SEGMENT;
+#pragma GCC unroll 2
+        for (int i = 0; i < R; i++) {
+            load_params(srow[i], w->scale_dtype, !affine, g0, n, scale[i]);
+            if (affine) load_params(brow[i], w->scale_dtype, 0, g0, n, bias[i]);
+        }
+        for (int64_t g = 0; g < n; g++) {
+            __m256 acc[8];
+#pragma GCC unroll 8
+            for (int k = 0; k < R * T * U; k++) acc[k] = _mm256_setzero_ps();
+            const int64_t c_group = (g0 + g) * gs;
+            for (int64_t blk = 0; blk < blocks_per_group; blk++) {
+                const float *xc = a->x + c_group + blk * 32;
+                const int64_t offset = ((g0 + g) * blocks_per_group + blk) * block_bytes;
 #pragma GCC unroll 4
-                for (int t = 0; t < T; t++)
+                for (int j = 0; j < 4; j++) {
+                    __m256 q[MAX_R];
+#pragma GCC unroll 2
+                    for (int i = 0; i < R; i++) q[i] = decode8(d, row[i] + offset, j, kind);
 #pragma GCC unroll 4
-                    for (int u = 0; u < U; u++) acc[t][u] = _mm256_setzero_ps();
-                const int64_t c_group = (g0 + g) * gs;
-                const unsigned char *p = row + (g0 + g) * blocks_per_group * block_bytes;
-                for (int64_t blk = 0; blk < blocks_per_group; blk++, p += block_bytes) {
-                    const float *xc = a->x + c_group + blk * 32;
-#pragma GCC unroll 4
-                    for (int i = 0; i < 4; i++) {
-                        const __m256 q = decode8(&d, p, i, kind);
-#pragma GCC unroll 4
-                        for (int t = 0; t < T; t++)
-                            acc[t][i % U] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xc + t * cols + 8 * i), acc[t][i % U]);
+                    for (int t = 0; t < T; t++) {
+                        const __m256 xv = _mm256_loadu_ps(xc + t * cols + 8 * j);
+#pragma GCC unroll 2
+                        for (int i = 0; i < R; i++) {
+                            __m256 *ac = &acc[(i * T + t) * U + j % U];
+                            *ac = _mm256_fmadd_ps(q[i], xv, *ac);
+                        }
                     }
                 }
-                const __m256 s = _mm256_set1_ps(scale[g]);
-#pragma GCC unroll 4
-                for (int t = 0; t < T; t++) {
-                    __m256 sum = acc[t][0];
-#pragma GCC unroll 4
-                    for (int u = 1; u < U; u++) sum = _mm256_add_ps(sum, acc[t][u]);
-                    total[t] = _mm256_fmadd_ps(s, sum, total[t]);
-                }
             }
-            if (affine) {
+#pragma GCC unroll 2
+            for (int i = 0; i < R; i++) {
+                const __m256 sv = _mm256_set1_ps(scale[i][g]);
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
-                    const float *xs = a->xsum + t * n_groups + g0;
-                    float sum = 0.0f;
-                    for (int64_t g = 0; g < n; g++) sum += bias[g] * xs[g];
-                    bias_total[t] += sum;
+                    __m256 sum = acc[(i * T + t) * U];
+#pragma GCC unroll 4
+                    for (int u = 1; u < U; u++) sum = _mm256_add_ps(sum, acc[(i * T + t) * U + u]);
+                    total[i * T + t] = _mm256_fmadd_ps(sv, sum, total[i * T + t]);
                 }
             }
         }
+        if (affine) {
+#pragma GCC unroll 2
+            for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) a->out[t * a->ldo + r] = hsum(total[t]) + bias_total[t];
+                for (int t = 0; t < T; t++) bias_total[i * T + t] += dot_n(bias[i], a->xsum + t * n_groups + g0, n);
+        }
     }
+#pragma GCC unroll 2
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) a->out[t * a->ldo + r + i] = hsum(total[i * T + t]) + bias_total[i * T + t];
+}
+
+ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, quant_kind kind, const int T) {
+    const int R = T == 1 ? 2 : 1;
+    const decoder d = make_decoder(a->w);
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) quant_rows(a, &d, r, kind, T, R);
+    for (; r < r1; r++) quant_rows(a, &d, r, kind, T, 1);
 }
 
 ALWAYS_INLINE __m256 load_weights8(const void *row, int64_t c, float_kind kind) {
@@ -169,43 +227,60 @@ ALWAYS_INLINE float weight_at(const void *row, int64_t c, float_kind kind) {
     return g4_bf16_to_f32(((const uint16_t *)row)[c]);
 }
 
-ALWAYS_INLINE void gemv_float(const cpu_gemv_args *a, int64_t r0, int64_t r1, float_kind kind, const int T) {
+ALWAYS_INLINE void float_rows(const cpu_gemv_args *a, int64_t r, float_kind kind, const int T, const int R) {
     const g4_matrix *w = a->w;
     const int64_t cols = w->cols;
-    enum { MAX_U = 4 };
-    const int U = T == 1 ? 4 : T == 2 ? 2 : 1;
-    for (int64_t r = r0; r < r1; r++) {
-        const void *row = (const unsigned char *)w->data + (size_t)r * w->row_bytes;
-        __m256 acc[MAX_TOK][MAX_U];
+    const int U = R > 1 ? 2 : T == 1 ? 4 : T == 2 ? 2 : 1; /* accumulators per row and token */
+    const void *row[MAX_R];
+    __m256 acc[8]; /* R*T*U <= 8 */
+#pragma GCC unroll 2
+    for (int i = 0; i < R; i++) row[i] = (const unsigned char *)w->data + (size_t)(r + i) * w->row_bytes;
+#pragma GCC unroll 8
+    for (int k = 0; k < R * T * U; k++) acc[k] = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 * U <= cols; c += 8 * U) {
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
+        for (int u = 0; u < U; u++) {
+            __m256 wv[MAX_R];
+#pragma GCC unroll 2
+            for (int i = 0; i < R; i++) wv[i] = load_weights8(row[i], c + 8 * u, kind);
 #pragma GCC unroll 4
-            for (int u = 0; u < U; u++) acc[t][u] = _mm256_setzero_ps();
-        int64_t c = 0;
-        for (; c + 8 * U <= cols; c += 8 * U) {
-#pragma GCC unroll 4
-            for (int u = 0; u < U; u++) {
-                const __m256 wv = load_weights8(row, c + 8 * u, kind);
-#pragma GCC unroll 4
-                for (int t = 0; t < T; t++)
-                    acc[t][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a->x + t * cols + c + 8 * u), acc[t][u]);
+            for (int t = 0; t < T; t++) {
+                const __m256 xv = _mm256_loadu_ps(a->x + t * cols + c + 8 * u);
+#pragma GCC unroll 2
+                for (int i = 0; i < R; i++) acc[(i * T + t) * U + u] = _mm256_fmadd_ps(wv[i], xv, acc[(i * T + t) * U + u]);
             }
         }
-        for (; c + 8 <= cols; c += 8) {
-            const __m256 wv = load_weights8(row, c, kind);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a->x + t * cols + c), acc[t][0]);
-        }
+    }
+    for (; c + 8 <= cols; c += 8) {
+        __m256 wv[MAX_R];
+#pragma GCC unroll 2
+        for (int i = 0; i < R; i++) wv[i] = load_weights8(row[i], c, kind);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
-            __m256 s = acc[t][0];
-#pragma GCC unroll 4
-            for (int u = 1; u < U; u++) s = _mm256_add_ps(s, acc[t][u]);
-            float total = hsum(s);
-            for (int64_t cc = c; cc < cols; cc++) total += weight_at(row, cc, kind) * a->x[t * cols + cc];
-            a->out[t * a->ldo + r] = total;
+            const __m256 xv = _mm256_loadu_ps(a->x + t * cols + c);
+#pragma GCC unroll 2
+            for (int i = 0; i < R; i++) acc[(i * T + t) * U] = _mm256_fmadd_ps(wv[i], xv, acc[(i * T + t) * U]);
         }
     }
+#pragma GCC unroll 2
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m256 s = acc[(i * T + t) * U];
+#pragma GCC unroll 4
+            for (int u = 1; u < U; u++) s = _mm256_add_ps(s, acc[(i * T + t) * U + u]);
+            float total = hsum(s);
+            for (int64_t cc = c; cc < cols; cc++) total += weight_at(row[i], cc, kind) * a->x[t * cols + cc];
+            a->out[t * a->ldo + r + i] = total;
+        }
+}
+
+ALWAYS_INLINE void gemv_float(const cpu_gemv_args *a, int64_t r0, int64_t r1, float_kind kind, const int T) {
+    const int R = T == 1 ? 2 : 1;
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) float_rows(a, r, kind, T, R);
+    for (; r < r1; r++) float_rows(a, r, kind, T, 1);
 }
 
 /* The token count becomes a constant in each case, so that the accumulators
