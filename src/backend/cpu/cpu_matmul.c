@@ -103,7 +103,10 @@ static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x,
     const int64_t wide_cols = per_word ? cpu_wide_cols(w, per_word, k->lanes) : 0;
     const size_t xsum_floats = (size_t)(n_tokens * n_groups);
     float *scratch = scratch_floats(xsum_floats + (wide_cols ? (size_t)(n_tokens * cols) : 0) + 1);
-    if (!scratch) return;
+    if (!scratch) {
+        matmul_generic(out, x, n_tokens, w);
+        return;
+    }
     float *xsum = n_groups ? scratch : NULL;
     for (int64_t t = 0; t < n_tokens && xsum; t++)
         for (int64_t g = 0; g < n_groups; g++) {
@@ -151,15 +154,13 @@ static void pack_tokens(float *xp, const float *x, int64_t n_tokens, int64_t col
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < n_blocks; b++) {
         const int wb = block_width(b, n_tokens, nr);
+        const int valid = (int)(n_tokens - b * nr < wb ? n_tokens - b * nr : wb);
+        const float *xb = x + b * nr * cols;
         float *dst = xp + b * cols * nr;
-        for (int j = 0; j < wb; j++) {
-            int64_t t = b * nr + j;
-            if (t < n_tokens) {
-                const float *xt = x + t * cols;
-                for (int64_t c = 0; c < cols; c++) dst[c * wb + j] = xt[c];
-            } else {
-                for (int64_t c = 0; c < cols; c++) dst[c * wb + j] = 0.0f;
-            }
+        /* written in order; the wb rows of x are read side by side */
+        for (int64_t c = 0; c < cols; c++) {
+            for (int j = 0; j < valid; j++) dst[c * wb + j] = xb[j * cols + c];
+            for (int j = valid; j < wb; j++) dst[c * wb + j] = 0.0f;
         }
     }
 }
@@ -171,20 +172,29 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
     const int64_t tile_rows = mr * (TILE_ROW_TARGET / mr);
     const int64_t n_blocks = (n_tokens + nr - 1) / nr;
     const int64_t ldc = (int64_t)CHUNK_BLOCKS * nr;
-    float *xp = alloc_floats((size_t)(n_blocks * cols * nr));
-    if (!xp) return;
     const int64_t n_row_tiles = (rows + tile_rows - 1) / tile_rows;
     const int64_t n_chunks = (n_blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
     const int threaded = n_row_tiles * n_chunks > 1 && rows * cols * n_tokens >= SERIAL_WORK;
     const int chunk_major = (size_t)(n_blocks * cols * nr) * sizeof(float) > PACKED_X_CACHED;
-#pragma omp parallel if (threaded)
+    /* all scratch at once (packed tokens, then a W tile and an accumulator
+     * tile per thread), so that a failed allocation can still take the
+     * slower decode path rather than leave outputs unwritten */
+    const size_t xp_floats = (size_t)(n_blocks * cols * nr);
+    const size_t per_thread = (size_t)(tile_rows * TILE_COLS + tile_rows * ldc);
+    const int n_threads = threaded ? omp_get_max_threads() : 1;
+    float *scratch = alloc_floats(xp_floats + (size_t)n_threads * per_thread);
+    if (!scratch) {
+        matmul_decode(k, out, x, n_tokens, w);
+        return;
+    }
+    float *xp = scratch;
+#pragma omp parallel if (threaded) num_threads(n_threads)
     {
         pack_tokens(xp, x, n_tokens, cols, nr, n_blocks); /* ends with a barrier */
-        float *tile = alloc_floats((size_t)(tile_rows * TILE_COLS));
-        float *acc = alloc_floats((size_t)(tile_rows * ldc));
+        float *tile = scratch + xp_floats + (size_t)omp_get_thread_num() * per_thread;
+        float *acc = tile + tile_rows * TILE_COLS;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_row_tiles * n_chunks; item++) {
-            if (!tile || !acc) continue;
             /* Neighbouring items share a row tile while the packed tokens stay in
              * cache; past that they share a token chunk, so that each chunk comes
              * from memory once rather than once per row tile. */
@@ -212,10 +222,8 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
             for (int64_t t = t0; t < t1; t++)
                 for (int64_t i = 0; i < n_rows; i++) out[t * rows + r0 + i] = acc[i * ldc + (t - t0)];
         }
-        free(tile);
-        free(acc);
     }
-    free(xp);
+    free(scratch);
 }
 
 void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
