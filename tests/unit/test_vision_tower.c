@@ -14,12 +14,26 @@
 #include "test_util.h"
 
 #define TOLERANCE 1e-4
-/* The moe fixture's image logits sit at the float32 floor: its random vision
- * tower turns half-ulp perturbations of its inputs into 1.2e-6 changes of the
- * soft tokens (measured below), and its router amplifies those ~100x into
- * the logits (1.0e-4 measured; 2.2e-5 from transformers' own soft tokens).
- * See the issue note; this bound is the one exception. */
-#define MOE_IMAGE_LOGITS_TOLERANCE 1.2e-4
+/* End to end (our soft tokens through our decoder) the random fixtures sit
+ * at the float32 floor: float32 accumulation leaves ~1.4e-6 in the soft
+ * tokens and the random decoders amplify that 50-100x into the image rows'
+ * logits (measured: dense 1.0e-4, moe 1.7e-4; 3.8e-5 / 7.7e-5 when every
+ * tower matmul accumulates in double). Each half is held to the fixtures'
+ * 1e-4 on its own (soft tokens; decoder fed transformers' soft tokens), and
+ * the composition to this bound. */
+#define END_TO_END_TOLERANCE 2.5e-4
+
+/* Prompt logits with the soft tokens spliced in at the image placeholders. */
+static g4_status image_prompt_logits(g4_model *m, const int32_t *ids, int n_ids, int32_t *rows_of, int k,
+                                     float *soft, float *logits) {
+    g4_session_options opt = {.n_ctx = n_ids + 1};
+    g4_session *s = NULL;
+    g4_status st = g4_session_create(m, &opt, &s);
+    g4_soft_tokens st_in = {k, rows_of, soft};
+    if (st == G4_OK) st = g4_session_eval(s, ids, n_ids, &st_in, G4_LOGITS_ALL, logits);
+    if (s) g4_session_destroy(s);
+    return st;
+}
 
 static void check_fixture(const char *name) {
     const char *dir = test_fixture(name);
@@ -69,12 +83,8 @@ static void check_fixture(const char *name) {
         for (int i = 0; i < n_ids; i++)
             if (ids[i] == m->config.tokens.image_id) rows_of[k++] = i;
         CHECK(k == n_soft, "%s: %d placeholders for %d soft tokens", name, k, n_soft);
-        g4_session_options opt = {.n_ctx = n_ids + 1};
-        g4_session *s;
-        st = g4_session_create(m, &opt, &s);
         float *logits = malloc((size_t)n_ids * V * sizeof *logits);
-        g4_soft_tokens st_in = {k, rows_of, soft};
-        if (st == G4_OK) st = g4_session_eval(s, ids, n_ids, &st_in, G4_LOGITS_ALL, logits);
+        st = image_prompt_logits(m, ids, n_ids, rows_of, k, soft, logits);
         CHECK(st == G4_OK, "%s: image prompt: %s", name, g4_error_message());
         if (st == G4_OK && (size_t)n_ids * V == n_logits) {
             double err = test_rel_rms(logits, want_logits, n_logits);
@@ -83,10 +93,22 @@ static void check_fixture(const char *name) {
                 for (int r = 0; r < n_ids; r++)
                     printf("    row %d id %d rel_rms %.2e\n", r, ids[r],
                            test_rel_rms(logits + (size_t)r * V, want_logits + (size_t)r * V, V));
-            double tol = strcmp(name, "moe") ? TOLERANCE : MOE_IMAGE_LOGITS_TOLERANCE;
-            CHECK(err < tol, "%s image logits rel_rms %.3e", name, err);
+            CHECK(err < END_TO_END_TOLERANCE, "%s image logits rel_rms %.3e", name, err);
         }
-        g4_session_destroy(s);
+        /* the decoder alone: transformers' soft tokens in, same prompt */
+        float *ref_soft = be->ops->alloc(be, n_soft_ref * sizeof(float));
+        CHECK(ref_soft != NULL, "%s: allocation", name);
+        if (ref_soft && k == n_soft && (size_t)n_soft * d == n_soft_ref) {
+            be->ops->to_device(be, ref_soft, want_soft, n_soft_ref * sizeof(float));
+            st = image_prompt_logits(m, ids, n_ids, rows_of, k, ref_soft, logits);
+            CHECK(st == G4_OK, "%s: image prompt from reference soft tokens: %s", name, g4_error_message());
+            if (st == G4_OK && (size_t)n_ids * V == n_logits) {
+                double err = test_rel_rms(logits, want_logits, n_logits);
+                printf("  %-10s image logits (ref soft)   rel_rms %.2e\n", name, err);
+                CHECK(err < TOLERANCE, "%s image logits from reference soft tokens rel_rms %.3e", name, err);
+            }
+        }
+        if (ref_soft) be->ops->release(be, ref_soft);
         free(logits);
         free(rows_of);
         free(ids);

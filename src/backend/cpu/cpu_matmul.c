@@ -1,45 +1,249 @@
+/* Matrix multiplication over stored weights: picks the SIMD level, splits the
+ * work over OpenMP threads and chooses between two shapes of loop:
+ *
+ *  decode (few tokens): memory bound. Each thread streams a run of rows and
+ *  the per-ISA gemv decodes every weight byte once, with up to
+ *  CPU_DECODE_TOKENS tokens in registers.
+ *
+ *  prefill (many tokens): compute bound. Tokens are packed into blocks of nr
+ *  (x transposed, k-major), a tile of W (rows x TILE_COLS) is dequantised
+ *  into float32 scratch that stays in cache and a register-tiled FMA
+ *  micro-kernel runs it against every token block of a chunk. */
 #include "backend/cpu/cpu_matmul.h"
 
+#include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* Portable version: dequantise a block of rows to float32 scratch, then dot
- * with every token. */
-#define ROWS_PER_BLOCK 16
+#include "backend/cpu/cpu_kernels.h"
 
-void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
+enum {
+    TILE_ROW_TARGET = 64,    /* rows of W dequantised at once (rounded to mr) */
+    TILE_COLS = 256,         /* columns of W dequantised at once (multiple of 32) */
+    CHUNK_BLOCKS = 4,        /* token blocks of nr per work item */
+    DECODE_CHUNK_BYTES = 32768, /* weight bytes per decode work item */
+    PACKED_X_CACHED = 8 << 20, /* packed tokens (bytes) that stay in the last-level cache */
+    SERIAL_WORK = 1 << 18,   /* multiply-adds (~10 us on one core) below which threads cost more than they give */
+};
+
+const cpu_kernel_table *cpu_kernels_for(cpu_isa level) {
+#if defined(__x86_64__)
+    if (level == CPU_ISA_AVX512) return &cpu_kernels_avx512;
+    if (level == CPU_ISA_AVX2) return &cpu_kernels_avx2;
+#endif
+    (void)level;
+    return &cpu_kernels_scalar;
+}
+
+int cpu_kernels_fast_layout(const g4_matrix *w) {
+    if (w->format != G4_WEIGHT_AFFINE && w->format != G4_WEIGHT_MXFP4) return 1;
+    if (w->group_size <= 0 || w->group_size % 32 != 0 || w->cols % w->group_size != 0) return 0;
+    if (w->format == G4_WEIGHT_MXFP4) return w->bits == 4;
+    return w->bits >= 2 && w->bits <= 8;
+}
+
+const char *cpu_isa_name(void) { return cpu_isa_level_name(cpu_isa_active()); }
+
+/* Any layout the fast kernels refuse: dequantise rows with the reference
+ * accessors and dot in float32. */
+static void matmul_generic(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
     const int64_t rows = w->rows, cols = w->cols;
-    const int64_t n_blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
 #pragma omp parallel
     {
-        float *tile = malloc((size_t)ROWS_PER_BLOCK * (size_t)cols * sizeof *tile);
+        float *row = malloc((size_t)cols * sizeof *row);
 #pragma omp for schedule(static)
-        for (int64_t b = 0; b < n_blocks; b++) {
-            int64_t r0 = b * ROWS_PER_BLOCK;
-            int64_t nr = rows - r0 < ROWS_PER_BLOCK ? rows - r0 : ROWS_PER_BLOCK;
-            g4_matrix_rows_to_f32(w, r0, nr, tile);
+        for (int64_t r = 0; r < rows; r++) {
+            if (!row) continue;
+            g4_matrix_rows_to_f32(w, r, 1, row);
             for (int64_t t = 0; t < n_tokens; t++) {
                 const float *xt = x + t * cols;
-                for (int64_t i = 0; i < nr; i++) {
-                    const float *wr = tile + i * cols;
-                    float lanes[32] = {0};
-                    int64_t c = 0;
-                    for (; c + 32 <= cols; c += 32)
-                        for (int l = 0; l < 32; l++) lanes[l] += wr[c + l] * xt[c + l];
-                    for (; c < cols; c++) lanes[c & 31] += wr[c] * xt[c];
-                    for (int w = 16; w > 0; w /= 2)
-                        for (int l = 0; l < w; l++) lanes[l] += lanes[l + w];
-                    out[t * rows + r0 + i] = lanes[0];
-                }
+                float acc = 0;
+                for (int64_t c = 0; c < cols; c++) acc += row[c] * xt[c];
+                out[t * rows + r] = acc;
             }
         }
-        free(tile);
+        free(row);
     }
 }
 
+static void *alloc_floats(size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+void cpu_interleave_x(float *dst, const float *x, int64_t cols, int64_t wide_cols, int per_word, int lanes) {
+    const int64_t block = (int64_t)per_word * lanes;
+    for (int64_t b = 0; b < wide_cols; b += block)
+        for (int s = 0; s < per_word; s++)
+            for (int i = 0; i < lanes; i++) dst[b + s * lanes + i] = x[b + (int64_t)per_word * i + s];
+    memcpy(dst + wide_cols, x + wide_cols, (size_t)(cols - wide_cols) * sizeof *dst);
+}
+
+/* Per-thread scratch for decode's small per-call arrays: grows, never shrinks,
+ * so that the hot path does not allocate. */
+static _Thread_local float *decode_scratch;
+static _Thread_local size_t decode_scratch_floats;
+
+static float *scratch_floats(size_t n) {
+    if (n > decode_scratch_floats) {
+        float *p = alloc_floats(n);
+        if (!p) return NULL;
+        free(decode_scratch);
+        decode_scratch = p;
+        decode_scratch_floats = n;
+    }
+    return decode_scratch;
+}
+
+static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x, int64_t n_tokens,
+                          const g4_matrix *w) {
+    const int64_t rows = w->rows, cols = w->cols;
+    const int64_t n_groups = w->format == G4_WEIGHT_AFFINE ? cols / w->group_size : 0;
+    const int per_word = k->x_interleave(w);
+    const int64_t wide_cols = per_word ? cpu_wide_cols(w, per_word, k->lanes) : 0;
+    const size_t xsum_floats = (size_t)(n_tokens * n_groups);
+    float *scratch = scratch_floats(xsum_floats + (wide_cols ? (size_t)(n_tokens * cols) : 0) + 1);
+    if (!scratch) {
+        matmul_generic(out, x, n_tokens, w);
+        return;
+    }
+    float *xsum = n_groups ? scratch : NULL;
+    for (int64_t t = 0; t < n_tokens && xsum; t++)
+        for (int64_t g = 0; g < n_groups; g++) {
+            const float *xg = x + t * cols + g * w->group_size;
+            double s = 0;
+            for (int i = 0; i < w->group_size; i++) s += xg[i];
+            xsum[t * n_groups + g] = (float)s;
+        }
+    if (wide_cols) {
+        float *xi = scratch + xsum_floats;
+        for (int64_t t = 0; t < n_tokens; t++) cpu_interleave_x(xi + t * cols, x + t * cols, cols, wide_cols, per_word, k->lanes);
+        x = xi;
+    }
+    const size_t bytes_per_row = w->row_bytes + 2 * w->scale_row_bytes;
+    int64_t chunk_rows = (int64_t)(DECODE_CHUNK_BYTES / (bytes_per_row ? bytes_per_row : 1));
+    if (chunk_rows < 1) chunk_rows = 1;
+    const int64_t n_chunks = (rows + chunk_rows - 1) / chunk_rows;
+    const int threaded = n_chunks > 1 && rows * cols * n_tokens >= SERIAL_WORK;
+#pragma omp parallel for schedule(dynamic, 1) if (threaded)
+    for (int64_t ch = 0; ch < n_chunks; ch++) {
+        const int64_t r0 = ch * chunk_rows, r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += k->max_tok) {
+            cpu_gemv_args a = {
+                .w = w,
+                .x = x + t0 * cols,
+                .xsum = xsum ? xsum + t0 * n_groups : NULL,
+                .n_tok = (int)(n_tokens - t0 < k->max_tok ? n_tokens - t0 : k->max_tok),
+                .out = out + t0 * rows,
+                .ldo = rows,
+            };
+            k->gemv(&a, r0, r1);
+        }
+    }
+}
+
+/* Tokens in block b: nr, or nr/2 for a last block that needs no more. */
+static int block_width(int64_t b, int64_t n_tokens, int nr) {
+    const int64_t left = n_tokens - b * nr;
+    return left <= nr / 2 ? nr / 2 : nr;
+}
+
+/* Block b of width wb at xp + b*cols*nr: xp[.. + c*wb + j] = x[b*nr + j][c],
+ * zero past the last token. Called inside a parallel region. */
+static void pack_tokens(float *xp, const float *x, int64_t n_tokens, int64_t cols, int nr, int64_t n_blocks) {
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const int wb = block_width(b, n_tokens, nr);
+        const int valid = (int)(n_tokens - b * nr < wb ? n_tokens - b * nr : wb);
+        const float *xb = x + b * nr * cols;
+        float *dst = xp + b * cols * nr;
+        /* written in order; the wb rows of x are read side by side */
+        for (int64_t c = 0; c < cols; c++) {
+            for (int j = 0; j < valid; j++) dst[c * wb + j] = xb[j * cols + c];
+            for (int j = valid; j < wb; j++) dst[c * wb + j] = 0.0f;
+        }
+    }
+}
+
+static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x, int64_t n_tokens,
+                           const g4_matrix *w) {
+    const int64_t rows = w->rows, cols = w->cols;
+    const int mr = k->mr, nr = k->nr;
+    const int64_t tile_rows = mr * (TILE_ROW_TARGET / mr);
+    const int64_t n_blocks = (n_tokens + nr - 1) / nr;
+    const int64_t ldc = (int64_t)CHUNK_BLOCKS * nr;
+    const int64_t n_row_tiles = (rows + tile_rows - 1) / tile_rows;
+    const int64_t n_chunks = (n_blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
+    const int threaded = n_row_tiles * n_chunks > 1 && rows * cols * n_tokens >= SERIAL_WORK;
+    const int chunk_major = (size_t)(n_blocks * cols * nr) * sizeof(float) > PACKED_X_CACHED;
+    /* all scratch at once (packed tokens, then a W tile and an accumulator
+     * tile per thread), so that a failed allocation can still take the
+     * slower decode path rather than leave outputs unwritten */
+    const size_t xp_floats = (size_t)(n_blocks * cols * nr);
+    const size_t per_thread = (size_t)(tile_rows * TILE_COLS + tile_rows * ldc);
+    const int n_threads = threaded ? omp_get_max_threads() : 1;
+    float *scratch = alloc_floats(xp_floats + (size_t)n_threads * per_thread);
+    if (!scratch) {
+        matmul_decode(k, out, x, n_tokens, w);
+        return;
+    }
+    float *xp = scratch;
+#pragma omp parallel if (threaded) num_threads(n_threads)
+    {
+        pack_tokens(xp, x, n_tokens, cols, nr, n_blocks); /* ends with a barrier */
+        float *tile = scratch + xp_floats + (size_t)omp_get_thread_num() * per_thread;
+        float *acc = tile + tile_rows * TILE_COLS;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < n_row_tiles * n_chunks; item++) {
+            /* Neighbouring items share a row tile while the packed tokens stay in
+             * cache; past that they share a token chunk, so that each chunk comes
+             * from memory once rather than once per row tile. */
+            const int64_t rt = chunk_major ? item % n_row_tiles : item / n_chunks;
+            const int64_t chunk = chunk_major ? item / n_row_tiles : item % n_chunks;
+            const int64_t r0 = rt * tile_rows, b0 = chunk * CHUNK_BLOCKS;
+            const int64_t n_rows = rows - r0 < tile_rows ? rows - r0 : tile_rows;
+            const int64_t padded_rows = (n_rows + mr - 1) / mr * mr;
+            const int64_t nb = n_blocks - b0 < CHUNK_BLOCKS ? n_blocks - b0 : CHUNK_BLOCKS;
+            memset(acc, 0, (size_t)(padded_rows * ldc) * sizeof *acc);
+            for (int64_t c0 = 0; c0 < cols; c0 += TILE_COLS) {
+                const int64_t nc = cols - c0 < TILE_COLS ? cols - c0 : TILE_COLS;
+                for (int64_t i = 0; i < n_rows; i++) k->dequant_row(w, r0 + i, c0, nc, tile + i * TILE_COLS);
+                for (int64_t i = n_rows; i < padded_rows; i++) memset(tile + i * TILE_COLS, 0, (size_t)nc * sizeof *tile);
+                for (int64_t b = 0; b < nb; b++) {
+                    const int wb = block_width(b0 + b, n_tokens, nr);
+                    const float *xb = xp + (b0 + b) * cols * nr + c0 * wb;
+                    void (*micro)(const float *, int64_t, int64_t, const float *, float *, int64_t) =
+                        wb == nr ? k->gemm_micro : k->gemm_micro_half;
+                    for (int64_t i = 0; i < padded_rows; i += mr)
+                        micro(tile + i * TILE_COLS, TILE_COLS, nc, xb, acc + i * ldc + b * nr, ldc);
+                }
+            }
+            const int64_t t0 = b0 * nr, t1 = t0 + nb * nr < n_tokens ? t0 + nb * nr : n_tokens;
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t i = 0; i < n_rows; i++) out[t * rows + r0 + i] = acc[i * ldc + (t - t0)];
+        }
+    }
+    free(scratch);
+}
+
+void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
+    if (n_tokens <= 0 || w->rows <= 0) return;
+    if (w->cols <= 0) {
+        memset(out, 0, (size_t)(n_tokens * w->rows) * sizeof *out);
+        return;
+    }
+    if (!cpu_kernels_fast_layout(w)) {
+        matmul_generic(out, x, n_tokens, w);
+        return;
+    }
+    const cpu_kernel_table *k = cpu_kernels_for(cpu_isa_active());
+    if (n_tokens < k->prefill_min_tokens) matmul_decode(k, out, x, n_tokens, w);
+    else matmul_prefill(k, out, x, n_tokens, w);
+}
+
 void cpu_matrix_row(const g4_matrix *w, int64_t r, float scale, float *out) {
-    g4_matrix_rows_to_f32(w, r, 1, out);
+    if (cpu_kernels_fast_layout(w)) cpu_kernels_for(cpu_isa_active())->dequant_row(w, r, 0, w->cols, out);
+    else g4_matrix_rows_to_f32(w, r, 1, out);
     if (scale != 1.0f)
         for (int64_t c = 0; c < w->cols; c++) out[c] *= scale;
 }
-
-const char *cpu_isa_name(void) { return "scalar"; }

@@ -6,16 +6,20 @@
 
 #include "tensor/matrix.h"
 
-/* out[t][r] = sum_c W[r][c] x[t][c] for t < n_tokens (float32 accumulation),
- * threaded with OpenMP. Decode (n_tokens small) streams each weight row once;
- * prefill works on tiles dequantised into cache-resident scratch. */
+/* out[t][r] = sum_c W[r][c] x[t][c] for t < n_tokens (float32 accumulation,
+ * activations never rounded), threaded with OpenMP. Decode (n_tokens small)
+ * streams each weight byte once with fused dequantise + dot; prefill works on
+ * tiles dequantised into cache-resident scratch. AFFINE/MXFP4 matrices whose
+ * group size is not a multiple of 32 take a slow generic path. May be called
+ * from several threads at once. */
 void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w);
 
 /* out[c] = W[r][c] * scale: one row, dequantised (embedding lookup). */
 void cpu_matrix_row(const g4_matrix *w, int64_t r, float scale, float *out);
 
 /* The SIMD level chosen at run time ("avx512", "avx2" or "scalar"); G4_CPU_ISA
- * in the environment can force a lower one. */
+ * in the environment can force a lower one, and cpu_isa_force (cpu_isa.h)
+ * too. */
 const char *cpu_isa_name(void);
 
 #endif

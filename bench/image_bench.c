@@ -1,7 +1,6 @@
 /* Times image decode + Gemma 4 preprocessing on one file:
- *   bench_image IMAGE [max_soft_tokens] [pil|pil12|torchvision] [repeats]
- * Build: cc -O2 -Iinclude -Isrc bench/bench_image.c build/libgemma4.a \
- *        $(pkg-config --libs libcjson spng libjpeg libwebp libwebpdemux) -fopenmp -lm -o build/bench_image */
+ *   image_bench IMAGE [max_soft_tokens] [pil|pil12|torchvision] [repeats]
+ * Built by CMake as build/image_bench. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,58 @@
+#include "backend/cpu/cpu_isa.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cpu_isa supported_level, active_level;
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+
+static cpu_isa detect_supported(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (avx512) return CPU_ISA_AVX512;
+    if (avx2) return CPU_ISA_AVX2;
+#endif
+    return CPU_ISA_SCALAR;
+}
+
+static void detect(void) {
+    supported_level = detect_supported();
+    active_level = supported_level;
+    const char *env = getenv("G4_CPU_ISA");
+    if (env && *env) {
+        cpu_isa want = supported_level;
+        if (strcmp(env, "scalar") == 0) want = CPU_ISA_SCALAR;
+        else if (strcmp(env, "avx2") == 0) want = CPU_ISA_AVX2;
+        else if (strcmp(env, "avx512") == 0) want = CPU_ISA_AVX512;
+        if (want < active_level) active_level = want;
+    }
+}
+
+cpu_isa cpu_isa_supported(void) {
+    pthread_once(&detect_once, detect);
+    return supported_level;
+}
+
+cpu_isa cpu_isa_active(void) {
+    pthread_once(&detect_once, detect);
+    return active_level;
+}
+
+cpu_isa cpu_isa_force(cpu_isa level) {
+    pthread_once(&detect_once, detect);
+    active_level = level < supported_level ? level : supported_level;
+    return active_level;
+}
+
+const char *cpu_isa_level_name(cpu_isa level) {
+    switch (level) {
+    case CPU_ISA_SCALAR: return "scalar";
+    case CPU_ISA_AVX2: return "avx2";
+    case CPU_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}

@@ -1,0 +1,102 @@
+/* The per-ISA kernels behind cpu_matmul (internal to the CPU backend).
+ *
+ * Each SIMD level (cpu_kernels_scalar.c, _avx2.c, _avx512.c) fills one table;
+ * cpu_matmul.c picks the table at run time and does the threading, the token
+ * blocking and the scratch buffers. Quantised matrices reach these kernels
+ * only when cpu_kernels_fast_layout() holds. */
+#ifndef G4_BACKEND_CPU_KERNELS_H
+#define G4_BACKEND_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "backend/cpu/cpu_isa.h"
+#include "tensor/matrix.h"
+
+/* Most tokens any decode kernel handles at once (register accumulators);
+ * each table says its own limit, max_tok. */
+#define CPU_DECODE_TOKENS 8
+
+/* Decode arguments: rows [r0, r1) of w against n_tok <= max_tok
+ * tokens x[t][cols]; out[t * ldo + r]. xsum[t * n_groups + g] holds the sum of
+ * token t's x over group g (AFFINE only, else NULL): the bias term is
+ * bias[g] * xsum[g], so the inner loop only multiplies codes.
+ *
+ * Where the table's x_interleave(w) is nonzero, x arrives interleaved (see
+ * cpu_interleave_x): a kernel then loads a whole vector of 32-bit words of
+ * codes and, with shifts and masks alone, gets in lane i the code
+ * per_word * i + s at step s; x in the same order turns that into plain FMAs,
+ * with no shuffles. */
+typedef struct {
+    const g4_matrix *w;
+    const float *x;
+    const float *xsum;
+    int n_tok;
+    float *out;
+    int64_t ldo;
+} cpu_gemv_args;
+
+typedef struct {
+    cpu_isa isa;
+    /* Decode: one fused dequantise + dot pass over each weight byte. */
+    void (*gemv)(const cpu_gemv_args *a, int64_t r0, int64_t r1);
+    /* dst[0..nc) = W[r][c0 .. c0+nc); for quantised formats c0 and nc are
+     * multiples of 32. */
+    void (*dequant_row)(const g4_matrix *w, int64_t r, int64_t c0, int64_t nc, float *dst);
+    /* Prefill micro-kernel: c[i*ldc + j] += sum_{k<kc} a[i*lda + k] * b[k*nr + j]
+     * for i < mr, j < nr (b is a packed block of nr tokens, 64-byte aligned);
+     * gemm_micro_half does the same for a block of nr/2 tokens (b[k*nr/2 + j]),
+     * so that a last block of few tokens costs half. */
+    void (*gemm_micro)(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc);
+    void (*gemm_micro_half)(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc);
+    int mr, nr;
+    int max_tok;
+    int prefill_min_tokens; /* from here on the tiled prefill path is faster (measured) */
+    /* Codes per 32-bit word for which gemv wants interleaved x, or 0. */
+    int (*x_interleave)(const g4_matrix *w);
+    int lanes; /* floats per vector */
+    /* Machine probes: sum of n floats (a streaming read), and n_iter rounds
+     * of independent FMAs returning the flop count done. */
+    float (*read_sum)(const float *p, int64_t n);
+    double (*fma_burn)(int64_t n_iter, float *sink);
+} cpu_kernel_table;
+
+extern const cpu_kernel_table cpu_kernels_scalar;
+extern const cpu_kernel_table cpu_kernels_avx2;
+extern const cpu_kernel_table cpu_kernels_avx512;
+
+/* The table for a level (falls back to scalar on non-x86 builds). */
+const cpu_kernel_table *cpu_kernels_for(cpu_isa level);
+
+/* Whether w's layout suits the fast kernels: AFFINE/MXFP4 need group_size a
+ * multiple of 32 and cols a multiple of group_size. */
+int cpu_kernels_fast_layout(const g4_matrix *w);
+
+/* Columns [0, result) of w are decoded from interleaved x: whole blocks of
+ * per_word * lanes codes, provided the groups tile them (or they the groups). */
+static inline int64_t cpu_wide_cols(const g4_matrix *w, int per_word, int lanes) {
+    const int64_t block = (int64_t)per_word * lanes, gs = w->group_size;
+    if (gs % block != 0 && block % gs != 0) return 0;
+    return w->cols / block * block;
+}
+
+/* dst = x with each block of per_word*lanes values among the first
+ * cpu_wide_cols columns reordered so that dst[b + s*lanes + i] = x[b +
+ * per_word*i + s]; the remaining columns are copied as they are. */
+void cpu_interleave_x(float *dst, const float *x, int64_t cols, int64_t wide_cols, int per_word, int lanes);
+
+/* Scalar parameter loads shared by every level. */
+static inline float cpu_load_param(const void *p, g4_dtype dt, int64_t i) {
+    if (dt == G4_DTYPE_BF16) return g4_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == G4_DTYPE_F32) return ((const float *)p)[i];
+    return g4_f16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* 2^(e-127) for an E8M0 byte; 255 is NaN. Exact, subnormals included. */
+static inline float cpu_e8m0_to_f32(unsigned e) {
+    uint32_t bits = e == 255 ? 0x7fc00000u : e == 0 ? 0x00400000u : (uint32_t)e << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+#endif
