@@ -9,7 +9,7 @@
 
 #include "base/file.h"
 #include "backend/cuda/cuda_backend.h"
-#include "base/probe.h"
+#include "backend/cpu/cpu_probe.h"
 #include "cli_common.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
@@ -148,13 +148,14 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     t_load = g4_now_seconds() - t_load;
-    size_t rss_loaded = g4_current_rss_bytes();
+    size_t rss_loaded = g4_current_rss_bytes(), rss_peak_loading = g4_peak_rss_bytes();
     fprintf(stderr, "gemma4 bench: %s loaded in %.1f s; measuring machine limits...\n", model->path, t_load);
     /* GPU: device-to-device copy bandwidth and cuBLAS bf16 rate; CPU: memory
      * read bandwidth and float32 FMA rate */
     const int on_gpu = g4_backend_is_cuda(be);
-    double bandwidth = on_gpu ? g4_cuda_probe_bandwidth(be) : g4_probe_memory_bandwidth();
-    double gflops = on_gpu ? 1000.0 * g4_cuda_probe_bf16_tflops(be) : g4_probe_cpu_gflops();
+    double bandwidth = on_gpu ? g4_cuda_probe_bandwidth(be) : g4_measure_memory_bandwidth();
+    double gflops = on_gpu ? 1000.0 * g4_cuda_probe_bf16_tflops(be) : g4_measure_cpu_flops();
+    g4_reset_peak_rss(); /* the probes' 1 GiB buffer is not the model's */
 
     const int V = model->config.text.vocab_size;
     int n_ctx = (int)(pp > tg ? pp : tg) + 8;
@@ -201,7 +202,8 @@ int cmd_bench(int argc, char **argv) {
         double tg_limit = bandwidth * 1e9 / (weight_bytes + kv_bytes);
         double flops_token = g4_model_flops_per_token(model);
         double pp_limit = gflops * 1e9 / flops_token;
-        double rss = (double)g4_peak_rss_bytes() / (1u << 30);
+        size_t peak = g4_peak_rss_bytes();
+        double rss = (double)(peak > rss_peak_loading ? peak : rss_peak_loading) / (1u << 30);
         double gpu_mem = (double)g4_cuda_memory_used(be) / (1u << 30);
         const char *fmt_name = synthetic ? format : "checkpoint";
         if (json) {

@@ -149,9 +149,26 @@ double g4_now_seconds(void) {
 }
 
 size_t g4_peak_rss_bytes(void) {
+    /* VmHWM rather than getrusage: g4_reset_peak_rss can lower it */
+    FILE *f = fopen("/proc/self/status", "r");
+    size_t kib = 0;
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "VmHWM: %zu kB", &kib) == 1) break;
+        fclose(f);
+    }
+    if (kib) return kib * 1024;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
     return (size_t)ru.ru_maxrss * 1024;
+}
+
+int g4_reset_peak_rss(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return 0;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
 }
 
 size_t g4_current_rss_bytes(void) {

@@ -33,6 +33,9 @@ double g4_now_seconds(void);
 
 /* Peak resident set size of this process in bytes (0 if unknown). */
 size_t g4_peak_rss_bytes(void);
+/* Restarts the peak at the current resident size (Linux /proc/self/clear_refs),
+ * so a benchmark's own probe buffers do not count. 1 on success. */
+int g4_reset_peak_rss(void);
 /* Current resident set size in bytes (0 if unknown). */
 size_t g4_current_rss_bytes(void);
 

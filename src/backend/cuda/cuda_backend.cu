@@ -73,7 +73,7 @@ static void cuda_destroy(g4_backend *be) {
         if (c->pinned_free[i]) cudaEventDestroy(c->pinned_free[i]);
     }
     if (c->blas_workspace) cudaFree(c->blas_workspace);
-    if (c->blas) cublasDestroy(c->blas);
+    if (c->blas) c->blas_api->destroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
     free(be);
@@ -259,6 +259,9 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     if (prop.major < 8)
         return g4_fail(G4_ERR_UNSUPPORTED, "CUDA device %d (%s) has compute capability %d.%d; 8.0 or newer needed",
                        device, prop.name, prop.major, prop.minor);
+    const char *blas_error = "";
+    const cuda_blas_api *blas = cuda_blas(&blas_error);
+    if (!blas) return g4_fail(G4_ERR_UNSUPPORTED, "CUDA device %d: %s", device, blas_error);
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
     g4_backend *be = (g4_backend *)calloc(1, sizeof *be);
     if (!c || !be) {
@@ -269,6 +272,7 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     be->ops = &cuda_ops;
     be->impl = c;
     c->device = device;
+    c->blas_api = blas;
     snprintf(c->name, sizeof c->name, "%s", prop.name);
     c->sm_count = prop.multiProcessorCount;
     c->smem_optin = prop.sharedMemPerBlockOptin;
@@ -289,12 +293,12 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
              cuda_check(c, cudaEventRecord(c->pinned_free[i], c->stream), "cudaEventRecord");
     }
     ok = ok && cuda_check(c, cudaMalloc(&c->blas_workspace, c->blas_workspace_bytes), "cudaMalloc");
-    ok = ok && cuda_check_blas(c, cublasCreate(&c->blas), "cublasCreate") &&
-         cuda_check_blas(c, cublasSetStream(c->blas, c->stream), "cublasSetStream") &&
-         cuda_check_blas(c, cublasSetWorkspace(c->blas, c->blas_workspace, c->blas_workspace_bytes),
+    ok = ok && cuda_check_blas(c, c->blas_api->create(&c->blas), "cublasCreate") &&
+         cuda_check_blas(c, c->blas_api->set_stream(c->blas, c->stream), "cublasSetStream") &&
+         cuda_check_blas(c, c->blas_api->set_workspace(c->blas, c->blas_workspace, c->blas_workspace_bytes),
                          "cublasSetWorkspace") &&
          /* true float32 for float32 weights: no TF32 */
-         cuda_check_blas(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+         cuda_check_blas(c, c->blas_api->set_math_mode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     if (!ok) {
         cuda_destroy(be);
         return g4_fail(G4_ERR_UNSUPPORTED, "cannot initialise CUDA device %d (%s)", device, prop.name);
@@ -405,7 +409,7 @@ extern "C" double g4_cuda_probe_bf16_tflops(g4_backend *be) {
         int ok = 1;
         for (int i = 0; i < 13 && ok; i++) {
             if (i >= 3) cudaEventRecord(t0, c->stream);
-            ok = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &alpha, a, CUDA_R_16BF, N, b, CUDA_R_16BF,
+            ok = c->blas_api->gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &alpha, a, CUDA_R_16BF, N, b, CUDA_R_16BF,
                               N, &beta, d, CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) ==
                  CUBLAS_STATUS_SUCCESS;
             if (i >= 3) {

@@ -9,7 +9,7 @@
 #ifndef G4_BACKEND_CUDA_INTERNAL_CUH
 #define G4_BACKEND_CUDA_INTERNAL_CUH
 
-#include <cublas_v2.h>
+#include "backend/cuda/cuda_blas.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -46,6 +46,7 @@ struct cuda_ctx {
     int sm_count;
     size_t smem_optin;
     cudaStream_t stream;
+    const cuda_blas_api *blas_api; /* loaded at creation */
     cublasHandle_t blas;
     void *blas_workspace;
     size_t blas_workspace_bytes;

@@ -487,7 +487,7 @@ static void gemm_bf16(cuda_ctx *c, float *out, size_t ldo, const __nv_bfloat16 *
                       size_t lda, int64_t rows, int64_t cols, float beta) {
     const float alpha = 1.0f;
     cuda_check_blas(c,
-                    cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &alpha, w, CUDA_R_16BF,
+                    c->blas_api->gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &alpha, w, CUDA_R_16BF,
                                  (int)lda, xb, CUDA_R_16BF, (int)cols, &beta, out, CUDA_R_32F, (int)ldo,
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                     "cublasGemmEx (bf16)");
@@ -511,7 +511,7 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
     if (w->format == G4_WEIGHT_F32 && w->row_bytes % 4 == 0) {
         const float alpha = 1.0f, beta = 0.0f;
         cuda_check_blas(c,
-                        cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n_tokens, (int)w->cols, &alpha,
+                        c->blas_api->sgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n_tokens, (int)w->cols, &alpha,
                                     (const float *)w->data, (int)(w->row_bytes / 4), x, (int)w->cols, &beta, out,
                                     (int)w->rows),
                         "cublasSgemm");
