@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 
 #include "base/file.h"
-#include "fixture_ref.h"
+#include "fixture_model.h"
 #include "model/audio_tower.h"
 #include "model/model.h"
 #include "runtime/session.h"
@@ -147,19 +147,13 @@ static void check_against_fixture(g4_model *m, const fixture_ref *ref, const cha
 }
 
 static void check_fixture(const char *name, g4_st_set *sdpa) {
-    const char *dir = test_fixture(name);
     fixture_ref ref;
-    if (fixture_ref_open(dir, &ref) != 0) {
-        CHECK(0, "cannot open references of %s", name);
-        return;
-    }
     g4_backend *be;
     g4_model *m = NULL;
     g4_status st = g4_backend_cpu_create(0, &be);
-    if (st == G4_OK) st = g4_model_load_dir(dir, be, &m);
-    CHECK(st == G4_OK, "%s: load failed: %s", name, g4_error_message());
-    if (st != G4_OK) {
-        fixture_ref_close(&ref);
+    CHECK(st == G4_OK, "cpu backend: %s", g4_error_message());
+    if (st != G4_OK) return;
+    if (!fixture_model_open(name, be, &ref, &m)) {
         g4_backend_destroy(be);
         return;
     }

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "fixture_ref.h"
+#include "fixture_model.h"
 #include "model/model.h"
 #include "model/audio_tower.h"
 #include "model/unified_embedders.h"
@@ -49,27 +49,11 @@ static void check_hidden(void *ctx, const char *name, const float *data, int row
     free(got);
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 static void check_text(const char *name) {
-    const char *dir = test_fixture(name);
     fixture_ref ref;
-    if (fixture_ref_open(dir, &ref) != 0) {
-        CHECK(0, "cannot open references of %s", name);
-        return;
-    }
     g4_model *m;
-    g4_status st = g4_model_load_dir(dir, gpu, &m);
-    CHECK(st == G4_OK, "%s: load on CUDA failed: %s", name, g4_error_message());
-    if (st != G4_OK) {
-        fixture_ref_close(&ref);
-        return;
-    }
+    if (!fixture_model_open(name, gpu, &ref, &m)) return;
+    g4_status st = G4_OK;
     int n_all, n_prompt, n_greedy;
     int32_t *all = fixture_ref_ids(&ref, "text", "all_ids", &n_all);
     int32_t *prompt = fixture_ref_ids(&ref, "text", "prompt_ids", &n_prompt);
@@ -120,7 +104,7 @@ static void check_text(const char *name) {
     st = g4_session_eval(s, prompt, n_prompt, NULL, G4_LOGITS_LAST, logits);
     int same = st == G4_OK;
     for (int i = 0; i < n_greedy && st == G4_OK; i++) {
-        int32_t next = argmax(logits, V);
+        int32_t next = test_argmax(logits, V);
         if (next != greedy[i]) {
             same = 0;
             fprintf(stderr, "%s: greedy step %d: got %d, transformers %d\n", name, i, next, greedy[i]);
@@ -138,19 +122,10 @@ static void check_text(const char *name) {
 }
 
 static void check_vision(const char *name) {
-    const char *dir = test_fixture(name);
     fixture_ref ref;
-    if (fixture_ref_open(dir, &ref) != 0) {
-        CHECK(0, "cannot open references of %s", name);
-        return;
-    }
     g4_model *m;
-    g4_status st = g4_model_load_dir(dir, gpu, &m);
-    CHECK(st == G4_OK, "%s: load: %s", name, g4_error_message());
-    if (st != G4_OK) {
-        fixture_ref_close(&ref);
-        return;
-    }
+    if (!fixture_model_open(name, gpu, &ref, &m)) return;
+    g4_status st = G4_OK;
     size_t n_px = 0, n_soft_ref = 0, n_logits = 0;
     const float *pixels = fixture_ref_tensor(&ref, "image.pixel_values", &n_px);
     const float *want_soft = fixture_ref_tensor(&ref, "image.soft_tokens", &n_soft_ref);
@@ -343,7 +318,7 @@ static void run_alone(const g4_model *m, const int32_t *prompt, int n, int chunk
     }
     g4_status st = g4_session_eval(s, prompt, n, NULL, G4_LOGITS_LAST, logits);
     while (st == G4_OK && *n_out < MAX_NEW) {
-        int32_t next = argmax(logits, V);
+        int32_t next = test_argmax(logits, V);
         out[(*n_out)++] = next;
         if (*n_out == MAX_NEW) break;
         st = g4_session_eval(s, &next, 1, NULL, G4_LOGITS_LAST, logits);

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fixture_ref.h"
+#include "fixture_model.h"
 #include "model/model.h"
 #include "model/vision_tower.h"
 #include "runtime/session.h"
@@ -27,13 +27,6 @@
 
 #define F32_TOLERANCE 1e-4
 #define SAME_RULE_TOLERANCE 3e-3
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
 
 static float top2_margin(const float *x, int n) {
     float a = -INFINITY, b = -INFINITY;
@@ -113,7 +106,7 @@ static void check_text_f32(const char *name, g4_model *m, const fixture_ref *ref
         double own = test_max_abs_diff(b, f32 + (size_t)t * V, (size_t)V);
         if (top2_margin(b, V) <= 2 * own) continue;
         decided++;
-        same += argmax(logits + (size_t)t * V, V) == argmax(b, V);
+        same += test_argmax(logits + (size_t)t * V, V) == test_argmax(b, V);
     }
     printf("  %-17s argmax = MLX bf16's at %d/%d positions where its margin exceeds its own error\n", name, same,
            decided);
@@ -121,7 +114,7 @@ static void check_text_f32(const char *name, g4_model *m, const fixture_ref *ref
         CHECK(same == decided, "%s: argmax differs from MLX bf16 at %d decided positions", name, decided - same);
     int f32_same = 0;
     for (int t = 0; t < n_all; t++)
-        f32_same += argmax(logits + (size_t)t * V, V) == argmax(f32 + (size_t)t * V, V);
+        f32_same += test_argmax(logits + (size_t)t * V, V) == test_argmax(f32 + (size_t)t * V, V);
     CHECK(f32_same == n_all, "%s: argmax differs from MLX f32 at %d of %d positions", name, n_all - f32_same, n_all);
 
     g4_session_reset(s);
@@ -138,7 +131,7 @@ static void check_text_f32(const char *name, g4_model *m, const fixture_ref *ref
     st = g4_session_eval(s, prompt, n_prompt, NULL, G4_LOGITS_LAST, logits);
     int equal = st == G4_OK;
     for (int i = 0; i < n_greedy && st == G4_OK; i++) {
-        int32_t next = argmax(logits, V);
+        int32_t next = test_argmax(logits, V);
         if (next != greedy[i]) {
             equal = 0;
             fprintf(stderr, "%s: greedy step %d: got %d, MLX f32 %d\n", name, i, next, greedy[i]);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fixture_ref.h"
+#include "fixture_model.h"
 #include "model/model.h"
 #include "runtime/session.h"
 #include "test_util.h"
@@ -38,27 +38,15 @@ static void check_hidden(void *ctx, const char *name, const float *data, int row
     free(got);
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 static void check_fixture(const char *name) {
-    const char *dir = test_fixture(name);
     fixture_ref ref;
-    if (fixture_ref_open(dir, &ref) != 0) {
-        CHECK(0, "cannot open references of %s", name);
-        return;
-    }
     g4_backend *be;
     g4_model *m;
     g4_status st = g4_backend_cpu_create(0, &be);
-    if (st == G4_OK) st = g4_model_load_dir(dir, be, &m);
-    CHECK(st == G4_OK, "%s: load failed: %s", name, g4_error_message());
-    if (st != G4_OK) {
-        fixture_ref_close(&ref);
+    CHECK(st == G4_OK, "cpu backend: %s", g4_error_message());
+    if (st != G4_OK) return;
+    if (!fixture_model_open(name, be, &ref, &m)) {
+        g4_backend_destroy(be);
         return;
     }
     int n_all, n_prompt, n_greedy;
@@ -113,7 +101,7 @@ static void check_fixture(const char *name) {
     st = g4_session_eval(s, prompt, n_prompt, NULL, G4_LOGITS_LAST, logits);
     int same = st == G4_OK;
     for (int i = 0; i < n_greedy && st == G4_OK; i++) {
-        int32_t next = argmax(logits, V);
+        int32_t next = test_argmax(logits, V);
         if (next != greedy[i]) {
             same = 0;
             fprintf(stderr, "%s: greedy step %d: got %d, transformers %d\n", name, i, next, greedy[i]);

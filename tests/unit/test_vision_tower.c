@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fixture_ref.h"
+#include "fixture_model.h"
 #include "model/model.h"
 #include "model/vision_tower.h"
 #include "runtime/session.h"
@@ -36,19 +36,14 @@ static g4_status image_prompt_logits(g4_model *m, const int32_t *ids, int n_ids,
 }
 
 static void check_fixture(const char *name) {
-    const char *dir = test_fixture(name);
     fixture_ref ref;
-    if (fixture_ref_open(dir, &ref) != 0) {
-        CHECK(0, "cannot open references of %s", name);
-        return;
-    }
     g4_backend *be;
     g4_model *m;
     g4_status st = g4_backend_cpu_create(0, &be);
-    if (st == G4_OK) st = g4_model_load_dir(dir, be, &m);
-    CHECK(st == G4_OK, "%s: load: %s", name, g4_error_message());
-    if (st != G4_OK) {
-        fixture_ref_close(&ref);
+    CHECK(st == G4_OK, "cpu backend: %s", g4_error_message());
+    if (st != G4_OK) return;
+    if (!fixture_model_open(name, be, &ref, &m)) {
+        g4_backend_destroy(be);
         return;
     }
     size_t n_px = 0, n_soft_ref = 0, n_logits = 0;

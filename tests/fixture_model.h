@@ -1,0 +1,38 @@
+/* Opening a fixture for a golden test: its references and its model loaded
+ * on a backend, with a failed CHECK (and nothing left open) when either
+ * cannot be had. */
+#ifndef G4_TEST_FIXTURE_MODEL_H
+#define G4_TEST_FIXTURE_MODEL_H
+
+#include "fixture_ref.h"
+#include "model/model.h"
+#include "test_util.h"
+
+/* 1 when both *ref and *m are open (close them with fixture_ref_close and
+ * g4_model_release), 0 otherwise. */
+static inline int fixture_model_open(const char *name, g4_backend *be, fixture_ref *ref, g4_model **m) {
+    *m = NULL;
+    const char *dir = test_fixture(name);
+    if (fixture_ref_open(dir, ref) != 0) {
+        CHECK(0, "cannot open references of %s", name);
+        return 0;
+    }
+    g4_status st = g4_model_load_dir(dir, be, m);
+    CHECK(st == G4_OK, "%s: load on %s failed: %s", name, be->ops->name, g4_error_message());
+    if (st != G4_OK) {
+        fixture_ref_close(ref);
+        *m = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+/* Index of the largest value (the first of equals). */
+static inline int test_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+#endif
