@@ -231,7 +231,10 @@ static void check_image(const char *name, g4_model *m, const fixture_ref *ref, c
     CHECK(st == G4_OK, "%s: encode: %s", name, g4_error_message());
     if (st != G4_OK) return;
     CHECK((size_t)n_soft * d == n_soft_ref, "%s: %d soft tokens, MLX has %zu values", name, n_soft, n_soft_ref);
-    if ((size_t)n_soft * d != n_soft_ref) return;
+    if ((size_t)n_soft * d != n_soft_ref) {
+        m->backend->ops->release(m->backend, soft);
+        return;
+    }
     float *host = malloc(n_soft_ref * sizeof *host);
     m->backend->ops->to_host(m->backend, host, soft, n_soft_ref * sizeof *host);
     double err = test_rel_rms(host, want_soft, n_soft_ref);
@@ -259,6 +262,7 @@ static void check_image(const char *name, g4_model *m, const fixture_ref *ref, c
     }
     free(rows);
     free(ids);
+    m->backend->ops->release(m->backend, soft);
 }
 
 static void check_checkpoint(const char *name) {

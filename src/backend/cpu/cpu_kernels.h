@@ -8,6 +8,7 @@
 #define G4_BACKEND_CPU_KERNELS_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_isa.h"
 #include "tensor/matrix.h"
@@ -86,9 +87,16 @@ void cpu_interleave_x(float *dst, const float *x, int64_t cols, int64_t wide_col
 
 /* Scalar parameter loads shared by every level. */
 static inline float cpu_load_param(const void *p, g4_dtype dt, int64_t i) {
-    if (dt == G4_DTYPE_BF16) return g4_bf16_to_f32(((const uint16_t *)p)[i]);
-    if (dt == G4_DTYPE_F32) return ((const float *)p)[i];
-    return g4_f16_to_f32(((const uint16_t *)p)[i]);
+    /* memcpy: tensors in a safetensors file need not be aligned */
+    const unsigned char *b = p;
+    if (dt == G4_DTYPE_F32) {
+        float f;
+        memcpy(&f, b + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, b + 2 * i, 2);
+    return dt == G4_DTYPE_BF16 ? g4_bf16_to_f32(h) : g4_f16_to_f32(h);
 }
 
 /* 2^(e-127) for an E8M0 byte; 255 is NaN. Exact, subnormals included. */

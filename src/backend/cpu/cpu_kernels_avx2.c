@@ -85,7 +85,6 @@ static float hsum(__m256 v) {
 
 ALWAYS_INLINE float load_param(const void *base, g4_dtype dt, int is_e8m0, int64_t i) {
     if (is_e8m0) return cpu_e8m0_to_f32(((const uint8_t *)base)[i]);
-    if (dt == G4_DTYPE_F16) return _cvtsh_ss(((const uint16_t *)base)[i]);
     return cpu_load_param(base, dt, i);
 }
 
@@ -222,9 +221,7 @@ ALWAYS_INLINE __m256 load_weights8(const void *row, int64_t c, float_kind kind) 
 }
 
 ALWAYS_INLINE float weight_at(const void *row, int64_t c, float_kind kind) {
-    if (kind == F_F32) return ((const float *)row)[c];
-    if (kind == F_F16) return _cvtsh_ss(((const uint16_t *)row)[c]);
-    return g4_bf16_to_f32(((const uint16_t *)row)[c]);
+    return cpu_load_param(row, kind == F_F32 ? G4_DTYPE_F32 : kind == F_F16 ? G4_DTYPE_F16 : G4_DTYPE_BF16, c);
 }
 
 ALWAYS_INLINE void float_rows(const cpu_gemv_args *a, int64_t r, float_kind kind, const int T, const int R) {

@@ -46,10 +46,10 @@ static void dequant_row(const g4_matrix *w, int64_t r, int64_t c0, int64_t nc, f
     switch (w->format) {
     case G4_WEIGHT_F32: memcpy(dst, (const float *)row + c0, (size_t)nc * sizeof *dst); return;
     case G4_WEIGHT_BF16:
-        for (int64_t c = 0; c < nc; c++) dst[c] = g4_bf16_to_f32(((const uint16_t *)row)[c0 + c]);
+        for (int64_t c = 0; c < nc; c++) dst[c] = cpu_load_param(row, G4_DTYPE_BF16, c0 + c);
         return;
     case G4_WEIGHT_F16:
-        for (int64_t c = 0; c < nc; c++) dst[c] = g4_f16_to_f32(((const uint16_t *)row)[c0 + c]);
+        for (int64_t c = 0; c < nc; c++) dst[c] = cpu_load_param(row, G4_DTYPE_F16, c0 + c);
         return;
     case G4_WEIGHT_AFFINE:
     case G4_WEIGHT_MXFP4: break;

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_matmul.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,19 +81,42 @@ void cpu_interleave_x(float *dst, const float *x, int64_t cols, int64_t wide_col
 }
 
 /* Per-thread scratch for decode's small per-call arrays: grows, never shrinks,
- * so that the hot path does not allocate. */
-static _Thread_local float *decode_scratch;
-static _Thread_local size_t decode_scratch_floats;
+ * so that the hot path does not allocate. A thread-specific key frees it when
+ * its thread ends (engine threads come and go with their engines). */
+typedef struct {
+    float *data;
+    size_t floats;
+} decode_scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void free_scratch(void *p) {
+    decode_scratch *s = p;
+    free(s->data);
+    free(s);
+}
+
+static void make_scratch_key(void) { pthread_key_create(&scratch_key, free_scratch); }
 
 static float *scratch_floats(size_t n) {
-    if (n > decode_scratch_floats) {
+    pthread_once(&scratch_once, make_scratch_key);
+    decode_scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (n > s->floats) {
         float *p = alloc_floats(n);
         if (!p) return NULL;
-        free(decode_scratch);
-        decode_scratch = p;
-        decode_scratch_floats = n;
+        free(s->data);
+        s->data = p;
+        s->floats = n;
     }
-    return decode_scratch;
+    return s->data;
 }
 
 static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x, int64_t n_tokens,
