@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Builds gemma4.c and runs the whole test suite. Installs what it needs first.
+# Builds gemma4.c and runs the whole test suite, then runs it again built with
+# AddressSanitizer + UndefinedBehaviorSanitizer (CPU only: the CUDA tests need
+# a GPU and skip without one). Installs what it needs first. Extra arguments go
+# to both ctest runs (e.g. -R tokenizer).
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j "$(nproc)"
-cd build && ctest --output-on-failure -j "$(nproc)" "$@"
+(cd build && ctest --output-on-failure -j "$(nproc)" "$@")
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMA4_SANITIZE=ON -DGEMMA4_CUDA=OFF
+cmake --build build-asan -j "$(nproc)"
+cd build-asan && ctest --output-on-failure -j "$(nproc)" "$@"
