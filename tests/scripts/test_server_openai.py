@@ -897,25 +897,36 @@ def part_load(s, client, model):
 
 def part_shutdown(s):
     """SIGTERM with a stream in flight: it finishes, then the server exits 0."""
-    result = {}
-
-    def stream():
-        result["r"] = request(s.port, "POST", "/v1/completions",
-                              {"prompt": "Hello", "max_tokens": 60, "stream": True, "ignore_eos": True})
-
-    t = threading.Thread(target=stream)
-    t.start()
-    while metric_values(s.port)[3]["gemma4_requests_running"] == 0:
-        time.sleep(0.005)
-    s.proc.send_signal(signal.SIGTERM)
-    t.join(60)
-    st, _, body = result.get("r", (0, {}, b""))
+    # The signal goes only after this stream's first event has arrived, so
+    # the stream is surely in flight (a metrics poll could see another
+    # request still running and signal before this one was even read).
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+    body = b""
+    st = 0
+    try:
+        conn.request("POST", "/v1/completions",
+                     body=json.dumps({"prompt": "Hello", "max_tokens": 400, "stream": True, "ignore_eos": True}),
+                     headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+        r = conn.getresponse()
+        st = r.status
+        while b"data:" not in body:
+            piece = r.read1(65536)
+            if not piece:
+                break
+            body += piece
+        s.proc.send_signal(signal.SIGTERM)
+        body += r.read()
+    except (ConnectionError, http.client.HTTPException, socket.timeout, OSError) as e:
+        check(False, "streaming through SIGTERM: %r" % e)
+    finally:
+        conn.close()
     payloads, ok = sse_events(body)
     finishes = [json.loads(p)["choices"][0].get("finish_reason") for p in payloads[:-1]
                 if json.loads(p).get("choices")]
-    check(st == 200 and ok and payloads[-1] == "[DONE]" and finishes[-1] == "length",
+    check(st == 200 and ok and payloads and payloads[-1] == "[DONE]" and finishes and finishes[-1] == "length",
           "the stream in flight at SIGTERM finished: %r" % body[-200:])
-    rc, _ = s.stop()
+    rc, text = s.stop()
+    check("finishing 1 request(s)" in text, "the server drained the stream: %s" % text[-300:])
     check(raw_exchange(s.port, b"GET /health HTTP/1.1\r\n\r\n", timeout=2) == 0, "no longer listening")
 
 
