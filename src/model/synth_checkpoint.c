@@ -51,8 +51,9 @@ static cJSON *quant_block(g4_quant_params defaults, const g4_synth_record *r) {
 
 /* The config as given, less the towers synthetic models lack and any
  * quantization block, plus the block for the tensors written. */
-static g4_status write_config(const char *json, size_t len, const char *label, const g4_model *m,
-                              const g4_synth_record *r, const char *path) {
+static g4_status config_text(const char *json, size_t len, const char *label, const g4_model *m,
+                             const g4_synth_record *r, char **out) {
+    *out = NULL;
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root) return g4_fail(G4_ERR_FORMAT, "%s: config is not valid JSON", label);
     const char *drop[] = {"vision_config", "audio_config", "quantization", "quantization_config"};
@@ -70,11 +71,9 @@ static g4_status write_config(const char *json, size_t len, const char *label, c
             cJSON_AddItemToObject(root, "quantization_config", copy);
         }
     }
-    char *text = st == G4_OK ? cJSON_Print(root) : NULL;
+    if (st == G4_OK) *out = cJSON_Print(root);
     cJSON_Delete(root);
-    if (st == G4_OK && !text) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    if (st == G4_OK) st = g4_write_file(path, text, strlen(text));
-    free(text);
+    if (st == G4_OK && !*out) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     return st;
 }
 
@@ -114,6 +113,19 @@ static g4_status write_tensors(const g4_synth_record *r, const char *path, const
     return st;
 }
 
+g4_status g4_synth_checkpoint_config(const char *config_json, size_t len, const char *label, const char *format,
+                                     char **out) {
+    g4_synth_record record = {0};
+    g4_model *m;
+    g4_status st = g4_model_synthesize_json(config_json, len, label, format, NULL, &record, &m);
+    if (st == G4_OK) {
+        st = config_text(config_json, len, label, m, &record, out);
+        g4_model_release(m);
+    }
+    g4_synth_record_free(&record);
+    return st;
+}
+
 g4_status g4_synth_checkpoint_write(const char *config_json, size_t len, const char *label, const char *format,
                                     const char *dir, const g4_synth_checkpoint_options *opt,
                                     g4_synth_checkpoint_info *info) {
@@ -130,9 +142,12 @@ g4_status g4_synth_checkpoint_write(const char *config_json, size_t len, const c
     for (size_t i = 0; i < record.n; i++) info->tensor_bytes += g4_synth_tensor_bytes(&record.tensors[i]);
     info->n_tensors = record.n;
     char *st_path = g4_path_join(dir, "model.safetensors"), *cfg_path = g4_path_join(dir, "config.json");
+    char *config = NULL;
     if (!st_path || !cfg_path) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == G4_OK) st = config_text(config_json, len, label, m, &record, &config);
     if (st == G4_OK) st = write_tensors(&record, st_path, opt, info->tensor_bytes);
-    if (st == G4_OK) st = write_config(config_json, len, label, m, &record, cfg_path);
+    if (st == G4_OK) st = g4_write_file(cfg_path, config, strlen(config));
+    free(config);
     free(st_path);
     free(cfg_path);
     g4_model_release(m);

@@ -33,4 +33,8 @@ g4_status g4_synth_checkpoint_write(const char *config_json, size_t len, const c
                                     const char *dir, const g4_synth_checkpoint_options *opt,
                                     g4_synth_checkpoint_info *info);
 
+/* The config.json text g4_synth_checkpoint_write writes (malloc'd). */
+g4_status g4_synth_checkpoint_config(const char *config_json, size_t len, const char *label, const char *format,
+                                     char **out);
+
 #endif

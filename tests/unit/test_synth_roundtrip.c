@@ -8,7 +8,8 @@
  * and no unused tensor, in the layout of the format (bf16: Hugging Face
  * names, stacked gate_up experts; quantised: MLX names), with the same
  * parameters and weight bytes, and gives logits equal in every bit to the
- * synthetic model's on a few ids, for every position. Also: random weights
+ * synthetic model's on a few ids, for every position. The quantization block
+ * written for the mlx-community presets equals theirs. Also: random weights
  * made in pieces equal the same made whole (the writer makes big tensors in
  * 64 MiB pieces), and the streaming safetensors writer refuses to finish a
  * file with bytes missing and leaves none behind. */
@@ -136,6 +137,61 @@ static char *odd_width_config(size_t *len) {
     return out;
 }
 
+/* Entries of two quantization blocks match: numbers and strings equal,
+ * per-module objects with the same group_size, bits and mode. */
+static int same_entry(const cJSON *a, const cJSON *b) {
+    if (!a || !b) return 0;
+    if (cJSON_IsNumber(a)) return cJSON_IsNumber(b) && a->valuedouble == b->valuedouble;
+    if (cJSON_IsString(a)) return cJSON_IsString(b) && !strcmp(a->valuestring, b->valuestring);
+    if (!cJSON_IsObject(a) || !cJSON_IsObject(b)) return 0;
+    const char *keys[] = {"group_size", "bits", "mode"};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[k]), *y = cJSON_GetObjectItemCaseSensitive(b, keys[k]);
+        if (!x != !y || (x && !same_entry(x, y))) return 0;
+    }
+    return 1;
+}
+
+/* The compiled-in mlx-community configs (e2b, e4b, 26b-a4b 4-bit: the real
+ * release files) carry MLX's recipe in "quantization"; the block written for
+ * a synthetic checkpoint comes from what the loader quantised how, and must
+ * equal it entry for entry (26b-a4b: 8-bit dense MLPs and routers). */
+static void check_preset_quant_blocks(void) {
+    const char *presets[] = {"e2b", "e4b", "26b-a4b"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const char *json;
+        size_t len;
+        char *written = NULL;
+        g4_status st = g4_model_preset_config(presets[i], "mlx4", &json, &len);
+        if (st == G4_OK) st = g4_synth_checkpoint_config(json, len, presets[i], "mlx4", &written);
+        CHECK(st == G4_OK, "%s: %s", presets[i], g4_error_message());
+        if (st != G4_OK) continue;
+        cJSON *ref = cJSON_ParseWithLength(json, len), *got = cJSON_Parse(written);
+        const cJSON *rq = cJSON_GetObjectItemCaseSensitive(ref, "quantization");
+        const cJSON *gq = cJSON_GetObjectItemCaseSensitive(got, "quantization");
+        CHECK(rq && gq, "%s: quantization block missing", presets[i]);
+        if (rq && gq) {
+            int n_ref = cJSON_GetArraySize(rq), n_got = cJSON_GetArraySize(gq), differ = 0;
+            const cJSON *e;
+            cJSON_ArrayForEach(e, rq) {
+                if (!same_entry(e, cJSON_GetObjectItemCaseSensitive(gq, e->string))) {
+                    if (differ++ < 3) fprintf(stderr, "  %s: entry %s differs\n", presets[i], e->string);
+                }
+            }
+            CHECK(n_ref == n_got && differ == 0, "%s: %d entries written, %d in the mlx-community config, %d differ",
+                  presets[i], n_got, n_ref, differ);
+            CHECK(cJSON_Compare(gq, cJSON_GetObjectItemCaseSensitive(got, "quantization_config"), 1),
+                  "%s: quantization_config is not a copy of quantization", presets[i]);
+        }
+        CHECK(!cJSON_GetObjectItemCaseSensitive(got, "vision_config") &&
+                  !cJSON_GetObjectItemCaseSensitive(got, "audio_config"),
+              "%s: tower configs kept though no tower is written", presets[i]);
+        cJSON_Delete(ref);
+        cJSON_Delete(got);
+        free(written);
+    }
+}
+
 static void check_fill_pieces(void) {
     const size_t n = 3 * G4_SYNTH_BLOCK_BYTES + 4098;
     unsigned char *whole = malloc(n), *pieces = malloc(n);
@@ -202,6 +258,7 @@ static void check_stream_writer(void) {
 int main(void) {
     check_fill_pieces();
     check_stream_writer();
+    check_preset_quant_blocks();
     g4_backend *be;
     if (g4_backend_cpu_create(0, &be) != G4_OK) {
         fprintf(stderr, "cpu backend: %s\n", g4_error_message());
