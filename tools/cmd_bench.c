@@ -194,6 +194,9 @@ int cmd_bench(int argc, char **argv) {
             tg_rate[r] = tg / (g4_now_seconds() - t0);
         }
     }
+    size_t rss_anon, rss_file; /* while the session still holds its KV cache */
+    g4_current_rss_split(&rss_anon, &rss_file);
+    double kv_alloc = s ? (double)g4_kv_pool_bytes(s->kv, model, 4) : 0; /* float32 K and V on the CPU */
     int rc = 1;
     if (st == G4_OK) {
         stats p = summarize(pp_rate, (int)reps), t = summarize(tg_rate, (int)reps);
@@ -210,9 +213,11 @@ int cmd_bench(int argc, char **argv) {
             printf("{\"model\":\"%s\",\"format\":\"%s\",\"threads\":%ld,\"pp\":%ld,\"pp_tps\":%.3f,\"pp_sd\":%.3f,"
                    "\"pp_limit_tps\":%.3f,\"tg\":%ld,\"tg_tps\":%.3f,\"tg_sd\":%.3f,\"tg_limit_tps\":%.3f,"
                    "\"bandwidth_gbs\":%.2f,\"gflops\":%.1f,\"decode_bytes\":%.0f,\"peak_rss_gib\":%.3f,"
-                   "\"load_s\":%.2f,\"backend\":\"%s\",\"device\":\"%s\",\"gpu_mem_gib\":%.3f}\n",
+                   "\"load_s\":%.2f,\"backend\":\"%s\",\"device\":\"%s\",\"gpu_mem_gib\":%.3f,"
+                   "\"rss_private_gib\":%.3f,\"rss_file_gib\":%.3f,\"kv_cache_bytes\":%.0f}\n",
                    model->path, fmt_name, threads, pp, p.mean, p.sd, pp_limit, tg, t.mean, t.sd, tg_limit, bandwidth,
-                   gflops, weight_bytes + kv_bytes, rss, t_load, be->ops->name, g4_cuda_device_name(be), gpu_mem);
+                   gflops, weight_bytes + kv_bytes, rss, t_load, be->ops->name, g4_cuda_device_name(be), gpu_mem,
+                   (double)rss_anon / (1u << 30), (double)rss_file / (1u << 30), kv_alloc);
         } else {
             printf("| model | format | test | t/s | limit t/s | of limit |\n|---|---|---|---|---|---|\n");
             if (pp > 0)
@@ -227,6 +232,9 @@ int cmd_bench(int argc, char **argv) {
                    "time to first token at pp%ld: %.1f ms\n",
                    rss, (double)rss_loaded / (1u << 30), t_load, be->ops->name, threads ? threads_text : "all", pp,
                    pp > 0 ? 1000.0 * pp / p.mean : 0.0);
+            printf("RSS after the runs: %.2f GiB private (heap: KV cache of %.1f MiB allocated, scratch, converted "
+                   "vectors), %.2f GiB mapped from files (weights used in place)\n",
+                   (double)rss_anon / (1u << 30), kv_alloc / (1u << 20), (double)rss_file / (1u << 30));
             if (on_gpu)
                 printf("GPU %s: %.2f GiB in use; limits from a measured %.0f GB/s device copy and %.0f TFLOP/s "
                        "cuBLAS bf16\n",

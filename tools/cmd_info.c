@@ -29,7 +29,10 @@ int cmd_info(int argc, char **argv) {
     char *text = g4_model_describe(model);
     if (text) fputs(text, stdout);
     free(text);
-    printf("memory       peak RSS %.1f MiB after loading\n", (double)g4_peak_rss_bytes() / (1 << 20));
+    size_t anon, file;
+    g4_current_rss_split(&anon, &file);
+    printf("memory       peak RSS %.1f MiB after loading (now %.1f MiB private, %.1f MiB mapped from files)\n",
+           (double)g4_peak_rss_bytes() / (1 << 20), (double)anon / (1 << 20), (double)file / (1 << 20));
     cli_close_model(be, model);
     return 0;
 }

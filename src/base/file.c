@@ -179,3 +179,16 @@ size_t g4_current_rss_bytes(void) {
     fclose(f);
     return ok ? (size_t)pages_resident * (size_t)sysconf(_SC_PAGESIZE) : 0;
 }
+
+void g4_current_rss_split(size_t *anon_bytes, size_t *file_bytes) {
+    *anon_bytes = *file_bytes = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    size_t kib;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "RssAnon: %zu kB", &kib) == 1) *anon_bytes = kib * 1024;
+        if (sscanf(line, "RssFile: %zu kB", &kib) == 1) *file_bytes = kib * 1024;
+    }
+    fclose(f);
+}

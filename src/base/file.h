@@ -38,5 +38,9 @@ size_t g4_peak_rss_bytes(void);
 int g4_reset_peak_rss(void);
 /* Current resident set size in bytes (0 if unknown). */
 size_t g4_current_rss_bytes(void);
+/* The current resident set split into private memory (heap, stacks: what a
+ * copy of the weights would add) and pages mapped from files (the weights
+ * used in place); 0 and 0 if unknown. */
+void g4_current_rss_split(size_t *anon_bytes, size_t *file_bytes);
 
 #endif

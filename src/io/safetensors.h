@@ -73,4 +73,19 @@ typedef struct {
 
 g4_status g4_st_write(const char *path, const g4_st_write_item *items, size_t n);
 
+/* Streaming writer, for files larger than memory: opening writes the header
+ * from the items' names, dtypes and shapes (their data is not read); then the
+ * caller writes each tensor's bytes, in any pieces, in the order the writer
+ * asks for; closing renames the finished file into place (it is written as
+ * path.tmpPID until then and removed if anything failed). */
+typedef struct g4_st_stream g4_st_stream;
+g4_status g4_st_stream_open(const char *path, const g4_st_write_item *items, size_t n, g4_st_stream **out);
+/* Index into items of the tensor whose bytes come next, with how many of
+ * its bytes are written (*done) out of *total; n when all are written. */
+size_t g4_st_stream_next(const g4_st_stream *s, uint64_t *done, uint64_t *total);
+/* Appends len bytes of the current tensor (a piece may not run past it). */
+g4_status g4_st_stream_write(g4_st_stream *s, const void *bytes, size_t len);
+/* Fails, removing the partial file, unless every byte was written. */
+g4_status g4_st_stream_close(g4_st_stream *s);
+
 #endif

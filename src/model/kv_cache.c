@@ -9,6 +9,17 @@ int g4_kv_ring_blocks(int window, int chunk, int block_size) {
     return (span + block_size - 1) / block_size + 1;
 }
 
+uint64_t g4_kv_pool_bytes(const g4_kv_pool *p, const g4_model *m, int bytes_per_value) {
+    uint64_t total = 0;
+    for (int i = 0; i < p->n_layers; i++) {
+        const g4_layer_config *lc = &m->config.text.layers[i];
+        if (!p->layer_kv[i]) continue;
+        int blocks = lc->kind == G4_LAYER_SLIDING ? p->n_sliding_blocks : p->n_full_blocks;
+        total += (uint64_t)blocks * p->block_size * lc->n_kv_heads * lc->head_dim * 2 * (uint64_t)bytes_per_value;
+    }
+    return total;
+}
+
 int g4_kv_blocks_for(const g4_kv_pool *p, int length) { return (length + p->block_size - 1) / p->block_size; }
 
 g4_status g4_kv_pool_create(const g4_model *m, int block_size, int n_full_blocks, int n_sliding_blocks,

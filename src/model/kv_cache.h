@@ -47,6 +47,9 @@ g4_status g4_kv_seq_reserve(g4_kv_pool *p, g4_kv_seq *s, int new_length);
 void g4_kv_seq_truncate(g4_kv_seq *s, int length);
 void g4_kv_seq_release(g4_kv_pool *p, g4_kv_seq *s);
 
+/* Bytes the pool's K and V storage takes at `bytes_per_value` (4 on the CPU). */
+uint64_t g4_kv_pool_bytes(const g4_kv_pool *p, const g4_model *m, int bytes_per_value);
+
 /* Full-layer blocks a sequence of `length` positions needs. */
 int g4_kv_blocks_for(const g4_kv_pool *p, int length);
 

@@ -65,6 +65,9 @@ typedef struct g4_model {
     void **host_allocs;       /* synthetic weights owned by the model */
     size_t n_host_allocs, cap_host_allocs;
     int synthetic;
+    /* Dry synthetic load (gemma4 synth): tensors are recorded here, nothing
+     * is allocated and the weights stay empty. */
+    struct g4_synth_record *synth_record;
 } g4_model;
 
 typedef struct {
@@ -84,6 +87,15 @@ void g4_model_release(g4_model *m);
  * mlx-community recipe where one exists: mixed 4/8-bit). Speed does not
  * depend on the values; the weights are never used for anything else. */
 g4_status g4_model_synthesize(const char *preset, const char *format, g4_backend *be, g4_model **out);
+/* The same from any config.json text (label names it in messages). With a
+ * record: a dry run that lists every tensor the model needs, named as a
+ * checkpoint of the format stores them (bf16: Hugging Face names; quantised:
+ * MLX names), in `record` and allocates no weights; `be` may then be NULL. */
+struct g4_synth_record;
+g4_status g4_model_synthesize_json(const char *json, size_t len, const char *label, const char *format,
+                                   g4_backend *be, struct g4_synth_record *record, g4_model **out);
+/* The compiled-in config a synthetic `preset` in `format` uses. */
+g4_status g4_model_preset_config(const char *preset, const char *format, const char **json, size_t *len);
 /* Names of the compiled-in presets, space-separated. */
 const char *g4_model_preset_names(void);
 

@@ -50,6 +50,16 @@ static const char *lname(char *name, const char *prefix, int layer, const char *
     return name;
 }
 
+/* HF stores each MoE layer's experts as one gate_up_proj [E, 2I, d]; MLX
+ * splits it into switch_glu.gate_proj and .up_proj. Synthetic models use
+ * the layout they were made in. */
+static int stacked_gate_up(const g4_model *m, int layer) {
+    if (m->synthetic) return m->layout == G4_LAYOUT_HF;
+    char gu[512];
+    layer_name(gu, sizeof gu, m->text_prefix, layer, "experts.gate_up_proj");
+    return g4_st_find(m->tensors, gu) != NULL;
+}
+
 static void load_text_layer(g4_weight_loader *L, int i, g4_text_layer *w) {
     const g4_model *m = L->model;
     const g4_text_config *tc = &m->config.text;
@@ -87,25 +97,9 @@ static void load_text_layer(g4_weight_loader *L, int i, g4_text_layer *w) {
     if (tc->moe) {
         const int64_t E = tc->n_experts, I = tc->moe_width;
         g4_loader_matrix(L, lname(name, p, i, "router.proj"), 1, 0, E, d, &w->router);
-        const g4_st_tensor *scale = L->synthetic ? NULL : g4_loader_find(L, lname(name, p, i, "router.scale"));
-        if (L->synthetic) {
-            /* benchmark weights: ones, like every synthetic vector */
-            w->router_scale = g4_loader_vector(L, name, d);
-        } else if (scale && scale->ndim == 1 && scale->shape[0] == d &&
-            (scale->dtype == G4_DTYPE_BF16 || scale->dtype == G4_DTYPE_F16 || scale->dtype == G4_DTYPE_F32)) {
-            /* fold hidden_size^-0.5 into the learned scale once */
-            float *host = malloc((size_t)d * sizeof *host);
-            if (host) {
-                float root = (float)(1.0 / sqrt((double)d));
-                for (int64_t c = 0; c < d; c++) host[c] = g4_load_as_f32(scale->data, scale->dtype, (size_t)c) * root;
-                w->router_scale = g4_model_upload_floats(L->model, host, (size_t)d);
-                free(host);
-            }
-            L->model->n_params += (uint64_t)d;
-        } else {
-            g4_loader_problem(L, "missing or malformed tensor %s (expected a float vector [%lld])", name,
-                              (long long)d);
-        }
+        /* fold hidden_size^-0.5 into the learned scale once */
+        w->router_scale = g4_loader_vector_scaled(L, lname(name, p, i, "router.scale"), d,
+                                                  (float)(1.0 / sqrt((double)d)));
         w->per_expert_scale = g4_loader_vector(L, lname(name, p, i, "router.per_expert_scale"), E);
         w->pre_ffn_norm2 = g4_loader_vector(L, lname(name, p, i, "pre_feedforward_layernorm_2.weight"), d);
         w->post_ffn_norm1 = g4_loader_vector(L, lname(name, p, i, "post_feedforward_layernorm_1.weight"), d);
@@ -113,7 +107,7 @@ static void load_text_layer(g4_weight_loader *L, int i, g4_text_layer *w) {
         char gu[512], dn[512];
         layer_name(gu, sizeof gu, p, i, "experts.gate_up_proj");
         layer_name(dn, sizeof dn, p, i, "experts.down_proj");
-        int hf_experts = m->tensors && g4_st_find(m->tensors, gu) != NULL;
+        int hf_experts = stacked_gate_up(m, i);
         w->expert_gate.n_experts = w->expert_up.n_experts = w->expert_down.n_experts = (int)E;
         w->expert_gate.rows_per_expert = w->expert_up.rows_per_expert = I;
         w->expert_down.rows_per_expert = d;
@@ -185,11 +179,7 @@ static g4_status load_text(g4_model *m) {
     if (st == G4_OK) st = g4_loader_prepare_matrix(&L, &tw->embed);
     if (st == G4_OK) st = g4_loader_prepare_matrix(&L, &tw->ple_embed);
     if (st == G4_OK) st = g4_loader_prepare_matrix(&L, &tw->ple_model_proj);
-    for (int i = 0; st == G4_OK && i < tc->n_layers; i++) {
-        char gu[512];
-        layer_name(gu, sizeof gu, p, i, "experts.gate_up_proj");
-        st = prepare_layer(&L, &tw->layers[i], m->tensors && g4_st_find(m->tensors, gu) != NULL);
-    }
+    for (int i = 0; st == G4_OK && i < tc->n_layers; i++) st = prepare_layer(&L, &tw->layers[i], stacked_gate_up(m, i));
     g4_loader_free(&L);
     return st;
 }
@@ -249,6 +239,7 @@ void g4_model_release(g4_model *m) {
 /* ---- synthetic models ------------------------------------------------------ */
 
 #include "model/presets.h"
+#include "model/synth_weights.h"
 
 static const g4_preset *find_preset(const char *name) {
     for (const g4_preset *p = g4_presets; p->name; p++)
@@ -258,43 +249,68 @@ static const g4_preset *find_preset(const char *name) {
 
 const char *g4_model_preset_names(void) { return "e2b e4b 26b-a4b 31b 12b"; }
 
-g4_status g4_model_synthesize(const char *preset, const char *format, g4_backend *be, g4_model **out) {
-    *out = NULL;
-    int bits = 0, mxfp4 = 0;
-    if (!strcmp(format, "mlx4"))
-        bits = 4;
-    else if (!strcmp(format, "mlx8"))
-        bits = 8;
-    else if (!strcmp(format, "mxfp4"))
-        mxfp4 = 1;
-    else if (strcmp(format, "bf16") != 0)
+/* bits 4/8 for mlx4/mlx8, -1 for mxfp4, 0 for bf16; -2 when unknown. */
+static int format_bits(const char *format) {
+    if (!strcmp(format, "bf16")) return 0;
+    if (!strcmp(format, "mlx4")) return 4;
+    if (!strcmp(format, "mlx8")) return 8;
+    if (!strcmp(format, "mxfp4")) return -1;
+    return -2;
+}
+
+g4_status g4_model_preset_config(const char *preset, const char *format, const char **json, size_t *len) {
+    if (format_bits(format) == -2)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "unknown format '%s' (bf16, mlx4, mlx8 or mxfp4)", format);
     char variant[64];
     snprintf(variant, sizeof variant, "%s-mlx4", preset);
-    const g4_preset *p = (bits == 4 && find_preset(variant)) ? find_preset(variant) : find_preset(preset);
+    const g4_preset *p = (format_bits(format) == 4 && find_preset(variant)) ? find_preset(variant) : find_preset(preset);
     if (!p) return g4_fail(G4_ERR_NOT_FOUND, "no preset '%s' (have: %s)", preset, g4_model_preset_names());
+    *json = p->json;
+    *len = p->len;
+    return G4_OK;
+}
+
+g4_status g4_model_synthesize_json(const char *json, size_t len, const char *label, const char *format,
+                                   g4_backend *be, struct g4_synth_record *record, g4_model **out) {
+    *out = NULL;
+    const int bits = format_bits(format);
+    if (bits == -2) return g4_fail(G4_ERR_INVALID_ARGUMENT, "unknown format '%s' (bf16, mlx4, mlx8 or mxfp4)", format);
     g4_model *m = calloc(1, sizeof *m);
     if (!m) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     m->backend = be;
     m->synthetic = 1;
-    char path[96];
-    snprintf(path, sizeof path, "synthetic %s (%s)", preset, format);
+    m->synth_record = record;
+    char path[160];
+    snprintf(path, sizeof path, "synthetic %s (%s)", label, format);
     m->path = strdup(path);
-    m->text_prefix = "language_model.model.";
-    m->layout = (bits || mxfp4) ? G4_LAYOUT_MLX : G4_LAYOUT_HF;
-    g4_status st = g4_config_parse(p->json, p->len, p->name, &m->config);
-    if (st == G4_OK && strcmp(p->name, variant) != 0) {
+    /* quantised models as mlx-community converts them, bf16 ones as Hugging
+     * Face releases them */
+    m->text_prefix = bits ? "language_model.model." : "model.language_model.";
+    m->layout = bits ? G4_LAYOUT_MLX : G4_LAYOUT_HF;
+    g4_status st = m->path ? g4_config_parse(json, len, label, &m->config) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    g4_quant_config *q = &m->config.quant;
+    if (st == G4_OK && bits == 0 && q->present)
+        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: config.json has a quantization block; bf16 needs one without", label);
+    if (st == G4_OK && bits && !q->present) {
         /* no mlx-community recipe: quantise every module alike */
-        g4_quant_config *q = &m->config.quant;
-        q->present = bits || mxfp4;
-        q->defaults = mxfp4 ? (g4_quant_params){G4_QUANT_MXFP4, 4, 32}
-                            : (g4_quant_params){G4_QUANT_AFFINE, bits, 64};
+        q->present = 1;
+        q->defaults = bits < 0 ? (g4_quant_params){G4_QUANT_MXFP4, 4, 32} : (g4_quant_params){G4_QUANT_AFFINE, bits, 64};
     }
     if (st == G4_OK) st = load_text(m);
+    if (st == G4_OK && record && record->out_of_memory) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     if (st != G4_OK) {
         g4_model_release(m);
         return st;
     }
     *out = m;
     return G4_OK;
+}
+
+g4_status g4_model_synthesize(const char *preset, const char *format, g4_backend *be, g4_model **out) {
+    *out = NULL;
+    const char *json;
+    size_t len;
+    g4_status st = g4_model_preset_config(preset, format, &json, &len);
+    if (st != G4_OK) return st;
+    return g4_model_synthesize_json(json, len, preset, format, be, NULL, out);
 }

@@ -1,5 +1,7 @@
 #include "model/weight_loader.h"
 
+#include "model/synth_weights.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@ g4_status g4_loader_init(g4_weight_loader *L, g4_model *m) {
     memset(L, 0, sizeof *L);
     L->model = m;
     L->synthetic = m->synthetic;
+    L->record = m->synth_record;
     L->rng = 0x9e3779b97f4a7c15ull;
     if (!m->tensor_used) {
         m->tensor_used = calloc((m->tensors ? g4_st_count(m->tensors) : 0) + 1, 1);
@@ -113,38 +116,30 @@ static void *synthetic_alloc(g4_weight_loader *L, size_t bytes) {
     return p;
 }
 
-/* Fills n 16-bit words with values drawn by `kind`: 0 = bf16 weights in about
- * [-0.06, 0.06], 1 = small positive bf16 scales, 2 = small negative bf16
- * biases. Random bits, but never NaN, infinity or denormal. */
-static void fill_bf16(uint16_t *p, size_t n, uint64_t seed, int kind) {
-#pragma omp parallel for schedule(static)
-    for (size_t block = 0; block < (n + 4095) / 4096; block++) {
-        uint64_t x = seed ^ (block * 0x9e3779b97f4a7c15ull) ^ 0xd1b54a32d192ed03ull;
-        size_t end = (block + 1) * 4096 < n ? (block + 1) * 4096 : n;
-        for (size_t i = block * 4096; i < end; i++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            uint16_t mant = (uint16_t)(x & 0x7f), exp = (uint16_t)(117 + ((x >> 8) & 7)); /* 2^-10 .. 2^-3 */
-            uint16_t sign = kind == 0 ? (uint16_t)((x >> 12) & 1) : kind == 2;
-            if (kind == 1) exp = 119; /* ~0.004 */
-            p[i] = (uint16_t)(sign << 15 | exp << 7 | mant);
-        }
+/* One synthetic tensor [lead?, rows, cols] stored as `name`: recorded on a dry
+ * run (NULL, no problem), else made in memory. */
+static void *synthetic_tensor(g4_weight_loader *L, const char *name, g4_dtype dtype, int64_t n_lead, int64_t rows,
+                              int64_t cols, g4_synth_fill fill, uint64_t seed, g4_quant_params quant) {
+    const int64_t shape3[3] = {n_lead, rows, cols};
+    const int lead = n_lead > 0;
+    if (L->record) {
+        g4_synth_record_add(L->record, name, dtype, 2 + lead, shape3 + !lead, fill, seed, quant);
+        return NULL;
     }
+    size_t bytes = (size_t)(lead ? n_lead : 1) * (size_t)rows * (size_t)cols * g4_dtype_size(dtype);
+    void *p = synthetic_alloc(L, bytes);
+    if (!p) {
+        g4_loader_problem(L, "out of memory for synthetic %s", name);
+        return NULL;
+    }
+    g4_synth_fill_bytes(fill, seed, 0, p, bytes);
+    return p;
 }
 
-static void fill_bytes(unsigned char *p, size_t n, uint64_t seed, int e8m0) {
-#pragma omp parallel for schedule(static)
-    for (size_t block = 0; block < (n + 65535) / 65536; block++) {
-        uint64_t x = seed ^ (block * 0x9e3779b97f4a7c15ull) ^ 0x94d049bb133111ebull;
-        size_t end = (block + 1) * 65536 < n ? (block + 1) * 65536 : n;
-        for (size_t i = block * 65536; i < end; i++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            p[i] = e8m0 ? (unsigned char)(118 + (x & 3)) : (unsigned char)(x >> 24);
-        }
-    }
-}
-
-static void synthetic_matrix(g4_weight_loader *L, const char *module, int64_t n_lead, int64_t rows, int64_t cols,
-                             g4_matrix *out) {
+/* Made-up weights in the format config.json's quantization gives the module,
+ * under the names a checkpoint of the model's layout would use. */
+static void synthetic_matrix(g4_weight_loader *L, const char *module, int weight_suffix, int64_t n_lead,
+                             int64_t rows, int64_t cols, g4_matrix *out) {
     int64_t total = (n_lead > 0 ? n_lead : 1) * rows;
     g4_quant_params p = g4_config_quant_for(&L->model->config, module);
     size_t mlen = strlen(module);
@@ -153,56 +148,35 @@ static void synthetic_matrix(g4_weight_loader *L, const char *module, int64_t n_
     if (p.mode != G4_QUANT_NONE && (cols % p.group_size || (cols * p.bits) % 32))
         p.mode = G4_QUANT_NONE; /* MLX leaves such modules unquantised too */
     L->rng = L->rng * 6364136223846793005ull + 1442695040888963407ull;
+    const uint64_t seed = L->rng;
+    const g4_quant_params none = {G4_QUANT_NONE, 0, 0};
+    char wname[512], sname[512], bname[512];
+    snprintf(wname, sizeof wname, weight_suffix || p.mode != G4_QUANT_NONE ? "%s.weight" : "%s", module);
+    snprintf(sname, sizeof sname, "%s.scales", module);
+    snprintf(bname, sizeof bname, "%s.biases", module);
     out->rows = total;
     out->cols = cols;
     if (p.mode == G4_QUANT_NONE) {
-        uint16_t *w = synthetic_alloc(L, (size_t)total * cols * 2);
-        if (!w) {
-            g4_loader_problem(L, "out of memory for synthetic %s", module);
-            return;
-        }
-        fill_bf16(w, (size_t)total * cols, L->rng, 0);
         out->format = G4_WEIGHT_BF16;
-        out->data = w;
+        out->data = synthetic_tensor(L, wname, G4_DTYPE_BF16, n_lead, rows, cols, G4_SYNTH_WEIGHTS, seed, none);
         out->row_bytes = (size_t)cols * 2;
         return;
     }
     int64_t groups = cols / p.group_size;
-    size_t code_bytes = (size_t)total * (size_t)(cols * p.bits / 8);
-    unsigned char *codes = synthetic_alloc(L, code_bytes);
-    if (!codes) {
-        g4_loader_problem(L, "out of memory for synthetic %s", module);
-        return;
-    }
-    fill_bytes(codes, code_bytes, L->rng, 0);
-    out->data = codes;
+    out->data = synthetic_tensor(L, wname, G4_DTYPE_U32, n_lead, rows, cols * p.bits / 32, G4_SYNTH_CODES, seed, p);
     out->row_bytes = (size_t)(cols * p.bits / 8);
     out->bits = p.bits;
     out->group_size = p.group_size;
     if (p.mode == G4_QUANT_MXFP4) {
-        unsigned char *scales = synthetic_alloc(L, (size_t)total * groups);
-        if (!scales) {
-            g4_loader_problem(L, "out of memory for synthetic %s", module);
-            return;
-        }
-        fill_bytes(scales, (size_t)total * groups, L->rng + 1, 1);
         out->format = G4_WEIGHT_MXFP4;
-        out->scales = scales;
+        out->scales = synthetic_tensor(L, sname, G4_DTYPE_U8, n_lead, rows, groups, G4_SYNTH_E8M0, seed + 1, none);
         out->scale_dtype = G4_DTYPE_U8;
         out->scale_row_bytes = (size_t)groups;
         return;
     }
-    uint16_t *scales = synthetic_alloc(L, (size_t)total * groups * 2);
-    uint16_t *biases = synthetic_alloc(L, (size_t)total * groups * 2);
-    if (!scales || !biases) {
-        g4_loader_problem(L, "out of memory for synthetic %s", module);
-        return;
-    }
-    fill_bf16(scales, (size_t)total * groups, L->rng + 1, 1);
-    fill_bf16(biases, (size_t)total * groups, L->rng + 2, 2);
     out->format = G4_WEIGHT_AFFINE;
-    out->scales = scales;
-    out->biases = biases;
+    out->scales = synthetic_tensor(L, sname, G4_DTYPE_BF16, n_lead, rows, groups, G4_SYNTH_SCALES, seed + 1, none);
+    out->biases = synthetic_tensor(L, bname, G4_DTYPE_BF16, n_lead, rows, groups, G4_SYNTH_BIASES, seed + 2, none);
     out->scale_dtype = G4_DTYPE_BF16;
     out->scale_row_bytes = (size_t)groups * 2;
 }
@@ -211,7 +185,7 @@ void g4_loader_matrix(g4_weight_loader *L, const char *module, int weight_suffix
                       int64_t cols, g4_matrix *out) {
     memset(out, 0, sizeof *out);
     if (L->synthetic) {
-        synthetic_matrix(L, module, n_lead, rows, cols, out);
+        synthetic_matrix(L, module, weight_suffix, n_lead, rows, cols, out);
         return;
     }
     char wname[512], sname[512], bname[512], expected[96], got[96];
@@ -359,37 +333,46 @@ static int read_floats(const g4_st_tensor *t, float *dst, int64_t n) {
     return 1;
 }
 
+/* Synthetic norms and scalars are ones, stored as bf16 like real ones. */
+static void record_ones(g4_weight_loader *L, const char *name, int64_t n) {
+    const int64_t shape[1] = {n};
+    g4_synth_record_add(L->record, name, G4_DTYPE_BF16, 1, shape, G4_SYNTH_ONES, 0,
+                        (g4_quant_params){G4_QUANT_NONE, 0, 0});
+}
+
 float *g4_loader_vector(g4_weight_loader *L, const char *name, int64_t n) {
-    if (L->synthetic) {
-        float *host = malloc((size_t)n * sizeof *host);
-        if (!host) return NULL;
-        for (int64_t i = 0; i < n; i++) host[i] = 1.0f;
-        float *dev = g4_model_upload_floats(L->model, host, (size_t)n);
-        free(host);
-        L->model->n_params += (uint64_t)n;
-        return dev;
-    }
-    const g4_st_tensor *t = g4_loader_find(L, name);
-    if (!t) {
-        g4_loader_problem(L, "missing tensor %s (expected [%lld])", name, (long long)n);
+    return g4_loader_vector_scaled(L, name, n, 1.0f);
+}
+
+float *g4_loader_vector_scaled(g4_weight_loader *L, const char *name, int64_t n, float factor) {
+    const g4_st_tensor *t = NULL;
+    if (L->synthetic && L->record) {
+        record_ones(L, name, n);
         return NULL;
     }
-    int64_t elements = 1;
-    for (int d = 0; d < t->ndim; d++) elements *= t->shape[d];
-    int shape_ok = (t->ndim == 1 && t->shape[0] == n) || (n == 1 && elements == 1);
-    if (!shape_ok || !is_float_dtype(t->dtype)) {
-        char got[96];
-        format_shape(t, got, sizeof got);
-        g4_loader_problem(L, "tensor %s is %s %s; expected a float vector [%lld]", name, g4_dtype_name(t->dtype), got,
-                          (long long)n);
-        return NULL;
+    if (!L->synthetic) {
+        t = g4_loader_find(L, name);
+        if (!t) {
+            g4_loader_problem(L, "missing tensor %s (expected [%lld])", name, (long long)n);
+            return NULL;
+        }
+        int64_t elements = 1;
+        for (int d = 0; d < t->ndim; d++) elements *= t->shape[d];
+        int shape_ok = (t->ndim == 1 && t->shape[0] == n) || (n == 1 && elements == 1);
+        if (!shape_ok || !is_float_dtype(t->dtype)) {
+            char got[96];
+            format_shape(t, got, sizeof got);
+            g4_loader_problem(L, "tensor %s is %s %s; expected a float vector [%lld]", name, g4_dtype_name(t->dtype),
+                              got, (long long)n);
+            return NULL;
+        }
     }
     float *host = malloc((size_t)n * sizeof *host);
     if (!host) {
         g4_loader_problem(L, "out of memory loading %s", name);
         return NULL;
     }
-    read_floats(t, host, n);
+    for (int64_t i = 0; i < n; i++) host[i] = (t ? g4_load_as_f32(t->data, t->dtype, (size_t)i) : 1.0f) * factor;
     float *dev = g4_model_upload_floats(L->model, host, (size_t)n);
     free(host);
     if (!dev) g4_loader_problem(L, "out of backend memory loading %s", name);
@@ -398,7 +381,11 @@ float *g4_loader_vector(g4_weight_loader *L, const char *name, int64_t n) {
 }
 
 float g4_loader_scalar(g4_weight_loader *L, const char *name) {
-    if (L->synthetic) return 1.0f;
+    if (L->synthetic) {
+        if (L->record) record_ones(L, name, 1);
+        L->model->n_params += 1;
+        return 1.0f;
+    }
     const g4_st_tensor *t = g4_loader_find(L, name);
     if (!t) {
         g4_loader_problem(L, "missing tensor %s (expected a scalar)", name);

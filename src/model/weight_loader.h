@@ -22,6 +22,7 @@ typedef struct {
      * instead of being read. Never used for real checkpoints. */
     int synthetic;
     uint64_t rng;
+    struct g4_synth_record *record; /* dry run: record requests, allocate nothing */
 } g4_weight_loader;
 
 g4_status g4_loader_init(g4_weight_loader *L, g4_model *m);
@@ -44,6 +45,8 @@ void g4_loader_matrix(g4_weight_loader *L, const char *module, int weight_suffix
 /* A float vector of n elements (shape [n], or [] / [1] when n == 1) as a
  * float32 backend array owned by the model. */
 float *g4_loader_vector(g4_weight_loader *L, const char *name, int64_t n);
+/* The same, every element multiplied by `factor` in float32 once at load. */
+float *g4_loader_vector_scaled(g4_weight_loader *L, const char *name, int64_t n, float factor);
 /* A scalar tensor read on the host (0 and a problem if absent). */
 float g4_loader_scalar(g4_weight_loader *L, const char *name);
 

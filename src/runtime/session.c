@@ -22,6 +22,9 @@ g4_status g4_session_create(const g4_model *m, const g4_session_options *opt, g4
     int bs = s->opt.block_size;
     int full_blocks = (s->opt.n_ctx + bs - 1) / bs;
     int ring = g4_kv_ring_blocks(tc->sliding_window, s->opt.chunk, bs);
+    /* a context shorter than window + chunk fits whole: no slot is reused,
+     * and the sliding layers need no more blocks than the full ones */
+    if (ring > full_blocks) ring = full_blocks;
     g4_status st = g4_kv_pool_create(m, bs, full_blocks, ring, ring, &s->kv);
     if (st == G4_OK) st = g4_kv_seq_init(s->kv, &s->seq);
     if (st == G4_OK) st = g4_text_scratch_create(m, s->opt.chunk, s->opt.chunk, &s->scratch);
