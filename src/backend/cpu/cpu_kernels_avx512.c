@@ -1,12 +1,17 @@
 /* AVX-512 (F/BW/VL/DQ) kernels. Built with the AVX-512 flags (file suffix);
  * only reached when the processor has them (cpu_isa.c).
  *
- * Quantised weights are decoded 32 codes (one 16-byte block for 4-bit) at a
- * time straight into two vectors of 16 floats: nibbles are moved into their
- * lanes with vpermd + vpsrlvd, and vpermps maps the low 4 bits to a float
- * (0..15 for AFFINE, the E2M1 values for MXFP4), so no integer conversion is
- * needed. The affine scale multiplies a whole group's dot product and the
- * bias meets a precomputed group sum of x, so the inner loop is decode + FMA. */
+ * Decode, 4-bit codes (AFFINE 4 and MXFP4): x arrives interleaved (see
+ * cpu_interleave_x) so that a 64-byte load of 128 codes needs only a shift
+ * per 16 codes before vpermps maps the low 4 bits to a float (0..15 for
+ * AFFINE, the E2M1 values for MXFP4): no integer conversion, no lane
+ * crossing. 8-bit codes widen with vpmovzxbd; other widths pick their bytes
+ * with vpshufb and shift them into place with vpsrlvd. The affine scale
+ * multiplies a whole group's dot product and the bias meets a precomputed
+ * group sum of x, so the inner loop is decode + FMA. With one or two tokens
+ * several rows go at once, so that each x vector loaded feeds them all.
+ *
+ * Prefill: an 8-row x 32-token FMA micro-kernel over dequantised tiles. */
 #include <immintrin.h>
 #include <string.h>
 
