@@ -8,8 +8,7 @@
  * crossing. 8-bit codes widen with vpmovzxbd; other widths pick their bytes
  * with vpshufb and shift them into place with vpsrlvd. The affine scale
  * multiplies a whole group's dot product and the bias meets a precomputed
- * group sum of x, so the inner loop is decode + FMA. With one or two tokens
- * several rows go at once, so that each x vector loaded feeds them all.
+ * group sum of x, so the inner loop is decode + FMA.
  *
  * Prefill: an 8-row x 32-token FMA micro-kernel over dequantised tiles. */
 #include <immintrin.h>
@@ -140,9 +139,7 @@ ALWAYS_INLINE __m512 wide_step(const decoder *d, __m512i v, int s) {
     return _mm512_permutexvar_ps(s ? _mm512_srli_epi32(v, (unsigned)(4 * s)) : v, d->table);
 }
 
-/* R rows of W against T tokens. Rows go several at a time when there are
- * few tokens: each x vector loaded then feeds R rows, which matters once a
- * row of x no longer fits in L1 (the 31B's 21504 columns). */
+/* R rows of W against T tokens (R = 1 in use: see gemv_quant). */
 ALWAYS_INLINE void quant_rows(const cpu_gemv_args *a, const decoder *d, int64_t r, quant_kind kind, const int T,
                               const int R) {
     const g4_matrix *w = a->w;
@@ -275,9 +272,13 @@ ALWAYS_INLINE void quant_rows(const cpu_gemv_args *a, const decoder *d, int64_t 
             a->out[t * a->ldo + r + i] = _mm512_reduce_add_ps(total[i * T + t]) + bias_total[i * T + t];
 }
 
-/* Rows several at a time for 1 or 2 tokens (see quant_rows), then the rest. */
+/* One row at a time. Taking R rows together (each x vector loaded then feeds
+ * R FMAs) was measured here: the same speed from cache, but streaming from
+ * memory fell to half (bf16 35 -> 18 GB/s on one Zen 5 core), the
+ * interleaved row streams defeating the prefetchers, also for the 31B's
+ * 21504-wide rows. quant_rows keeps R for further experiments. */
 ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, quant_kind kind, const int T) {
-    const int R = T == 1 ? 4 : T == 2 ? 2 : 1;
+    const int R = 1;
     const decoder d = make_decoder(a->w, kind);
     int64_t r = r0;
     for (; r + R <= r1; r += R) quant_rows(a, &d, r, kind, T, R);
@@ -344,7 +345,7 @@ ALWAYS_INLINE void float_rows(const cpu_gemv_args *a, int64_t r, float_kind kind
 }
 
 ALWAYS_INLINE void gemv_float(const cpu_gemv_args *a, int64_t r0, int64_t r1, float_kind kind, const int T) {
-    const int R = T == 1 ? 4 : T == 2 ? 2 : 1;
+    const int R = 1; /* as gemv_quant */
     int64_t r = r0;
     for (; r + R <= r1; r += R) float_rows(a, r, kind, T, R);
     for (; r < r1; r++) float_rows(a, r, kind, T, 1);
