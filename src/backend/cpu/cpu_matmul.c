@@ -125,7 +125,10 @@ static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x,
     if (chunk_rows < 1) chunk_rows = 1;
     const int64_t n_chunks = (rows + chunk_rows - 1) / chunk_rows;
     const int threaded = n_chunks > 1 && rows * cols * n_tokens >= SERIAL_WORK;
-#pragma omp parallel for schedule(dynamic, 1) if (threaded)
+    /* guided: each thread starts on one long run of rows (a single stream the
+     * prefetchers follow: twice the bandwidth of interleaved 32 KB chunks,
+     * measured), and smaller runs at the end even out the finish */
+#pragma omp parallel for schedule(guided) if (threaded)
     for (int64_t ch = 0; ch < n_chunks; ch++) {
         const int64_t r0 = ch * chunk_rows, r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
         for (int64_t t0 = 0; t0 < n_tokens; t0 += k->max_tok) {
