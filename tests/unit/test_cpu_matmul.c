@@ -339,7 +339,8 @@ static void test_affine(void) {
             for (int di = 0; di < 3; di++) {
                 const int g = groups[gi];
                 /* shapes: one group, a few groups, 4096 + a group wide, and more
-                 * groups than the kernels convert parameters for at once (256) */
+                 * groups than the kernels convert parameters for at once (256;
+                 * from group 64 on also wide enough for decode in column panels) */
                 const int64_t shapes[5][2] = {{1, g}, {3, 4096 + g}, {17, 3 * g}, {250, 4096 + g}, {2, 259 * g}};
                 for (int s = 0; s < 5; s++) {
                     /* the largest shape: every group size with bf16 parameters (as MLX
@@ -375,8 +376,10 @@ static void test_affine_other_groups(void) {
 }
 
 static void test_mxfp4(void) {
-    const int64_t shapes[6][2] = {{1, 32}, {3, 4096 + 64}, {17, 96}, {250, 4096 + 64}, {2, 4096 + 32}, {2, 259 * 32}};
-    for (int s = 0; s < 6; s++) {
+    /* the last is wide enough for one-token decode in column panels */
+    const int64_t shapes[7][2] = {{1, 32},      {3, 4096 + 64}, {17, 96},       {250, 4096 + 64},
+                                  {2, 4096 + 32}, {2, 259 * 32}, {3, 12800 + 64}};
+    for (int s = 0; s < 7; s++) {
         test_matrix t;
         make_mxfp4_matrix(&t, shapes[s][0], shapes[s][1]);
         check_matrix(&t, "mxfp4");

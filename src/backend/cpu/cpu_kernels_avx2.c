@@ -5,7 +5,7 @@
  * of 8 floats (each 32-bit word of 4-bit codes is broadcast and shifted by
  * 0,4,..,28), the affine scale multiplies a group's dot product and the bias
  * meets a precomputed group sum of x. Decode handles up to 4 tokens at once
- * so that the accumulators fit in the 16 registers. */
+ * so that the accumulators fit in the 16 registers. Prefill: a 6-row x 16-token FMA micro-kernel. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -123,10 +123,9 @@ static float dot_n(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-/* R rows of W against T tokens; for 1 token two rows go together so that
- * each x vector loaded feeds both (rows of x longer than L1 otherwise cost
- * one L2 load per FMA). Accumulator arrays have fixed sizes (R*T*U <= 8) so
- * that the compiler keeps them in registers. */
+/* R rows of W against T tokens (R = 1 in use: see gemv_quant). Accumulator
+ * arrays have fixed sizes (R*T*U <= 8) so that the compiler keeps them in
+ * registers. */
 ALWAYS_INLINE void quant_rows(const cpu_gemv_args *a, const decoder *d, int64_t r, quant_kind kind, const int T,
                               const int R) {
     const g4_matrix *w = a->w;
@@ -205,8 +204,13 @@ ALWAYS_INLINE void quant_rows(const cpu_gemv_args *a, const decoder *d, int64_t 
         for (int t = 0; t < T; t++) a->out[t * a->ldo + r + i] = hsum(total[i * T + t]) + bias_total[i * T + t];
 }
 
+/* One row at a time. Taking R rows together (each x vector loaded then feeds
+ * R FMAs) was measured here: the same speed from cache, but streaming from
+ * memory fell to half (bf16 35 -> 18 GB/s on one Zen 5 core), the
+ * interleaved row streams defeating the prefetchers, also for the 31B's
+ * 21504-wide rows. quant_rows keeps R for further experiments. */
 ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, quant_kind kind, const int T) {
-    const int R = T == 1 ? 2 : 1;
+    const int R = 1;
     const decoder d = make_decoder(a->w);
     int64_t r = r0;
     for (; r + R <= r1; r += R) quant_rows(a, &d, r, kind, T, R);
@@ -274,7 +278,7 @@ ALWAYS_INLINE void float_rows(const cpu_gemv_args *a, int64_t r, float_kind kind
 }
 
 ALWAYS_INLINE void gemv_float(const cpu_gemv_args *a, int64_t r0, int64_t r1, float_kind kind, const int T) {
-    const int R = T == 1 ? 2 : 1;
+    const int R = 1; /* as gemv_quant */
     int64_t r = r0;
     for (; r + R <= r1; r += R) float_rows(a, r, kind, T, R);
     for (; r < r1; r++) float_rows(a, r, kind, T, 1);
