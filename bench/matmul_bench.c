@@ -1,12 +1,14 @@
 /* CPU matmul speed for the real Gemma 4 shapes, beside this machine's limits.
  *
- *   matmul_bench [--isa avx512|avx2|scalar|all] [--only decode|prefill] [--quick]
+ *   matmul_bench [--isa avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick]
  *
  * Decode (1 token): GB/s of weights streamed (g4_matrix_bytes / median time)
  * and the fraction of the measured memory bandwidth (and the best call's GB/s). Small matrices are cycled
  * through copies that together exceed the last-level cache, as the weights of
  * a whole model would. Prefill (512 tokens): GFLOP/s (2 * rows * cols *
- * tokens / best time) and the fraction of the measured FMA peak. Weights are
+ * tokens / best time) and the fraction of the measured FMA peak. Tower
+ * (--only tower): the vision tower's shapes at 2520 patches (280 soft
+ * tokens), cpu_matmul beside cpu_matmul_precise. Weights are
  * random: speed does not depend on their values. */
 #include <omp.h>
 #include <stdint.h>
@@ -36,6 +38,15 @@ static const shape decode_shapes[] = {
     {"e2b lm head 262144x1536", 262144, 1536},
     {"31b mlp 5376x21504", 5376, 21504},
 };
+/* vision towers: E2B/E4B (width 768, MLP 3072) and 26B/31B (1152, 4304) */
+static const shape tower_shapes[] = {
+    {"e2b vision qkvo 768x768", 768, 768},
+    {"e2b vision mlp 3072x768", 3072, 768},
+    {"e2b vision down 768x3072", 768, 3072},
+    {"31b vision mlp 4304x1152", 4304, 1152},
+    {"31b vision down 1152x4304", 1152, 4304},
+};
+enum { TOWER_TOKENS = 2520 };
 static const shape prefill_shapes[] = {
     {"e2b q/o-ish 2048x1536", 2048, 1536},
     {"e2b mlp up 6144x1536", 6144, 1536},
@@ -175,28 +186,30 @@ static void bench_decode(const format_spec *f, const shape *s, double bandwidth,
     free(times);
 }
 
-static void bench_prefill(const format_spec *f, const shape *s, double peak) {
+typedef void (*matmul_fn)(float *, const float *, int64_t, const g4_matrix *);
+
+static void bench_prefill(const format_spec *f, const shape *s, double peak, int64_t n, matmul_fn matmul,
+                          const char *label) {
     g4_matrix m;
     if (!make_matrix(&m, f, s->rows, s->cols)) {
         printf("  %-26s %-12s out of memory\n", s->name, f->name);
         return;
     }
-    const int64_t n = PREFILL_TOKENS;
     float *x = malloc((size_t)(n * s->cols) * sizeof *x), *out = malloc((size_t)(n * s->rows) * sizeof *out);
     for (int64_t i = 0; i < n * s->cols; i++) x[i] = (float)(next_random() % 2001) * 1e-3f - 1.0f;
-    cpu_matmul(out, x, n, &m);
+    matmul(out, x, n, &m);
     const double flops = 2.0 * (double)s->rows * (double)s->cols * (double)n;
     double times[5];
     int reps = flops > 5e10 ? 2 : 5;
     for (int i = 0; i < reps; i++) {
         double a = g4_now_seconds();
-        cpu_matmul(out, x, n, &m);
+        matmul(out, x, n, &m);
         times[i] = g4_now_seconds() - a;
     }
     qsort(times, (size_t)reps, sizeof *times, cmp_double);
     double gf = flops / times[0] / 1e9;
-    printf("  %-26s %-12s %9.1f ms %8.1f GFLOP/s %5.0f%% of peak\n", s->name, f->name, times[0] * 1e3, gf,
-           100.0 * gf / peak);
+    printf("  %-26s %-12s %-8s %9.1f ms %8.1f GFLOP/s %5.0f%% of peak\n", s->name, f->name, label, times[0] * 1e3,
+           gf, 100.0 * gf / peak);
     free_matrix(&m);
     free(x);
     free(out);
@@ -211,7 +224,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else {
-            fprintf(stderr, "usage: %s [--isa avx512|avx2|scalar|all] [--only decode|prefill] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--isa avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick]\n", argv[0]);
             return 2;
         }
     }
@@ -222,6 +235,14 @@ int main(int argc, char **argv) {
         double bandwidth = g4_measure_memory_bandwidth();
         double peak = g4_measure_cpu_flops();
         printf("\n== %s: memory bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s\n", cpu_isa_name(), bandwidth, peak);
+        if (strcmp(only, "tower") == 0) {
+            printf("vision tower, %d tokens (bf16):\n", TOWER_TOKENS);
+            for (size_t si = 0; si < sizeof tower_shapes / sizeof tower_shapes[0]; si++) {
+                bench_prefill(&formats[0], &tower_shapes[si], peak, TOWER_TOKENS, cpu_matmul, "float32");
+                bench_prefill(&formats[0], &tower_shapes[si], peak, TOWER_TOKENS, cpu_matmul_precise, "precise");
+            }
+            continue;
+        }
         if (strcmp(only, "prefill") != 0) printf("decode, 1 token:\n");
         for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++)
             for (size_t si = 0; si < sizeof decode_shapes / sizeof decode_shapes[0]; si++) {
@@ -239,7 +260,7 @@ int main(int argc, char **argv) {
                 if ((quick && si != 1) || strcmp(only, "decode") == 0) continue;
                 /* the 31B shape takes minutes without SIMD */
                 if (level == CPU_ISA_SCALAR && prefill_shapes[si].cols > 8192) continue;
-                bench_prefill(&formats[fi], &prefill_shapes[si], peak);
+                bench_prefill(&formats[fi], &prefill_shapes[si], peak, PREFILL_TOKENS, cpu_matmul, "");
             }
     }
     return 0;

@@ -88,6 +88,10 @@ typedef struct {
 
     /* out[t][r] = sum_c W[r][c] x[t][c] */
     void (*matmul)(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
+    /* The same with smaller rounding error where the backend has a way (CPU:
+     * float64 sums across runs of 32 columns). The vision tower uses it: its
+     * float32 error is what the decoder amplifies most. */
+    void (*matmul_precise)(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
     /* out[i][:] = row ids[i] of table, times scale. ids are backend memory. */
     void (*embed)(g4_backend *be, float *out, const g4_matrix *table, const int32_t *ids, int n, float scale);
     /* y = x / sqrt(mean(x^2) + eps) * w (w may be NULL: no scale), per row. In place allowed. */

@@ -171,7 +171,7 @@ static void clipped_apply(g4_backend *be, const clipped_linear *l, float *out, c
         be->ops->clamp(be, xc, x, l->in_lo, l->in_hi, (size_t)n * l->w.cols);
         in = xc;
     }
-    be->ops->matmul(be, out, in, n, &l->w);
+    be->ops->matmul_precise(be, out, in, n, &l->w);
     if (l->clipped) be->ops->clamp(be, out, out, l->out_lo, l->out_hi, (size_t)n * l->w.rows);
 }
 
@@ -300,7 +300,7 @@ g4_status g4_vision_encode(const g4_model *m, const float *pixel_values, const i
         /* patch embedding: input_proj(2 (p - 1/2)) + table[x] + table[P + y] */
         be->ops->to_device(be, s.h, pixel_values, (size_t)n * patch_values * sizeof(float));
         be->ops->affine(be, s.h, s.h, 2.0f, -1.0f, (size_t)n * patch_values);
-        be->ops->matmul(be, s.a, s.h, n, &v->input_proj);
+        be->ops->matmul_precise(be, s.a, s.h, n, &v->input_proj);
         be->ops->embed(be, s.q, &v->pos_table, s.ids, n, 1.0f);
         be->ops->embed(be, s.k, &v->pos_table, s.ids + n, n, 1.0f);
         be->ops->add(be, s.h, s.a, s.q, (size_t)n * Dv);
@@ -317,7 +317,7 @@ g4_status g4_vision_encode(const g4_model *m, const float *pixel_values, const i
         if (!out)
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
         else
-            be->ops->matmul(be, out, s.a, kept, &v->embed_proj);
+            be->ops->matmul_precise(be, out, s.a, kept, &v->embed_proj);
     }
     if (s.kv) be->ops->kv_free(be, s.kv);
     for (size_t i = 0; i < sizeof fbufs / sizeof fbufs[0]; i++)

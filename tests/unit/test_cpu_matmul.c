@@ -199,6 +199,43 @@ static int outputs_match(const float *out, const float *ref, const double *row_n
     return ok;
 }
 
+/* cpu_matmul_precise against float64 dot products of the same dequantised
+ * weights (cpu_matrix_row; affine dequantisation may fuse scale * q + bias
+ * into one rounding where the reference accessor does not): both are
+ * float64 sums of exact products in different orders, so each output lies
+ * within one float32 rounding of the other, plus 1e-12 |w||x| for the sums'
+ * own rounding. */
+static float *same_weights_reference(const g4_matrix *w, const float *x, int64_t n_tokens) {
+    const int64_t rows = w->rows, cols = w->cols;
+    float *row = malloc((size_t)cols * sizeof *row), *ref = malloc((size_t)(n_tokens * rows) * sizeof *ref);
+    for (int64_t r = 0; r < rows; r++) {
+        cpu_matrix_row(w, r, 1.0f, row);
+        for (int64_t t = 0; t < n_tokens; t++) {
+            double acc = 0;
+            for (int64_t c = 0; c < cols; c++) acc += (double)row[c] * x[t * cols + c];
+            ref[t * rows + r] = (float)acc;
+        }
+    }
+    free(row);
+    return ref;
+}
+
+static int precise_matches(const float *out, const float *ref, const double *row_norm, const double *x_norm,
+                           int64_t n_tokens, int64_t rows, const char *what) {
+    int ok = 1;
+    for (int64_t t = 0; t < n_tokens && ok; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double o = out[t * rows + r], e = ref[t * rows + r];
+            if (!(fabs(o - e) <= fabs(e) * 0x1p-23 + 1e-12 * row_norm[r] * x_norm[t])) {
+                fprintf(stderr, "  %s: (t=%lld, r=%lld) %.9g, reference %.9g\n", what, (long long)t, (long long)r, o,
+                        e);
+                ok = 0;
+                break;
+            }
+        }
+    return ok;
+}
+
 static float *poisoned(size_t n) {
     float *p = malloc(n * sizeof *p);
     for (size_t i = 0; i < n; i++) p[i] = NAN;
@@ -243,6 +280,21 @@ static void check_matrix(test_matrix *t, const char *label) {
             CHECK(outputs_match(out, ref, row_norm, x_norm, n, rows, 0, rows, what), "%s", what);
             free(out);
         }
+
+        /* the float64-accumulating variant the vision tower uses, against this
+         * level's own dequantisation */
+        static const int64_t precise_counts[] = {1, 15, 33}; /* a half block, one, a full block and a half */
+        float *same_w_ref = same_weights_reference(w, x, 33);
+        for (size_t k = 0; k < sizeof precise_counts / sizeof precise_counts[0]; k++) {
+            const int64_t n = precise_counts[k];
+            float *out = poisoned((size_t)(n * rows));
+            cpu_matmul_precise(out, x, n, w);
+            snprintf(what, sizeof what, "%s %lldx%lld %s precise n_tokens=%lld", label, (long long)rows,
+                     (long long)cols, isa, (long long)n);
+            CHECK(precise_matches(out, same_w_ref, row_norm, x_norm, n, rows, what), "%s", what);
+            free(out);
+        }
+        free(same_w_ref);
 
         /* a row view from the middle */
         if (rows >= 3) {

@@ -43,6 +43,11 @@ static void cpu_matmul_op(g4_backend *be, float *out, const float *x, int n_toke
     cpu_matmul(out, x, n_tokens, w);
 }
 
+static void cpu_matmul_precise_op(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w) {
+    (void)be;
+    cpu_matmul_precise(out, x, n_tokens, w);
+}
+
 static void cpu_embed(g4_backend *be, float *out, const g4_matrix *table, const int32_t *ids, int n,
                       float scale) {
     (void)be;
@@ -168,6 +173,7 @@ static const g4_backend_ops cpu_ops = {
     .prepare_matrix = cpu_prepare_matrix,
     .synchronize = cpu_synchronize,
     .matmul = cpu_matmul_op,
+    .matmul_precise = cpu_matmul_precise_op,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -50,6 +50,13 @@ typedef struct {
     void (*gemm_micro)(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc);
     void (*gemm_micro_half)(const float *a, int64_t lda, int64_t kc, const float *b, float *c, int64_t ldc);
     int mr, nr;
+    /* Precise prefill, all in float64: c[i*ldc + j] += sum_{k<kc} a[i*lda + k] * b[k*ldb + j]
+     * for i < f64_mr, j < f64_nr (b: float32 packed tokens, row stride
+     * ldb, a multiple of f64_nr; 32-byte aligned). f64_mr divides the
+     * prefill's W tile height. */
+    void (*gemm_micro_f64)(const double *a, int64_t lda, int64_t kc, const float *b, int64_t ldb, double *c,
+                           int64_t ldc);
+    int f64_mr, f64_nr;
     int max_tok;
     int prefill_min_tokens; /* from here on the tiled prefill path is faster (measured) */
     /* Codes per 32-bit word for which gemv wants interleaved x, or 0. */

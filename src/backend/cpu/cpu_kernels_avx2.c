@@ -404,6 +404,32 @@ static void gemm_micro_half(const float *a, int64_t lda, int64_t kc, const float
     gemm_block(a, lda, kc, b, c, ldc, 1);
 }
 
+/* 4 rows x 8 tokens in float64: 8 accumulators; per k two packed-x loads
+ * widened to double and four weight broadcasts. */
+enum { F64_MR = 4 };
+static void gemm_micro_f64(const double *a, int64_t lda, int64_t kc, const float *b, int64_t ldb, double *c,
+                           int64_t ldc) {
+    __m256d acc[F64_MR][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < F64_MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_pd();
+    for (int64_t k = 0; k < kc; k++) {
+        const __m256d b0 = _mm256_cvtps_pd(_mm_load_ps(b + k * ldb));
+        const __m256d b1 = _mm256_cvtps_pd(_mm_load_ps(b + k * ldb + 4));
+#pragma GCC unroll 4
+        for (int i = 0; i < F64_MR; i++) {
+            const __m256d ai = _mm256_broadcast_sd(a + i * lda + k);
+            acc[i][0] = _mm256_fmadd_pd(ai, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_pd(ai, b1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < F64_MR; i++) {
+        double *ci = c + i * ldc;
+        _mm256_storeu_pd(ci, _mm256_add_pd(_mm256_loadu_pd(ci), acc[i][0]));
+        _mm256_storeu_pd(ci + 4, _mm256_add_pd(_mm256_loadu_pd(ci + 4), acc[i][1]));
+    }
+}
+
 static float read_sum(const float *p, int64_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     for (int64_t i = 0; i + 32 <= n; i += 32) {
@@ -446,6 +472,9 @@ const cpu_kernel_table cpu_kernels_avx2 = {
     .prefill_min_tokens = 8,
     .mr = MR,
     .nr = NR,
+    .gemm_micro_f64 = gemm_micro_f64,
+    .f64_mr = F64_MR,
+    .f64_nr = 8,
     .max_tok = MAX_TOK,
     .x_interleave = x_interleave,
     .lanes = 8,

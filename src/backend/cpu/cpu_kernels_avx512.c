@@ -492,6 +492,32 @@ static void gemm_micro_half(const float *a, int64_t lda, int64_t kc, const float
     gemm_block(a, lda, kc, b, c, ldc, 1);
 }
 
+/* 8 rows x 16 tokens in float64: 16 accumulators; per k two packed-x loads
+ * widened to double and eight weight broadcasts (folded into the FMAs). */
+enum { F64_MR = 8 };
+static void gemm_micro_f64(const double *a, int64_t lda, int64_t kc, const float *b, int64_t ldb, double *c,
+                           int64_t ldc) {
+    __m512d acc[F64_MR][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < F64_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_pd();
+    for (int64_t k = 0; k < kc; k++) {
+        const __m512d b0 = _mm512_cvtps_pd(_mm256_load_ps(b + k * ldb));
+        const __m512d b1 = _mm512_cvtps_pd(_mm256_load_ps(b + k * ldb + 8));
+#pragma GCC unroll 8
+        for (int i = 0; i < F64_MR; i++) {
+            const __m512d ai = _mm512_set1_pd(a[i * lda + k]);
+            acc[i][0] = _mm512_fmadd_pd(ai, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_pd(ai, b1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < F64_MR; i++) {
+        double *ci = c + i * ldc;
+        _mm512_storeu_pd(ci, _mm512_add_pd(_mm512_loadu_pd(ci), acc[i][0]));
+        _mm512_storeu_pd(ci + 8, _mm512_add_pd(_mm512_loadu_pd(ci + 8), acc[i][1]));
+    }
+}
+
 static float read_sum(const float *p, int64_t n) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
@@ -535,6 +561,9 @@ const cpu_kernel_table cpu_kernels_avx512 = {
     .prefill_min_tokens = 16,
     .mr = MR,
     .nr = NR,
+    .gemm_micro_f64 = gemm_micro_f64,
+    .f64_mr = F64_MR,
+    .f64_nr = 16,
     .max_tok = CPU_DECODE_TOKENS,
     .x_interleave = x_interleave,
     .lanes = 16,

@@ -139,6 +139,18 @@ static void gemm_micro_half(const float *a, int64_t lda, int64_t kc, const float
     gemm_block(a, lda, kc, b, c, ldc, NR / 2);
 }
 
+enum { F64_MR = 4, F64_NR = 4 };
+
+static void gemm_micro_f64(const double *a, int64_t lda, int64_t kc, const float *b, int64_t ldb, double *c,
+                           int64_t ldc) {
+    double acc[F64_MR][F64_NR] = {{0}};
+    for (int64_t k = 0; k < kc; k++)
+        for (int i = 0; i < F64_MR; i++)
+            for (int j = 0; j < F64_NR; j++) acc[i][j] += a[i * lda + k] * (double)b[k * ldb + j];
+    for (int i = 0; i < F64_MR; i++)
+        for (int j = 0; j < F64_NR; j++) c[i * ldc + j] += acc[i][j];
+}
+
 static float read_sum(const float *p, int64_t n) {
     float s[8] = {0};
     for (int64_t i = 0; i + 8 <= n; i += 8)
@@ -169,6 +181,9 @@ const cpu_kernel_table cpu_kernels_scalar = {
     .prefill_min_tokens = 8,
     .mr = MR,
     .nr = NR,
+    .gemm_micro_f64 = gemm_micro_f64,
+    .f64_mr = F64_MR,
+    .f64_nr = F64_NR,
     .max_tok = CPU_DECODE_TOKENS,
     .x_interleave = x_interleave,
     .lanes = 1,

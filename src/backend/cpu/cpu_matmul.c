@@ -47,7 +47,8 @@ int cpu_kernels_fast_layout(const g4_matrix *w) {
 const char *cpu_isa_name(void) { return cpu_isa_level_name(cpu_isa_active()); }
 
 /* Any layout the fast kernels refuse: dequantise rows with the reference
- * accessors and dot in float32. */
+ * accessors and dot (float64 sums: this path is slow anyway, and so it also
+ * serves cpu_matmul_precise). */
 static void matmul_generic(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
     const int64_t rows = w->rows, cols = w->cols;
 #pragma omp parallel
@@ -59,9 +60,9 @@ static void matmul_generic(float *out, const float *x, int64_t n_tokens, const g
             g4_matrix_rows_to_f32(w, r, 1, row);
             for (int64_t t = 0; t < n_tokens; t++) {
                 const float *xt = x + t * cols;
-                float acc = 0;
-                for (int64_t c = 0; c < cols; c++) acc += row[c] * xt[c];
-                out[t * rows + r] = acc;
+                double acc = 0;
+                for (int64_t c = 0; c < cols; c++) acc += (double)row[c] * (double)xt[c];
+                out[t * rows + r] = (float)acc;
             }
         }
         free(row);
@@ -238,8 +239,33 @@ static void pack_tokens(float *xp, const float *x, int64_t n_tokens, int64_t col
     }
 }
 
+typedef void (*gemm_micro_fn)(const float *, int64_t, int64_t, const float *, float *, int64_t);
+
+/* Precise prefill's inner step: the float32 W tile (n_rows x nc, row stride
+ * TILE_COLS) widened into dtile (rows padded with zeros to f64_mr),
+ * then float64 micro-kernels over every token block of the chunk into the
+ * float64 accumulators. Products of two floats are exact in double, so the
+ * only rounding left is the float64 sum's. */
+static void tile_f64(const cpu_kernel_table *k, const float *tile, double *dtile, int64_t n_rows, int64_t nc,
+                     const float *xp, int64_t cols, int64_t c0, int64_t b0, int64_t nb, int64_t n_tokens,
+                     double *dacc, int64_t ldc) {
+    const int64_t padded = (n_rows + k->f64_mr - 1) / k->f64_mr * k->f64_mr;
+    for (int64_t i = 0; i < padded; i++)
+        for (int64_t c = 0; c < nc; c++) dtile[i * TILE_COLS + c] = i < n_rows ? (double)tile[i * TILE_COLS + c] : 0.0;
+    for (int64_t b = 0; b < nb; b++) {
+        const int wb = block_width(b0 + b, n_tokens, k->nr);
+        const float *xb = xp + (b0 + b) * cols * k->nr + c0 * wb;
+        for (int64_t i = 0; i < padded; i += k->f64_mr)
+            for (int j = 0; j < wb; j += k->f64_nr)
+                k->gemm_micro_f64(dtile + i * TILE_COLS, TILE_COLS, nc, xb + j, wb, dacc + i * ldc + b * k->nr + j,
+                                  ldc);
+    }
+}
+
+/* precise: W tiles widened to float64 and float64 sums throughout (see
+ * tile_f64); otherwise float32 throughout. */
 static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x, int64_t n_tokens,
-                           const g4_matrix *w) {
+                           const g4_matrix *w, int precise) {
     const int64_t rows = w->rows, cols = w->cols;
     const int mr = k->mr, nr = k->nr;
     const int64_t tile_rows = mr * (TILE_ROW_TARGET / mr);
@@ -249,15 +275,20 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
     const int64_t n_chunks = (n_blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
     const int threaded = n_row_tiles * n_chunks > 1 && rows * cols * n_tokens >= SERIAL_WORK;
     const int chunk_major = (size_t)(n_blocks * cols * nr) * sizeof(float) > PACKED_X_CACHED;
-    /* all scratch at once (packed tokens, then a W tile and an accumulator
-     * tile per thread), so that a failed allocation can still take the
-     * slower decode path rather than leave outputs unwritten */
+    /* all scratch at once (packed tokens, then per thread a W tile, an
+     * accumulator tile and -- precise -- the W tile in float64), so that a
+     * failed allocation can still take a slower path rather than leave
+     * outputs unwritten. Doubles take two floats; every part stays 8-byte
+     * aligned (all sizes are even). */
     const size_t xp_floats = (size_t)(n_blocks * cols * nr);
-    const size_t per_thread = (size_t)(tile_rows * TILE_COLS + tile_rows * ldc);
+    const size_t tile_floats = (size_t)(tile_rows * TILE_COLS);
+    const size_t acc_floats = (size_t)(tile_rows * ldc) * (precise ? 2 : 1);
+    const size_t per_thread = tile_floats + acc_floats + (precise ? 2 * tile_floats : 0);
     const int n_threads = threaded ? omp_get_max_threads() : 1;
     float *scratch = alloc_floats(xp_floats + (size_t)n_threads * per_thread);
     if (!scratch) {
-        matmul_decode(k, out, x, n_tokens, w);
+        if (precise) matmul_generic(out, x, n_tokens, w);
+        else matmul_decode(k, out, x, n_tokens, w);
         return;
     }
     float *xp = scratch;
@@ -265,7 +296,8 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
     {
         pack_tokens(xp, x, n_tokens, cols, nr, n_blocks); /* ends with a barrier */
         float *tile = scratch + xp_floats + (size_t)omp_get_thread_num() * per_thread;
-        float *acc = tile + tile_rows * TILE_COLS;
+        float *acc = tile + tile_floats;
+        double *dacc = (double *)acc, *dtile = (double *)(acc + acc_floats);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_row_tiles * n_chunks; item++) {
             /* Neighbouring items share a row tile while the packed tokens stay in
@@ -277,23 +309,27 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
             const int64_t n_rows = rows - r0 < tile_rows ? rows - r0 : tile_rows;
             const int64_t padded_rows = (n_rows + mr - 1) / mr * mr;
             const int64_t nb = n_blocks - b0 < CHUNK_BLOCKS ? n_blocks - b0 : CHUNK_BLOCKS;
-            memset(acc, 0, (size_t)(padded_rows * ldc) * sizeof *acc);
+            memset(acc, 0, (size_t)(tile_rows * ldc) * (precise ? sizeof *dacc : sizeof *acc));
             for (int64_t c0 = 0; c0 < cols; c0 += TILE_COLS) {
                 const int64_t nc = cols - c0 < TILE_COLS ? cols - c0 : TILE_COLS;
                 for (int64_t i = 0; i < n_rows; i++) k->dequant_row(w, r0 + i, c0, nc, tile + i * TILE_COLS);
+                if (precise) {
+                    tile_f64(k, tile, dtile, n_rows, nc, xp, cols, c0, b0, nb, n_tokens, dacc, ldc);
+                    continue;
+                }
                 for (int64_t i = n_rows; i < padded_rows; i++) memset(tile + i * TILE_COLS, 0, (size_t)nc * sizeof *tile);
                 for (int64_t b = 0; b < nb; b++) {
                     const int wb = block_width(b0 + b, n_tokens, nr);
                     const float *xb = xp + (b0 + b) * cols * nr + c0 * wb;
-                    void (*micro)(const float *, int64_t, int64_t, const float *, float *, int64_t) =
-                        wb == nr ? k->gemm_micro : k->gemm_micro_half;
+                    gemm_micro_fn micro = wb == nr ? k->gemm_micro : k->gemm_micro_half;
                     for (int64_t i = 0; i < padded_rows; i += mr)
                         micro(tile + i * TILE_COLS, TILE_COLS, nc, xb, acc + i * ldc + b * nr, ldc);
                 }
             }
             const int64_t t0 = b0 * nr, t1 = t0 + nb * nr < n_tokens ? t0 + nb * nr : n_tokens;
             for (int64_t t = t0; t < t1; t++)
-                for (int64_t i = 0; i < n_rows; i++) out[t * rows + r0 + i] = acc[i * ldc + (t - t0)];
+                for (int64_t i = 0; i < n_rows; i++)
+                    out[t * rows + r0 + i] = precise ? (float)dacc[i * ldc + (t - t0)] : acc[i * ldc + (t - t0)];
         }
     }
     free(scratch);
@@ -311,7 +347,20 @@ void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w
     }
     const cpu_kernel_table *k = cpu_kernels_for(cpu_isa_active());
     if (n_tokens < k->prefill_min_tokens) matmul_decode(k, out, x, n_tokens, w);
-    else matmul_prefill(k, out, x, n_tokens, w);
+    else matmul_prefill(k, out, x, n_tokens, w, 0);
+}
+
+void cpu_matmul_precise(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
+    if (n_tokens <= 0 || w->rows <= 0) return;
+    if (w->cols <= 0) {
+        memset(out, 0, (size_t)(n_tokens * w->rows) * sizeof *out);
+        return;
+    }
+    if (!cpu_kernels_fast_layout(w)) {
+        matmul_generic(out, x, n_tokens, w);
+        return;
+    }
+    matmul_prefill(cpu_kernels_for(cpu_isa_active()), out, x, n_tokens, w, 1);
 }
 
 void cpu_matrix_row(const g4_matrix *w, int64_t r, float scale, float *out) {

@@ -207,6 +207,7 @@ static const g4_backend_ops cuda_ops = {
     .prepare_matrix = cuda_prepare_matrix,
     .synchronize = cuda_synchronize,
     .matmul = cuda_matmul,
+    .matmul_precise = cuda_matmul, /* float32 accumulation already; GPU tolerance is bf16-sized */
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
