@@ -86,6 +86,20 @@ typedef struct {
     /* Waits for queued work (no-op on CPU). */
     void (*synchronize)(g4_backend *be);
 
+    /* Recording (optional: NULL where the backend has none, as on CPU). Ops
+     * issued between graph_begin and graph_end are recorded, not run;
+     * graph_launch runs the recording again, reading whatever the same
+     * buffers then hold. So a recording fits any call whose launches depend
+     * only on shapes and buffer addresses (a decode step). graph_begin
+     * returns 0 when recording is off; graph_end returns NULL when the
+     * recording failed (nothing ran: run the ops instead); graph_launch
+     * returns 0, running nothing, when the recording is stale because the
+     * backend moved one of its own buffers since (record again). */
+    int (*graph_begin)(g4_backend *be);
+    void *(*graph_end)(g4_backend *be);
+    int (*graph_launch)(g4_backend *be, void *graph);
+    void (*graph_free)(g4_backend *be, void *graph);
+
     /* out[t][r] = sum_c W[r][c] x[t][c] */
     void (*matmul)(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
     /* The same with smaller rounding error where the backend has a way (CPU:

@@ -23,6 +23,11 @@ g4_status g4_cuda_status(g4_backend *be) {
     return g4_fail(G4_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }
 
+long g4_cuda_graph_launches(const g4_backend *be) {
+    (void)be;
+    return 0;
+}
+
 size_t g4_cuda_memory_used(g4_backend *be) {
     (void)be;
     return 0;

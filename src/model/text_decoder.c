@@ -4,6 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A recorded forward pass (backend graph_* ops) and the batch shape it was
+ * recorded for: its launches depend on these and on nothing else. */
+typedef struct {
+    int n_tokens, n_logit_rows, full_table_stride, ring_blocks;
+    const void *full_tables, *sliding_tables, *kv;
+    int seen;       /* run once already: every buffer has its size */
+    void *graph;    /* recording, or NULL */
+    unsigned long last_use;
+} recorded_forward;
+
+enum {
+    RECORDED_SHAPES = 16, /* batch shapes kept recorded (least recently used goes) */
+    RECORD_MAX_TOKENS = 64, /* decode batches; prefill chunks run their ops directly */
+};
+
 /* Backend buffers for one batch; sized once for `cap` rows. */
 struct g4_text_scratch {
     g4_backend *be;
@@ -17,6 +32,8 @@ struct g4_text_scratch {
     int32_t *moe_ids;
     float *hsel, *logits;
     int32_t *host_ids; /* placeholder-free ids staged on the host */
+    recorded_forward recorded[RECORDED_SHAPES];
+    unsigned long uses;
 };
 
 static void *scratch_alloc(g4_text_scratch *s, size_t bytes, int *ok) {
@@ -86,6 +103,8 @@ g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logi
 
 void g4_text_scratch_free(g4_text_scratch *s) {
     if (!s) return;
+    for (int i = 0; i < RECORDED_SHAPES; i++)
+        if (s->recorded[i].graph) s->be->ops->graph_free(s->be, s->recorded[i].graph);
     void *bufs[] = {s->ids, s->ple_ids, s->pos, s->seq, s->kv_range, s->mm_rows, s->logit_rows, s->full_tables,
                     s->sliding_tables, s->h, s->a, s->t1, s->q, s->k, s->v, s->attn, s->gate, s->up, s->ple_all,
                     s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->moe_out, s->moe_ids,
@@ -232,11 +251,111 @@ static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int
     be->ops->add(be, s->h, s->h, s->t1, (size_t)n * d);
 }
 
+/* Everything after the uploads: embeddings through the logits, all on
+ * backend buffers (recordable when there are no soft tokens, hooks or
+ * hidden-state copies). */
+static g4_status run_ops(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, const g4_text_batch *b) {
+    g4_backend *be = m->backend;
+    const g4_text_config *tc = &m->config.text;
+    const int n = b->n_tokens, d = tc->hidden_size;
+    g4_attn_batch ab = {
+        .n_tokens = n,
+        .pos = s->pos,
+        .seq = s->seq,
+        .kv_range = s->kv_range,
+        .full_tables = s->full_tables,
+        .full_table_stride = b->full_table_stride,
+        .sliding_tables = s->sliding_tables,
+        .ring_blocks = kv->ring_blocks,
+        .block_size = kv->block_size,
+    };
+
+    be->ops->embed(be, s->h, &m->text.embed, s->ids, n, m->text.embed_scale);
+    if (b->n_mm > 0) {
+        if (b->n_mm > n) return g4_fail(G4_ERR_INVALID_ARGUMENT, "more soft tokens than rows");
+        be->ops->to_device(be, s->mm_rows, b->mm_rows, (size_t)b->n_mm * 4);
+        be->ops->scatter_rows(be, s->h, s->mm_rows, b->mm_embeds, b->n_mm, d);
+    }
+    if (b->hook) b->hook(b->hook_ctx, "embed", s->h, n, d);
+    if (tc->ple_dim > 0) per_layer_inputs(m, s, n);
+    for (int i = 0; i < tc->n_layers; i++) {
+        attention_block(m, kv, s, i, n, &ab);
+        feed_forward_block(m, s, i, n);
+        if (tc->ple_dim > 0) per_layer_embedding_block(m, s, i, n);
+        be->ops->scale(be, s->h, s->h, m->text.layers[i].layer_scalar, (size_t)n * d);
+        if (b->hook && i == 0) b->hook(b->hook_ctx, "layer0", s->h, n, d);
+    }
+    if (b->hook) {
+        b->hook(b->hook_ctx, "last_prenorm", s->h, n, d);
+        be->ops->rmsnorm(be, s->a, s->h, m->text.final_norm, n, d, tc->rms_eps);
+        b->hook(b->hook_ctx, "final_norm", s->a, n, d);
+    }
+    if (b->n_logit_rows > 0) {
+        const int R = b->n_logit_rows;
+        be->ops->gather_rows(be, s->hsel, s->h, s->logit_rows, R, d);
+        be->ops->rmsnorm(be, s->hsel, s->hsel, m->text.final_norm, R, d, tc->rms_eps);
+        if (b->hidden_out) be->ops->to_host(be, b->hidden_out, s->hsel, (size_t)R * d * sizeof(float));
+        be->ops->matmul(be, s->logits, s->hsel, R, &m->text.embed);
+        if (tc->final_softcap > 0)
+            be->ops->softcap(be, s->logits, (size_t)R * tc->vocab_size, tc->final_softcap);
+    }
+    return G4_OK;
+}
+
+static int recordable(const g4_text_scratch *s, const g4_text_batch *b) {
+    return s->be->ops->graph_begin && b->n_tokens <= RECORD_MAX_TOKENS && b->n_mm == 0 && !b->hook &&
+           !b->hidden_out;
+}
+
+/* The slot recorded for this batch shape, or the least recently used one
+ * (emptied) for it. */
+static recorded_forward *recording_for(g4_text_scratch *s, g4_kv_pool *kv, const g4_text_batch *b) {
+    recorded_forward key = {
+        .n_tokens = b->n_tokens, .n_logit_rows = b->n_logit_rows, .full_table_stride = b->full_table_stride,
+        .ring_blocks = kv->ring_blocks, .full_tables = s->full_tables, .sliding_tables = s->sliding_tables,
+        .kv = kv,
+    };
+    recorded_forward *oldest = &s->recorded[0];
+    for (int i = 0; i < RECORDED_SHAPES; i++) {
+        recorded_forward *r = &s->recorded[i];
+        if (r->n_tokens == key.n_tokens && r->n_logit_rows == key.n_logit_rows &&
+            r->full_table_stride == key.full_table_stride && r->ring_blocks == key.ring_blocks &&
+            r->full_tables == key.full_tables && r->sliding_tables == key.sliding_tables && r->kv == key.kv)
+            return r;
+        if (r->last_use < oldest->last_use) oldest = r;
+    }
+    if (oldest->graph) s->be->ops->graph_free(s->be, oldest->graph);
+    *oldest = key;
+    return oldest;
+}
+
+/* A batch shape's first run sizes every buffer; its second is recorded;
+ * later ones replay the recording. Anything that stops a recording falls
+ * back to running the ops. */
+static g4_status run_recorded(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, const g4_text_batch *b) {
+    g4_backend *be = s->be;
+    recorded_forward *r = recording_for(s, kv, b);
+    r->last_use = ++s->uses;
+    if (r->graph) {
+        if (be->ops->graph_launch(be, r->graph)) return G4_OK;
+        be->ops->graph_free(be, r->graph); /* stale */
+        r->graph = NULL;
+    }
+    if (r->seen && be->ops->graph_begin(be)) {
+        g4_status st = run_ops(m, kv, s, b);
+        r->graph = be->ops->graph_end(be);
+        if (st != G4_OK) return st;
+        if (r->graph && be->ops->graph_launch(be, r->graph)) return G4_OK;
+    }
+    r->seen = 1;
+    return run_ops(m, kv, s, b);
+}
+
 g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, const g4_text_batch *b) {
     g4_backend *be = m->backend;
     const g4_text_config *tc = &m->config.text;
     const g4_token_ids *tk = &m->config.tokens;
-    const int n = b->n_tokens, d = tc->hidden_size;
+    const int n = b->n_tokens;
     if (n <= 0) return g4_fail(G4_ERR_INVALID_ARGUMENT, "empty batch: no tokens to run");
     if (n > s->cap || b->n_logit_rows > s->cap_logits)
         return g4_fail(G4_ERR_LIMIT, "batch of %d tokens / %d logit rows exceeds the scratch capacity %d / %d", n,
@@ -270,54 +389,15 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
                           (size_t)b->n_seqs * kv->ring_blocks);
     if (st != G4_OK) return st;
     if (b->n_logit_rows) be->ops->to_device(be, s->logit_rows, b->logit_rows, (size_t)b->n_logit_rows * 4);
-
-    g4_attn_batch ab = {
-        .n_tokens = n,
-        .pos = s->pos,
-        .seq = s->seq,
-        .kv_range = s->kv_range,
-        .full_tables = s->full_tables,
-        .full_table_stride = b->full_table_stride,
-        .sliding_tables = s->sliding_tables,
-        .ring_blocks = kv->ring_blocks,
-        .block_size = kv->block_size,
-    };
-
-    be->ops->embed(be, s->h, &m->text.embed, s->ids, n, m->text.embed_scale);
-    if (b->n_mm > 0) {
-        if (b->n_mm > n) return g4_fail(G4_ERR_INVALID_ARGUMENT, "more soft tokens than rows");
-        be->ops->to_device(be, s->mm_rows, b->mm_rows, (size_t)b->n_mm * 4);
-        be->ops->scatter_rows(be, s->h, s->mm_rows, b->mm_embeds, b->n_mm, d);
-    }
-    if (b->hook) b->hook(b->hook_ctx, "embed", s->h, n, d);
     if (tc->ple_dim > 0) {
         /* ids beyond the per-layer vocabulary read row 0, as transformers masks them */
         int32_t *ple_ids = s->host_ids + 2 * n;
         for (int t = 0; t < n; t++) ple_ids[t] = embed_ids[t] < tc->ple_vocab ? embed_ids[t] : 0;
         be->ops->to_device(be, s->ple_ids, ple_ids, (size_t)n * 4);
-        per_layer_inputs(m, s, n);
     }
-    for (int i = 0; i < tc->n_layers; i++) {
-        attention_block(m, kv, s, i, n, &ab);
-        feed_forward_block(m, s, i, n);
-        if (tc->ple_dim > 0) per_layer_embedding_block(m, s, i, n);
-        be->ops->scale(be, s->h, s->h, m->text.layers[i].layer_scalar, (size_t)n * d);
-        if (b->hook && i == 0) b->hook(b->hook_ctx, "layer0", s->h, n, d);
-    }
-    if (b->hook) {
-        b->hook(b->hook_ctx, "last_prenorm", s->h, n, d);
-        be->ops->rmsnorm(be, s->a, s->h, m->text.final_norm, n, d, tc->rms_eps);
-        b->hook(b->hook_ctx, "final_norm", s->a, n, d);
-    }
-    if (b->n_logit_rows > 0) {
-        const int R = b->n_logit_rows;
-        be->ops->gather_rows(be, s->hsel, s->h, s->logit_rows, R, d);
-        be->ops->rmsnorm(be, s->hsel, s->hsel, m->text.final_norm, R, d, tc->rms_eps);
-        if (b->hidden_out) be->ops->to_host(be, b->hidden_out, s->hsel, (size_t)R * d * sizeof(float));
-        be->ops->matmul(be, s->logits, s->hsel, R, &m->text.embed);
-        if (tc->final_softcap > 0)
-            be->ops->softcap(be, s->logits, (size_t)R * tc->vocab_size, tc->final_softcap);
-        if (b->logits) be->ops->to_host(be, b->logits, s->logits, (size_t)R * tc->vocab_size * sizeof(float));
-    }
-    return G4_OK;
+
+    st = recordable(s, b) ? run_recorded(m, kv, s, b) : run_ops(m, kv, s, b);
+    if (st == G4_OK && b->n_logit_rows > 0 && b->logits)
+        be->ops->to_host(be, b->logits, s->logits, (size_t)b->n_logit_rows * tc->vocab_size * sizeof(float));
+    return st;
 }

@@ -47,6 +47,13 @@ void cuda_fail_op(cuda_ctx *c, const char *fmt, ...) {
 
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
     if (bytes <= c->scratch_bytes[slot]) return c->scratch[slot];
+    if (c->capturing) {
+        /* no synchronising while recording: the caller drops this recording
+         * and runs eagerly, which grows the buffer */
+        c->capture_spoiled = 1;
+        return NULL;
+    }
+    c->generation++;
     /* grow with headroom; the stream may still use the old buffer */
     cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
     if (c->scratch[slot]) cudaFree(c->scratch[slot]);
@@ -206,6 +213,10 @@ static const g4_backend_ops cuda_ops = {
     .copy = cuda_copy,
     .prepare_matrix = cuda_prepare_matrix,
     .synchronize = cuda_synchronize,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
     .matmul = cuda_matmul,
     .matmul_precise = cuda_matmul, /* float32 accumulation already; GPU tolerance is bf16-sized */
     .embed = cuda_embed,
@@ -285,6 +296,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * by 25-45%); G4_CUDA_GEMV_ROWS4=0 goes back to one row per warp */
     const char *rows4 = getenv("G4_CUDA_GEMV_ROWS4");
     c->gemv_rows4 = !rows4 || strcmp(rows4, "0") != 0;
+    const char *graphs = getenv("G4_CUDA_GRAPHS");
+    c->graphs_enabled = !graphs || strcmp(graphs, "0") != 0;
     c->pinned_bytes = 64u << 20;
     c->blas_workspace_bytes = 32u << 20;
     int ok = cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -324,6 +337,10 @@ extern "C" g4_status g4_cuda_status(g4_backend *be) {
     cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
     if (c->failed != G4_OK) return g4_fail(c->failed, "a CUDA operation failed earlier (see the log)");
     return G4_OK;
+}
+
+extern "C" long g4_cuda_graph_launches(const g4_backend *be) {
+    return g4_backend_is_cuda(be) ? ((const cuda_ctx *)be->impl)->graph_launches : 0;
 }
 
 extern "C" size_t g4_cuda_memory_used(g4_backend *be) {

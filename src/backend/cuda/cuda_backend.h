@@ -19,6 +19,8 @@ const char *g4_cuda_device_name(const g4_backend *be);
 /* G4_OK, or the first failure of a CUDA call since creation (its message
  * becomes the current error). Ops cannot return errors themselves. */
 g4_status g4_cuda_status(g4_backend *be);
+/* How many recorded graphs (graph_launch) this backend has launched. */
+long g4_cuda_graph_launches(const g4_backend *be);
 /* Device memory in use, in bytes (all processes). */
 size_t g4_cuda_memory_used(g4_backend *be);
 /* Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes

@@ -66,6 +66,12 @@ struct cuda_ctx {
      * digits per activation). */
     int prefill_split;
     int gemv_rows4; /* G4_CUDA_GEMV_ROWS4=1: see launch_gemv_tokens */
+    /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
+    int graphs_enabled;
+    int capturing;        /* between graph_begin and graph_end */
+    int capture_spoiled;  /* a buffer had to grow while recording: drop the recording */
+    unsigned generation;  /* bumped whenever a scratch buffer moves; recordings of older generations are stale */
+    long graph_launches;
     g4_status failed;   /* sticky first failure */
 };
 
@@ -124,6 +130,12 @@ void cuda_chunked_attention(g4_backend *be, float *out, const float *q, const fl
                             const float *rel_k, const int32_t *valid, const g4_chunked_attn_params *p);
 /* out = gelu_tanh(gate) * up on the backend's stream (also used by MoE) */
 void cuda_launch_gelu_mul(cuda_ctx *c, float *out, const float *gate, const float *up, size_t n);
+
+/* recording (cuda_graph.cu) */
+int cuda_graph_begin(g4_backend *be);
+void *cuda_graph_end(g4_backend *be);
+int cuda_graph_launch(g4_backend *be, void *graph);
+void cuda_graph_free(g4_backend *be, void *graph);
 
 /* matrices (cuda_matmul.cu) */
 void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
