@@ -102,6 +102,10 @@ typedef struct {
 
     /* out[t][r] = sum_c W[r][c] x[t][c] */
     void (*matmul)(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
+    /* out[t][r] = gelu_tanh((W x[t])[r]) * mul[t][r]: matmul then gelu_mul,
+     * fused where the backend can (a gated MLP's gate projection). */
+    void (*matmul_gelu_mul)(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
+                            const float *mul);
     /* The same with smaller rounding error where the backend has a way (CPU:
      * float64 sums across runs of 32 columns). The vision tower uses it: its
      * float32 error is what the decoder amplifies most. */
@@ -115,6 +119,16 @@ typedef struct {
      * frequencies theta^(-2j/head_dim) rotate, the rest pass through. */
     void (*rope)(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos,
                  float theta, int n_pairs);
+    /* rmsnorm of each head (weight w, may be NULL) then rope, in place:
+     * exactly rmsnorm(x, x, w, n_tokens * n_heads, head_dim, eps) followed
+     * by rope(x, ...), in one pass (the q/k norms before RoPE). */
+    void (*rmsnorm_rope)(g4_backend *be, float *x, const float *w, int n_tokens, int n_heads, int head_dim,
+                         const int32_t *pos, float theta, int n_pairs, float eps);
+    /* The residual step after a post-norm: per row,
+     * h = (h + rmsnorm(x) * w) * scale (x unchanged; scale 1 = no scaling).
+     * Exactly rmsnorm into a temporary, add, then scale, in one pass. */
+    void (*add_rmsnorm)(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
+                        float scale);
     /* out = gelu_tanh(gate) * up, elementwise */
     void (*gelu_mul)(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
     /* out = a + b */

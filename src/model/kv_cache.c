@@ -95,6 +95,8 @@ g4_status g4_kv_seq_reserve(g4_kv_pool *p, g4_kv_seq *s, int new_length) {
         while (cap < need) cap *= 2;
         int32_t *grown = realloc(s->full_blocks, (size_t)cap * sizeof *grown);
         if (!grown) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+        /* entries past n_full are read as table padding, never as blocks */
+        memset(grown + s->cap_full, 0, (size_t)(cap - s->cap_full) * sizeof *grown);
         s->full_blocks = grown;
         s->cap_full = cap;
     }

@@ -186,8 +186,7 @@ static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
     const int sliding = lc->kind == G4_LAYER_SLIDING;
     be->ops->rmsnorm(be, s->a, s->h, w->input_norm, n, tc->hidden_size, tc->rms_eps);
     be->ops->matmul(be, s->q, s->a, n, &w->q);
-    be->ops->rmsnorm(be, s->q, s->q, w->q_norm, n * Hq, D, tc->rms_eps);
-    be->ops->rope(be, s->q, n, Hq, D, s->pos, lc->rope_theta, lc->rope_pairs);
+    be->ops->rmsnorm_rope(be, s->q, w->q_norm, n, Hq, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
     int cache_layer = lc->kv_donor >= 0 ? lc->kv_donor : i;
     if (lc->kv_donor < 0) {
         const size_t kv_elems = (size_t)n * Hkv * D;
@@ -196,28 +195,26 @@ static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
             be->ops->copy(be, s->v, s->k, kv_elems * sizeof(float)); /* V from the raw k_proj output */
         else
             be->ops->matmul(be, s->v, s->a, n, &w->v);
-        be->ops->rmsnorm(be, s->k, s->k, w->k_norm, n * Hkv, D, tc->rms_eps);
-        be->ops->rope(be, s->k, n, Hkv, D, s->pos, lc->rope_theta, lc->rope_pairs);
+        be->ops->rmsnorm_rope(be, s->k, w->k_norm, n, Hkv, D, s->pos, lc->rope_theta, lc->rope_pairs,
+                              tc->rms_eps);
         be->ops->rmsnorm(be, s->v, s->v, NULL, n * Hkv, D, tc->rms_eps);
         be->ops->kv_store(be, kv->layer_kv[i], s->k, s->v, ab, sliding);
     }
     be->ops->attention(be, s->attn, s->q, kv->layer_kv[cache_layer], ab, sliding, Hq, 1.0f);
     be->ops->matmul(be, s->t1, s->attn, n, &w->o);
-    be->ops->rmsnorm(be, s->t1, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps);
-    be->ops->add(be, s->h, s->h, s->t1, (size_t)n * tc->hidden_size);
+    be->ops->add_rmsnorm(be, s->h, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps, 1.0f);
 }
 
-static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int n) {
+/* scale: the layer's scalar when this block ends the layer, else 1 */
+static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int n, float scale) {
     g4_backend *be = m->backend;
     const g4_text_config *tc = &m->config.text;
-    const g4_layer_config *lc = &tc->layers[i];
     const g4_text_layer *w = &m->text.layers[i];
     const int d = tc->hidden_size;
     const size_t nd = (size_t)n * d;
     be->ops->rmsnorm(be, s->a, s->h, w->pre_ffn_norm, n, d, tc->rms_eps);
-    be->ops->matmul(be, s->gate, s->a, n, &w->gate);
     be->ops->matmul(be, s->up, s->a, n, &w->up);
-    be->ops->gelu_mul(be, s->gate, s->gate, s->up, (size_t)n * lc->mlp_width);
+    be->ops->matmul_gelu_mul(be, s->gate, s->a, n, &w->gate, s->up);
     be->ops->matmul(be, s->t1, s->gate, n, &w->down);
     if (tc->moe) {
         /* dense branch, then the routed experts beside it; the router sees
@@ -234,21 +231,19 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
         be->ops->rmsnorm(be, s->moe_out, s->moe_out, w->post_ffn_norm2, n, d, tc->rms_eps);
         be->ops->add(be, s->t1, s->t1, s->moe_out, nd);
     }
-    be->ops->rmsnorm(be, s->t1, s->t1, w->post_ffn_norm, n, d, tc->rms_eps);
-    be->ops->add(be, s->h, s->h, s->t1, nd);
+    be->ops->add_rmsnorm(be, s->h, s->t1, w->post_ffn_norm, n, d, tc->rms_eps, scale);
 }
 
+/* ends the layer: applies its scalar */
 static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int i, int n) {
     g4_backend *be = m->backend;
     const g4_text_config *tc = &m->config.text;
     const g4_text_layer *w = &m->text.layers[i];
     const int d = tc->hidden_size, P = tc->ple_dim, L = tc->n_layers;
     be->ops->copy_rows(be, s->ple_i, P, s->ple_all + (size_t)i * P, L * P, n, P);
-    be->ops->matmul(be, s->ple_g, s->h, n, &w->ple_gate);
-    be->ops->gelu_mul(be, s->ple_g, s->ple_g, s->ple_i, (size_t)n * P);
+    be->ops->matmul_gelu_mul(be, s->ple_g, s->h, n, &w->ple_gate, s->ple_i);
     be->ops->matmul(be, s->t1, s->ple_g, n, &w->ple_proj);
-    be->ops->rmsnorm(be, s->t1, s->t1, w->ple_post_norm, n, d, tc->rms_eps);
-    be->ops->add(be, s->h, s->h, s->t1, (size_t)n * d);
+    be->ops->add_rmsnorm(be, s->h, s->t1, w->ple_post_norm, n, d, tc->rms_eps, w->layer_scalar);
 }
 
 /* Everything after the uploads: embeddings through the logits, all on
@@ -280,9 +275,9 @@ static g4_status run_ops(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, 
     if (tc->ple_dim > 0) per_layer_inputs(m, s, n);
     for (int i = 0; i < tc->n_layers; i++) {
         attention_block(m, kv, s, i, n, &ab);
-        feed_forward_block(m, s, i, n);
-        if (tc->ple_dim > 0) per_layer_embedding_block(m, s, i, n);
-        be->ops->scale(be, s->h, s->h, m->text.layers[i].layer_scalar, (size_t)n * d);
+        const int ple = tc->ple_dim > 0;
+        feed_forward_block(m, s, i, n, ple ? 1.0f : m->text.layers[i].layer_scalar);
+        if (ple) per_layer_embedding_block(m, s, i, n);
         if (b->hook && i == 0) b->hook(b->hook_ctx, "layer0", s->h, n, d);
     }
     if (b->hook) {

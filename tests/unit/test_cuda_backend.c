@@ -386,6 +386,70 @@ static void test_embed(void) {
     }
 }
 
+/* h = (h + rmsnorm(x) * w) * scale against the CPU op, and the CPU op
+ * against its definition (rmsnorm, add, scale) bit for bit. */
+static void test_add_rmsnorm(void) {
+    const int cases[][2] = {{1, 1536}, {8, 5376}, {3, 2816}, {5, 37}};
+    const float scales[] = {1.0f, 0.37f};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int rows = cases[k][0], dim = cases[k][1];
+        const size_t n = (size_t)rows * dim;
+        const float scale = scales[k % 2];
+        float *x = rand_floats(n, 0.01f, 30.0f), *w = rand_floats((size_t)dim, 0.5f, 2.0f);
+        float *h = rand_floats(n, 0.01f, 10.0f), *want = malloc(n * 4), *steps = malloc(n * 4);
+        memcpy(want, h, n * 4);
+        cpu->ops->add_rmsnorm(cpu, want, x, w, rows, dim, 1e-6f, scale);
+        cpu->ops->rmsnorm(cpu, steps, x, w, rows, dim, 1e-6f);
+        cpu->ops->add(cpu, steps, h, steps, n);
+        cpu->ops->scale(cpu, steps, steps, scale, n);
+        CHECK(memcmp(steps, want, n * 4) == 0, "cpu add_rmsnorm %d x %d equals rmsnorm, add, scale", rows, dim);
+        float *dx = up(x, n * 4), *dw = up(w, (size_t)dim * 4), *dh = up(h, n * 4);
+        gpu->ops->add_rmsnorm(gpu, dh, dx, dw, rows, dim, 1e-6f, scale);
+        float *got = down(dh, n);
+        char what[96];
+        snprintf(what, sizeof what, "%d x %d, scale %g", rows, dim, scale);
+        compare("add_rmsnorm", what, got, want, n, TOL_ELEMENTWISE);
+        release(dx), release(dw), release(dh);
+        free(x), free(w), free(h), free(want), free(steps), free(got);
+    }
+}
+
+/* gelu_tanh(W x) * mul: the GEMV epilogue (n <= 8, fast and generic
+ * layouts, with the column split or not) and the prefill fallback. */
+static void test_matmul_gelu_mul(void) {
+    const struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+        int64_t rows, cols;
+    } cases[] = {{G4_WEIGHT_BF16, 0, 0, 0, 6144, 1536},          {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 256, 1536},
+                 {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 96, 2048}, {G4_WEIGHT_AFFINE, 3, 32, G4_DTYPE_F16, 50, 96},
+                 {G4_WEIGHT_BF16, 0, 0, 0, 20000, 256}};
+    const int ns[] = {1, 3, 20};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        test_matrix t;
+        make_matrix(&t, cases[k].f, cases[k].bits, cases[k].group, cases[k].sdt, cases[k].rows, cases[k].cols);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            const int n = ns[i];
+            const size_t no = (size_t)n * cases[k].rows;
+            float *x = rand_floats((size_t)n * cases[k].cols, 0.05f, 2.0f), *mul = rand_floats(no, 0.1f, 3.0f);
+            float *want = malloc(no * 4);
+            cpu->ops->matmul_gelu_mul(cpu, want, x, n, &t.host, mul);
+            float *dx = up(x, (size_t)n * cases[k].cols * 4), *dmul = up(mul, no * 4), *dout = poisoned(no);
+            gpu->ops->matmul_gelu_mul(gpu, dout, dx, n, &t.dev, dmul);
+            float *got = down(dout, no);
+            char what[96];
+            snprintf(what, sizeof what, "%s %lldx%lld n=%d", t.name, (long long)cases[k].rows, (long long)cases[k].cols,
+                     n);
+            compare(n <= 8 ? "matmul_gelu_mul" : "matmul_gelu_mul/gemm", what, got, want, no,
+                    n <= 8 ? 1e-5 : 1e-4);
+            release(dx), release(dmul), release(dout);
+            free(x), free(mul), free(want), free(got);
+        }
+        free_matrix(&t);
+    }
+}
+
 static void test_rmsnorm(void) {
     const int cases[][3] = {{7, 1536, 1}, {64 * 8, 256, 1}, {5, 512, 0}, {3, 5376, 1}, {4, 37, 1}, {300, 2816, 1}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -431,6 +495,42 @@ static void test_rope(void) {
         snprintf(what, sizeof what, "n=%d %d heads x %d, %d pairs, theta %g", n, H, D, cases[k].pairs, cases[k].theta);
         compare("rope", what, got, want, total, TOL_ELEMENTWISE);
         release(dx);
+        release(dpos);
+        free(x);
+        free(want);
+        free(pos);
+        free(got);
+    }
+}
+
+/* the q/k norm fused with RoPE, against CPU rmsnorm then rope */
+static void test_rmsnorm_rope(void) {
+    /* heads x head_dim, rotated pairs, theta: sliding 256 (full), global 512 (25%), odd */
+    const struct {
+        int n, heads, dim, pairs;
+        float theta;
+    } cases[] = {{5, 8, 256, 128, 10000.0f}, {3, 32, 512, 64, 1000000.0f}, {40, 16, 256, 128, 10000.0f},
+                 {2, 4, 64, 32, 10000.0f},   {3, 2, 72, 10, 500.0f}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int n = cases[k].n, H = cases[k].heads, D = cases[k].dim;
+        const size_t total = (size_t)n * H * D;
+        float *x = rand_floats(total, 0.01f, 3.0f), *want = malloc(total * 4);
+        int32_t *pos = malloc((size_t)n * 4);
+        for (int t = 0; t < n; t++) pos[t] = t == 0 ? 0 : t == 1 ? 131071 : rand_int(100000);
+        float *w = rand_floats((size_t)D, 0.5f, 2.0f);
+        const float *wk = k % 2 ? NULL : w; /* with and without a weight */
+        memcpy(want, x, total * 4);
+        cpu->ops->rmsnorm_rope(cpu, want, wk, n, H, D, pos, cases[k].theta, cases[k].pairs, 1e-6f);
+        float *dx = up(x, total * 4), *dw = up(w, (size_t)D * 4);
+        int32_t *dpos = up(pos, (size_t)n * 4);
+        gpu->ops->rmsnorm_rope(gpu, dx, wk ? dw : NULL, n, H, D, dpos, cases[k].theta, cases[k].pairs, 1e-6f);
+        float *got = down(dx, total);
+        char what[96];
+        snprintf(what, sizeof what, "n=%d %d heads x %d, %d pairs, theta %g", n, H, D, cases[k].pairs, cases[k].theta);
+        compare("rmsnorm_rope", what, got, want, total, TOL_ELEMENTWISE);
+        release(dx);
+        release(dw);
+        free(w);
         release(dpos);
         free(x);
         free(want);
@@ -991,6 +1091,51 @@ static void run_attention(void *p) {
     gpu->ops->attention(gpu, a->out, a->q, a->kv, &a->b, 0, a->heads, 1.0f);
 }
 
+/* One-token GEMV over the small matrices of an E2B decode step with the
+ * column split forced off and on (G4_CUDA_GEMV_SPLIT), each also checked
+ * against the CPU: which one the shape heuristic should pick. */
+static void gemv_split_speed(double bw) {
+    g4_backend *variant[2] = {NULL, NULL};
+    for (int v = 0; v < 2; v++) {
+        setenv("G4_CUDA_GEMV_SPLIT", v ? "1" : "0", 1);
+        if (g4_backend_cuda_create(0, &variant[v]) != G4_OK) variant[v] = NULL;
+    }
+    unsetenv("G4_CUDA_GEMV_SPLIT");
+    const int64_t shapes[][2] = {{2048, 1536}, {256, 1536}, {1536, 2048}, {6144, 1536}, {12288, 1536}, {1536, 6144},
+                                 {1536, 256}, {262144, 1536}};
+    struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+    } formats[] = {{G4_WEIGHT_BF16, 0, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}};
+    printf("  one-token GEMV, columns split over the block: off / on / as picked\n");
+    for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t rows = shapes[s][0], cols = shapes[s][1];
+            test_matrix t;
+            make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, rows, cols);
+            float *x = rand_floats((size_t)cols, 0.05f, 2.0f);
+            float *dx = up(x, (size_t)cols * 4), *dout = poisoned((size_t)rows);
+            const double bytes = (double)g4_matrix_bytes(&t.host);
+            double us[3] = {0, 0, 0};
+            g4_backend *bes[3] = {variant[0], variant[1], gpu};
+            for (int v = 0; v < 3; v++) {
+                if (!bes[v]) continue;
+                matmul_arg a = {bes[v], &t.dev, dx, dout, 1};
+                us[v] = time_op(bes[v], run_matmul, &a, 50) * 1e6;
+                if (v < 2) check_matmul_on(bes[v], v ? "split " : "nosplit ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+            }
+            printf("  gemv %-18s %6lldx%-5lld %6.1f / %6.1f / %6.1f us  (%4.0f / %4.0f GB/s, %.0f%% of copy as picked)\n",
+                   t.name, (long long)rows, (long long)cols, us[0], us[1], us[2], bytes / us[0] / 1e3,
+                   bytes / us[1] / 1e3, 100 * bytes / us[2] / 1e3 / bw);
+            release(dx), release(dout);
+            free(x);
+            free_matrix(&t);
+        }
+    for (int v = 0; v < 2; v++)
+        if (variant[v]) g4_backend_destroy(variant[v]);
+}
+
 static void speed(void) {
     const double bw = g4_cuda_probe_bandwidth(gpu);
     printf("\nspeed (device copy bandwidth %.0f GB/s):\n", bw);
@@ -1036,6 +1181,7 @@ static void speed(void) {
     if (rows4) g4_backend_destroy(rows4);
     release(dx), release(dout);
     free(x);
+    gemv_split_speed(bw);
     /* decode attention: 32 heads over 8 KV heads of 256, 4096 positions */
     {
         const int Hq = 32, Hkv = 8, D = 256, bs = 16, len = 4096, blocks = len / bs;
@@ -1087,9 +1233,18 @@ int main(void) {
     CHECK(st == G4_OK, "CPU backend: %s", g4_error_message());
     if (st != G4_OK) return test_finish();
     printf("CUDA device: %s\n", g4_cuda_device_name(gpu));
+    if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone */
+        speed();
+        g4_backend_destroy(gpu);
+        g4_backend_destroy(cpu);
+        return test_finish();
+    }
     test_elementwise();
     test_rmsnorm();
+    test_add_rmsnorm();
+    test_matmul_gelu_mul();
     test_rope();
+    test_rmsnorm_rope();
     test_embed();
     test_rows_and_copies();
     test_vision_ops();

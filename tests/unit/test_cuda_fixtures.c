@@ -413,7 +413,8 @@ static void check_graphs(const char *name) {
     }
     CHECK(st == G4_OK, "%s: decode with and without graphs: %s", name, g4_error_message());
     const long replays = g4_cuda_graph_launches(gpu) - launches_before;
-    CHECK(replays >= n_all - 2, "%s: %ld graph launches for %d decode steps", name, replays, n_all);
+    /* the first step runs the ops, the second records */
+    CHECK(replays >= n_all - 1, "%s: %ld graph launches for %d decode steps", name, replays, n_all);
     CHECK(g4_cuda_graph_launches(eager_be) == 0, "%s: recording off, yet graphs launched", name);
     CHECK(memcmp(a, b, (size_t)n_all * V * sizeof *a) == 0, "%s: graph replay differs from running the ops", name);
     printf("  %-10s decode as recorded graphs: %ld replays of %d steps, logits bit-identical to the ops\n", name,

@@ -43,6 +43,14 @@ static void cpu_matmul_op(g4_backend *be, float *out, const float *x, int n_toke
     cpu_matmul(out, x, n_tokens, w);
 }
 
+static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
+
+static void cpu_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
+                                const float *mul) {
+    cpu_matmul(out, x, n_tokens, w);
+    cpu_gelu_mul(be, out, out, mul, (size_t)n_tokens * (size_t)w->rows);
+}
+
 static void cpu_matmul_precise_op(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w) {
     (void)be;
     cpu_matmul_precise(out, x, n_tokens, w);
@@ -116,6 +124,30 @@ static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const fl
     for (size_t i = 0; i < n; i++) out[i] = (float)(gelu_tanh(gate[i]) * up[i]);
 }
 
+static void cpu_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, int n_heads, int head_dim,
+                             const int32_t *pos, float theta, int n_pairs, float eps) {
+    cpu_rmsnorm(be, x, x, w, n_tokens * n_heads, head_dim, eps);
+    cpu_rope(be, x, n_tokens, n_heads, head_dim, pos, theta, n_pairs);
+}
+
+static void cpu_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
+                            float scale) {
+    (void)be;
+#pragma omp parallel for schedule(static) if (rows > 8)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *hr = h + (size_t)r * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
+        double inv = 1.0 / sqrt(ss / dim + (double)eps);
+        for (int i = 0; i < dim; i++) {
+            const float y = (float)(xr[i] * inv * w[i]); /* cpu_rmsnorm's rounding */
+            hr[i] = hr[i] + y;
+            if (scale != 1.0f) hr[i] = hr[i] * scale;
+        }
+    }
+}
+
 static void cpu_add(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -173,10 +205,13 @@ static const g4_backend_ops cpu_ops = {
     .prepare_matrix = cpu_prepare_matrix,
     .synchronize = cpu_synchronize,
     .matmul = cpu_matmul_op,
+    .matmul_gelu_mul = cpu_matmul_gelu_mul,
     .matmul_precise = cpu_matmul_precise_op,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
+    .rmsnorm_rope = cpu_rmsnorm_rope,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .gelu_mul = cpu_gelu_mul,
     .add = cpu_add,
     .scale = cpu_scale,

@@ -218,10 +218,13 @@ static const g4_backend_ops cuda_ops = {
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
     .matmul = cuda_matmul,
+    .matmul_gelu_mul = cuda_matmul_gelu_mul,
     .matmul_precise = cuda_matmul, /* float32 accumulation already; GPU tolerance is bf16-sized */
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
+    .rmsnorm_rope = cuda_rmsnorm_rope,
+    .add_rmsnorm = cuda_add_rmsnorm,
     .gelu_mul = cuda_gelu_mul,
     .add = cuda_add,
     .scale = cuda_scale,
@@ -296,6 +299,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * by 25-45%); G4_CUDA_GEMV_ROWS4=0 goes back to one row per warp */
     const char *rows4 = getenv("G4_CUDA_GEMV_ROWS4");
     c->gemv_rows4 = !rows4 || strcmp(rows4, "0") != 0;
+    const char *split = getenv("G4_CUDA_GEMV_SPLIT");
+    c->gemv_split = split && (!strcmp(split, "0") || !strcmp(split, "1")) ? atoi(split) : -1;
     const char *graphs = getenv("G4_CUDA_GRAPHS");
     c->graphs_enabled = !graphs || strcmp(graphs, "0") != 0;
     c->pinned_bytes = 64u << 20;

@@ -13,14 +13,6 @@
 
 /* ---- elementwise ---- */
 
-__device__ __forceinline__ float gelu_tanh(float x) {
-    /* 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))), evaluated
-     * left to right without fused multiply-adds, as the host does */
-    const float k = 0.7978845608028654f;
-    float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
-    float t = tanhf(__fmul_rn(k, __fadd_rn(x, cube)));
-    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
-}
 
 __global__ void gelu_mul_kernel(float *out, const float *gate, const float *up, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -174,11 +166,9 @@ void cuda_copy_rows(g4_backend *be, float *dst, int dst_stride, const float *src
 
 /* ---- RMSNorm ---- */
 
-/* One block per row; the sum of squares in double, as the host does. */
-__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps) {
-    const size_t r = blockIdx.x;
-    const float *xr = x + r * (size_t)dim;
-    float *yr = out + r * (size_t)dim;
+/* 1 / sqrt(mean(x^2) + eps) of one row, by the whole block; the sum of
+ * squares in double, as the host does. */
+__device__ float block_inv_rms(const float *xr, int dim, float eps) {
     double ss = 0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -192,19 +182,48 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
         inv_s = (float)(1.0 / sqrt(total / dim + (double)eps));
     }
     __syncthreads();
-    const float inv = inv_s;
+    return inv_s;
+}
+
+/* One block per row. */
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps) {
+    const size_t r = blockIdx.x;
+    const float *xr = x + r * (size_t)dim;
+    float *yr = out + r * (size_t)dim;
+    const float inv = block_inv_rms(xr, dim, eps);
     if (w)
         for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
     else
         for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = __fmul_rn(xr[i], inv);
 }
 
+/* h = (h + rmsnorm(x) * w) * scale, one block per row */
+__global__ void add_rmsnorm_kernel(float *h, const float *x, const float *w, int dim, float eps, float scale) {
+    const size_t r = blockIdx.x;
+    const float *xr = x + r * (size_t)dim;
+    float *hr = h + r * (size_t)dim;
+    const float inv = block_inv_rms(xr, dim, eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = __fadd_rn(hr[i], __fmul_rn(__fmul_rn(xr[i], inv), w[i]));
+        hr[i] = scale != 1.0f ? __fmul_rn(v, scale) : v;
+    }
+}
+
+static int norm_threads(int dim) { return dim >= 2048 ? 512 : dim >= 512 ? 256 : dim >= 128 ? 128 : 32; }
+
 void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps) {
     cuda_ctx *c = cuda_of(be);
     if (rows <= 0 || dim <= 0) return;
-    int threads = dim >= 2048 ? 512 : dim >= 512 ? 256 : dim >= 128 ? 128 : 32;
-    rmsnorm_kernel<<<rows, threads, 0, c->stream>>>(out, x, w, dim, eps);
+    rmsnorm_kernel<<<rows, norm_threads(dim), 0, c->stream>>>(out, x, w, dim, eps);
     cuda_launched(c, "rmsnorm");
+}
+
+void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
+                      float scale) {
+    cuda_ctx *c = cuda_of(be);
+    if (rows <= 0 || dim <= 0) return;
+    add_rmsnorm_kernel<<<rows, norm_threads(dim), 0, c->stream>>>(h, x, w, dim, eps, scale);
+    cuda_launched(c, "add_rmsnorm");
 }
 
 /* ---- RoPE ---- */
@@ -254,6 +273,58 @@ void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim
     for (int j = 0; j < n_pairs; j++) f.inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
     rope_kernel<<<n_tokens, 128, 0, c->stream>>>(x, n_heads, head_dim, half, 0, n_pairs, pos, 1, f);
     cuda_launched(c, "rope");
+}
+
+/* One block per (token, head): the head's RMS, then each thread normalises
+ * and rotates its pairs (j, j + half), rounding as rmsnorm_kernel then
+ * rope_kernel do. */
+__global__ void rmsnorm_rope_kernel(float *x, const float *w, int n_heads, int head_dim, int n_pairs, float eps,
+                                    const int32_t *pos, rope_freqs f) {
+    const int t = blockIdx.x, h = blockIdx.y, half = head_dim / 2;
+    float *v = x + ((size_t)t * n_heads + h) * head_dim;
+    const float inv = block_inv_rms(v, head_dim, eps);
+    const float p = (float)pos[t];
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        float a = __fmul_rn(v[j], inv), b = __fmul_rn(v[j + half], inv);
+        if (w) {
+            a = __fmul_rn(a, w[j]);
+            b = __fmul_rn(b, w[j + half]);
+        }
+        if (j < n_pairs) {
+            const float angle = __fmul_rn(p, f.inv_freq[j]), cs = cosf(angle), sn = sinf(angle);
+            v[j] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+            v[j + half] = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+        } else {
+            v[j] = a;
+            v[j + half] = b;
+        }
+    }
+    if ((head_dim & 1) && threadIdx.x == 0) { /* an odd last element is only normalised */
+        const int i = head_dim - 1;
+        v[i] = w ? __fmul_rn(__fmul_rn(v[i], inv), w[i]) : __fmul_rn(v[i], inv);
+    }
+}
+
+void cuda_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, int n_heads, int head_dim,
+                       const int32_t *pos, float theta, int n_pairs, float eps) {
+    cuda_ctx *c = cuda_of(be);
+    const int half = head_dim / 2;
+    if (n_pairs > half) n_pairs = half;
+    if (n_tokens <= 0 || n_heads <= 0 || head_dim <= 0) return;
+    if (n_pairs > ROPE_MAX_PAIRS) {
+        cuda_fail_op(c, "rmsnorm_rope: %d frequency pairs exceed the supported %d", n_pairs, ROPE_MAX_PAIRS);
+        return;
+    }
+    if (n_heads > 65535) {
+        cuda_fail_op(c, "rmsnorm_rope: %d heads", n_heads);
+        return;
+    }
+    rope_freqs f;
+    for (int j = 0; j < n_pairs; j++) f.inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+    dim3 grid((unsigned)n_tokens, (unsigned)n_heads);
+    rmsnorm_rope_kernel<<<grid, head_dim >= 512 ? 256 : 128, 0, c->stream>>>(x, w, n_heads, head_dim, n_pairs, eps,
+                                                                             pos, f);
+    cuda_launched(c, "rmsnorm_rope");
 }
 
 void cuda_rope_2d(g4_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos_xy, float theta) {

@@ -66,6 +66,7 @@ struct cuda_ctx {
      * digits per activation). */
     int prefill_split;
     int gemv_rows4; /* G4_CUDA_GEMV_ROWS4=1: see launch_gemv_tokens */
+    int gemv_split; /* G4_CUDA_GEMV_SPLIT=0/1 forces the column split off/on; -1: by shape (gemv_split) */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
     int graphs_enabled;
     int capturing;        /* between graph_begin and graph_end */
@@ -94,11 +95,24 @@ static inline unsigned cuda_blocks(size_t n, unsigned threads) {
     return (unsigned)(b > 0x7fffffffu ? 0x7fffffffu : (b ? b : 1));
 }
 
+__device__ __forceinline__ float gelu_tanh(float x) {
+    /* 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))), evaluated
+     * left to right without fused multiply-adds, as the host does */
+    const float k = 0.7978845608028654f;
+    float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
+    float t = tanhf(__fmul_rn(k, __fadd_rn(x, cube)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+}
+
 /* ---- per-file entry points ---- */
 
 /* elementwise, norms, rope, embeddings, vision helpers (cuda_elementwise.cu) */
 void cuda_embed(g4_backend *be, float *out, const g4_matrix *table, const int32_t *ids, int n, float scale);
 void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps);
+void cuda_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, int n_heads, int head_dim,
+                       const int32_t *pos, float theta, int n_pairs, float eps);
+void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
+                      float scale);
 void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos, float theta,
                int n_pairs);
 void cuda_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
@@ -139,14 +153,18 @@ void cuda_graph_free(g4_backend *be, void *graph);
 
 /* matrices (cuda_matmul.cu) */
 void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
+void cuda_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
+                          const float *mul);
 
 /* Matrix-vector products for up to 8 tokens, float32 throughout. With ids,
  * each of n_slots slots multiplies one vector (row slot / x_div of x) by
  * expert ids[slot]'s rows [ids*expert_stride + row_offset, + rows) of w and
- * writes out row slot (slots with ids outside [0, n_experts) are skipped). */
+ * writes out row slot (slots with ids outside [0, n_experts) are skipped).
+ * gelu_mul (NULL for none; laid out like out): out[i] = gelu_tanh(sum) *
+ * gelu_mul[i]. */
 void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
                const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-               int64_t row_offset, int n_experts);
+               int64_t row_offset, int n_experts, const float *gelu_mul);
 /* Whether the mma kernel below handles this matrix (format, alignment). */
 int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride);
 /* out[dst(m)][n] = sum_k W_e[n][k] x[src(m)][k] with bf16 tensor cores and

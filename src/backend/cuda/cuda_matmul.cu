@@ -110,12 +110,26 @@ struct gemv_args {
     const int32_t *ids;
     int64_t expert_stride, row_offset;
     int x_div, n_experts;
+    const float *gelu_mul; /* epilogue: out = gelu_tanh(sum) * gelu_mul[same index], or NULL */
 };
 
 #define GEMV_WARPS 4
+#define GEMV_THREADS (GEMV_WARPS * 32)
 
-template <int F, int NT, int R>
-__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(gemv_args a) {
+/* out (and mul, the epilogue's factors, laid out like out) already point at
+ * the slot's row with ids */
+__device__ __forceinline__ void gemv_store(float *out, const float *mul, size_t stride, int t, int64_t row, float v) {
+    const size_t i = (size_t)t * stride + (size_t)row;
+    out[i] = mul ? __fmul_rn(gelu_tanh(v), mul[i]) : v;
+}
+
+/* SPLIT = false: each warp owns R rows and its lanes stride over the
+ * columns. SPLIT = true: the block owns R rows and all its threads stride
+ * over the columns (partial sums meet in shared memory): four times the
+ * blocks, so that the small matrices of a decode step (a few MB, too few
+ * warps to keep enough loads in flight) still fill the GPU. */
+template <int F, int NT, int R, bool SPLIT>
+__global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(gemv_args a) {
     constexpr int C = chunk_cols<F>();
     __shared__ float lut[16];
     if constexpr (F == FF_MXFP4) {
@@ -123,9 +137,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(gemv_args a) {
         __syncthreads();
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)blockIdx.x * GEMV_WARPS + warp) * R;
+    const int64_t row0 = SPLIT ? (int64_t)blockIdx.x * R : ((int64_t)blockIdx.x * GEMV_WARPS + warp) * R;
+    constexpr int STRIDE = SPLIT ? GEMV_THREADS : 32; /* threads sharing a row's chunks */
+    const int first = SPLIT ? (int)threadIdx.x : lane;
     const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
-    const float *x = a.x;
+    const float *x = a.x, *mul = a.gelu_mul;
     float *out = a.out;
     int n = a.n;
     if (a.ids) {
@@ -133,6 +149,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(gemv_args a) {
         const int e = a.ids[slot];
         if (e < 0 || e >= a.n_experts) return;
         const int64_t base = (int64_t)e * a.expert_stride + a.row_offset;
+        if (mul) mul += (size_t)slot * a.out_stride;
         data += (size_t)base * a.row_bytes;
         if (scales) scales += (size_t)base * a.scale_row_bytes;
         if (biases) biases += (size_t)base * a.scale_row_bytes;
@@ -140,28 +157,28 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(gemv_args a) {
         out += (size_t)slot * a.out_stride;
         n = 1;
     }
-    if (row0 >= a.rows) return;
+    if (!SPLIT && row0 >= a.rows) return;
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     const int n_chunks = (int)(a.cols / C);
-    /* two chunks per lane per pass: twice the bytes in flight */
-    for (int ch0 = lane; ch0 < n_chunks; ch0 += 64) {
+    /* two chunks per thread per pass: twice the bytes in flight */
+    for (int ch0 = first; ch0 < n_chunks; ch0 += 2 * STRIDE) {
         uint4 raw[2][R];
 #pragma unroll
         for (int u = 0; u < 2; u++)
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const int ch = ch0 + 32 * u;
+                const int ch = ch0 + STRIDE * u;
                 raw[u][r] = ch < n_chunks && row0 + r < a.rows
                                 ? load_stream16(data + (size_t)(row0 + r) * a.row_bytes + (size_t)ch * 16)
                                 : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            const int ch = ch0 + 32 * u;
+            const int ch = ch0 + STRIDE * u;
             if (ch >= n_chunks) break;
             float s[R], b[R];
             if constexpr (is_affine<F>() || F == FF_MXFP4) {
@@ -216,13 +233,33 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(gemv_args a) {
             }
         }
     }
+    if constexpr (SPLIT) {
+        /* every thread reaches here (no early exit after row0), so the barrier is safe */
+        __shared__ float part[GEMV_WARPS][R][NT];
 #pragma unroll
-    for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float v = warp_sum(acc[r][t]);
-            if (lane == 0 && t < n && row0 + r < a.rows) out[(size_t)t * a.out_stride + (size_t)(row0 + r)] = v;
+            for (int t = 0; t < NT; t++) {
+                float v = warp_sum(acc[r][t]);
+                if (lane == 0) part[warp][r][t] = v;
+            }
+        __syncthreads();
+        if (threadIdx.x < R * NT) {
+            const int r = threadIdx.x / NT, t = threadIdx.x % NT;
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < GEMV_WARPS; w++) v += part[w][r][t];
+            if (t < n && row0 + r < a.rows) gemv_store(out, mul, a.out_stride, t, row0 + r, v);
         }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float v = warp_sum(acc[r][t]);
+                if (lane == 0 && t < n && row0 + r < a.rows) gemv_store(out, mul, a.out_stride, t, row0 + r, v);
+            }
+    }
 }
 
 /* Any format, any alignment: element by element (odd shapes, 3/5/6/7-bit). */
@@ -230,7 +267,7 @@ template <int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args a, dev_matrix m) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + warp;
-    const float *x = a.x;
+    const float *x = a.x, *mul = a.gelu_mul;
     float *out = a.out;
     int n = a.n;
     int64_t base = 0;
@@ -239,6 +276,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args
         const int e = a.ids[slot];
         if (e < 0 || e >= a.n_experts) return;
         base = (int64_t)e * a.expert_stride + a.row_offset;
+        if (mul) mul += (size_t)slot * a.out_stride;
         x += (size_t)(slot / a.x_div) * a.x_stride;
         out += (size_t)slot * a.out_stride;
         n = 1;
@@ -256,15 +294,27 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         float v = warp_sum(acc[t]);
-        if (lane == 0 && t < n) out[(size_t)t * a.out_stride + row] = v;
+        if (lane == 0 && t < n) gemv_store(out, mul, a.out_stride, t, row, v);
     }
+}
+
+/* Split the columns over the block (see gemv_kernel) when whole-warp rows
+ * would give fewer than four blocks per multiprocessor. */
+static bool gemv_split(const cuda_ctx *c, int64_t rows, int rows_per_warp, int n_slots) {
+    if (c->gemv_split >= 0) return c->gemv_split != 0;
+    const int64_t blocks = (rows + GEMV_WARPS * rows_per_warp - 1) / (GEMV_WARPS * rows_per_warp) * n_slots;
+    return blocks < 4 * (int64_t)c->sm_count;
 }
 
 template <int F, int NT, int R>
 static void launch_gemv(cuda_ctx *c, const gemv_args &a, int n_slots) {
-    constexpr int rows_per_block = GEMV_WARPS * R;
-    dim3 grid(cuda_blocks((size_t)a.rows, rows_per_block), (unsigned)n_slots);
-    gemv_kernel<F, NT, R><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(a);
+    if (gemv_split(c, a.rows, R, n_slots)) {
+        dim3 grid(cuda_blocks((size_t)a.rows, R), (unsigned)n_slots);
+        gemv_kernel<F, NT, R, true><<<grid, GEMV_THREADS, 0, c->stream>>>(a);
+    } else {
+        dim3 grid(cuda_blocks((size_t)a.rows, GEMV_WARPS * R), (unsigned)n_slots);
+        gemv_kernel<F, NT, R, false><<<grid, GEMV_THREADS, 0, c->stream>>>(a);
+    }
     cuda_launched(c, "gemv");
 }
 
@@ -296,7 +346,7 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
                const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-               int64_t row_offset, int n_experts) {
+               int64_t row_offset, int n_experts, const float *gelu_mul) {
     if (n_tokens > 8) {
         cuda_fail_op(c, "gemv: %d tokens (at most 8)", n_tokens);
         return;
@@ -321,6 +371,7 @@ void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_
     a.row_offset = row_offset;
     a.x_div = x_div > 0 ? x_div : 1;
     a.n_experts = n_experts;
+    a.gelu_mul = gelu_mul;
     if (!ids) n_slots = 1;
     if (a.rows <= 0 || n_slots <= 0) return;
     int f = fast_format_of(w);
@@ -501,7 +552,7 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
         return;
     }
     if (n_tokens <= 8) {
-        cuda_gemv(c, out, (size_t)w->rows, x, (size_t)w->cols, n_tokens, w, NULL, 1, 1, 0, 0, 0);
+        cuda_gemv(c, out, (size_t)w->rows, x, (size_t)w->cols, n_tokens, w, NULL, 1, 1, 0, 0, 0, NULL);
         return;
     }
     if (w->rows > INT32_MAX || w->cols > INT32_MAX) {
@@ -912,4 +963,15 @@ void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, s
         else
             launch_mma_format<128, false>(c, f, a, tiles);
     }
+}
+
+void cuda_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
+                          const float *mul) {
+    cuda_ctx *c = cuda_of(be);
+    if (n_tokens > 0 && n_tokens <= 8 && w->rows > 0 && w->cols > 0) {
+        cuda_gemv(c, out, (size_t)w->rows, x, (size_t)w->cols, n_tokens, w, NULL, 1, 1, 0, 0, 0, mul);
+        return;
+    }
+    cuda_matmul(be, out, x, n_tokens, w);
+    cuda_launch_gelu_mul(c, out, out, mul, (size_t)n_tokens * (size_t)w->rows);
 }

@@ -182,12 +182,13 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
                       &groups);
     } else {
         /* one GEMV per slot, its expert picked on the device */
+        cuda_gemv(c, u, (size_t)width, x, (size_t)d_in, 1, &wu, ids, n_slots, k, up->expert_stride, up->row_offset, E,
+                  NULL);
+        /* g = gelu(gate x) * u in the GEMV's epilogue */
         cuda_gemv(c, g, (size_t)width, x, (size_t)d_in, 1, &wg, ids, n_slots, k, gate->expert_stride,
-                  gate->row_offset, E);
-        cuda_gemv(c, u, (size_t)width, x, (size_t)d_in, 1, &wu, ids, n_slots, k, up->expert_stride, up->row_offset, E);
-        cuda_launch_gelu_mul(c, g, g, u, (size_t)n_slots * width);
+                  gate->row_offset, E, u);
         cuda_gemv(c, y, (size_t)d, g, (size_t)width, 1, &wd, ids, n_slots, 1, down->expert_stride, down->row_offset,
-                  E);
+                  E, NULL);
     }
     moe_combine_kernel<<<n, 256, 0, c->stream>>>(out, y, ids, weights, k, E, (int)d);
     cuda_launched(c, "moe_combine");
