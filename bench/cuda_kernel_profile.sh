@@ -21,7 +21,10 @@ name_i, val_i, unit_i = head.index("Kernel Name"), head.index("Metric Value"), h
 tot, cnt = collections.Counter(), collections.Counter()
 for r in body:
     v = float(r[val_i].replace(",", ""))
-    v *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[unit_i], 1.0)
+    unit = r[unit_i].strip().lower()
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
+    if unit not in scale: sys.exit(f"unknown time unit {unit!r}")
+    v *= scale[unit]
     name = r[name_i].split("(")[0].split("<")[0].replace("void ", "")
     tot[name] += v; cnt[name] += 1
 all_us = sum(tot.values())
