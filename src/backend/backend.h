@@ -125,10 +125,12 @@ typedef struct {
     void (*rmsnorm_rope)(g4_backend *be, float *x, const float *w, int n_tokens, int n_heads, int head_dim,
                          const int32_t *pos, float theta, int n_pairs, float eps);
     /* The residual step after a post-norm: per row,
-     * h = (h + rmsnorm(x) * w) * scale (x unchanged; scale 1 = no scaling).
-     * Exactly rmsnorm into a temporary, add, then scale, in one pass. */
+     * h = (h + rmsnorm(x) * w) * scale (x unchanged; scale 1 = no scaling),
+     * then, when next_out is not NULL, next_out = rmsnorm(h) * next_w (the
+     * next block's pre-norm; next_w may be NULL). Exactly rmsnorm into a
+     * temporary, add, scale, rmsnorm, in one pass. */
     void (*add_rmsnorm)(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
-                        float scale);
+                        float scale, float *next_out, const float *next_w);
     /* out = gelu_tanh(gate) * up, elementwise */
     void (*gelu_mul)(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
     /* out = a + b */

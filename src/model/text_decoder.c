@@ -176,6 +176,9 @@ static void per_layer_inputs(const g4_model *m, g4_text_scratch *s, int n) {
     be->ops->scale(be, s->ple_all, s->ple_all, (float)(1.0 / sqrt(2.0)), total);
 }
 
+/* Each block reads its pre-normed input from s->a and leaves the next
+ * block's there: the norm rides on the residual add that ends the block
+ * before (add_rmsnorm's next_out). */
 static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, int i, int n,
                             const g4_attn_batch *ab) {
     g4_backend *be = m->backend;
@@ -184,7 +187,6 @@ static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
     const g4_text_layer *w = &m->text.layers[i];
     const int D = lc->head_dim, Hq = tc->n_heads, Hkv = lc->n_kv_heads;
     const int sliding = lc->kind == G4_LAYER_SLIDING;
-    be->ops->rmsnorm(be, s->a, s->h, w->input_norm, n, tc->hidden_size, tc->rms_eps);
     be->ops->matmul(be, s->q, s->a, n, &w->q);
     be->ops->rmsnorm_rope(be, s->q, w->q_norm, n, Hq, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
     int cache_layer = lc->kv_donor >= 0 ? lc->kv_donor : i;
@@ -202,17 +204,19 @@ static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
     }
     be->ops->attention(be, s->attn, s->q, kv->layer_kv[cache_layer], ab, sliding, Hq, 1.0f);
     be->ops->matmul(be, s->t1, s->attn, n, &w->o);
-    be->ops->add_rmsnorm(be, s->h, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps, 1.0f);
+    be->ops->add_rmsnorm(be, s->h, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps, 1.0f, s->a,
+                         w->pre_ffn_norm);
 }
 
-/* scale: the layer's scalar when this block ends the layer, else 1 */
-static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int n, float scale) {
+/* scale: the layer's scalar when this block ends the layer, else 1;
+ * next_norm: the weight of the norm to leave in s->a, or NULL for none */
+static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int n, float scale,
+                               const float *next_norm) {
     g4_backend *be = m->backend;
     const g4_text_config *tc = &m->config.text;
     const g4_text_layer *w = &m->text.layers[i];
     const int d = tc->hidden_size;
     const size_t nd = (size_t)n * d;
-    be->ops->rmsnorm(be, s->a, s->h, w->pre_ffn_norm, n, d, tc->rms_eps);
     be->ops->matmul(be, s->up, s->a, n, &w->up);
     be->ops->matmul_gelu_mul(be, s->gate, s->a, n, &w->gate, s->up);
     be->ops->matmul(be, s->t1, s->gate, n, &w->down);
@@ -231,11 +235,12 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
         be->ops->rmsnorm(be, s->moe_out, s->moe_out, w->post_ffn_norm2, n, d, tc->rms_eps);
         be->ops->add(be, s->t1, s->t1, s->moe_out, nd);
     }
-    be->ops->add_rmsnorm(be, s->h, s->t1, w->post_ffn_norm, n, d, tc->rms_eps, scale);
+    be->ops->add_rmsnorm(be, s->h, s->t1, w->post_ffn_norm, n, d, tc->rms_eps, scale, next_norm ? s->a : NULL,
+                         next_norm);
 }
 
-/* ends the layer: applies its scalar */
-static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int i, int n) {
+/* ends the layer: applies its scalar (next_norm as in feed_forward_block) */
+static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int i, int n, const float *next_norm) {
     g4_backend *be = m->backend;
     const g4_text_config *tc = &m->config.text;
     const g4_text_layer *w = &m->text.layers[i];
@@ -243,7 +248,8 @@ static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int
     be->ops->copy_rows(be, s->ple_i, P, s->ple_all + (size_t)i * P, L * P, n, P);
     be->ops->matmul_gelu_mul(be, s->ple_g, s->h, n, &w->ple_gate, s->ple_i);
     be->ops->matmul(be, s->t1, s->ple_g, n, &w->ple_proj);
-    be->ops->add_rmsnorm(be, s->h, s->t1, w->ple_post_norm, n, d, tc->rms_eps, w->layer_scalar);
+    be->ops->add_rmsnorm(be, s->h, s->t1, w->ple_post_norm, n, d, tc->rms_eps, w->layer_scalar,
+                         next_norm ? s->a : NULL, next_norm);
 }
 
 /* Everything after the uploads: embeddings through the logits, all on
@@ -273,11 +279,17 @@ static g4_status run_ops(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, 
     }
     if (b->hook) b->hook(b->hook_ctx, "embed", s->h, n, d);
     if (tc->ple_dim > 0) per_layer_inputs(m, s, n);
+    be->ops->rmsnorm(be, s->a, s->h, m->text.layers[0].input_norm, n, d, tc->rms_eps);
     for (int i = 0; i < tc->n_layers; i++) {
         attention_block(m, kv, s, i, n, &ab);
         const int ple = tc->ple_dim > 0;
-        feed_forward_block(m, s, i, n, ple ? 1.0f : m->text.layers[i].layer_scalar);
-        if (ple) per_layer_embedding_block(m, s, i, n);
+        const float *next_norm = i + 1 < tc->n_layers ? m->text.layers[i + 1].input_norm : NULL;
+        if (ple) {
+            feed_forward_block(m, s, i, n, 1.0f, NULL);
+            per_layer_embedding_block(m, s, i, n, next_norm);
+        } else {
+            feed_forward_block(m, s, i, n, m->text.layers[i].layer_scalar, next_norm);
+        }
         if (b->hook && i == 0) b->hook(b->hook_ctx, "layer0", s->h, n, d);
     }
     if (b->hook) {

@@ -397,20 +397,32 @@ static void test_add_rmsnorm(void) {
         const float scale = scales[k % 2];
         float *x = rand_floats(n, 0.01f, 30.0f), *w = rand_floats((size_t)dim, 0.5f, 2.0f);
         float *h = rand_floats(n, 0.01f, 10.0f), *want = malloc(n * 4), *steps = malloc(n * 4);
+        float *w2 = rand_floats((size_t)dim, 0.5f, 2.0f), *want_next = malloc(n * 4), *steps_next = malloc(n * 4);
+        const float *next_w = k == 2 ? NULL : w2; /* the next norm with and without a weight */
         memcpy(want, h, n * 4);
-        cpu->ops->add_rmsnorm(cpu, want, x, w, rows, dim, 1e-6f, scale);
+        cpu->ops->add_rmsnorm(cpu, want, x, w, rows, dim, 1e-6f, scale, want_next, next_w);
         cpu->ops->rmsnorm(cpu, steps, x, w, rows, dim, 1e-6f);
         cpu->ops->add(cpu, steps, h, steps, n);
         cpu->ops->scale(cpu, steps, steps, scale, n);
-        CHECK(memcmp(steps, want, n * 4) == 0, "cpu add_rmsnorm %d x %d equals rmsnorm, add, scale", rows, dim);
-        float *dx = up(x, n * 4), *dw = up(w, (size_t)dim * 4), *dh = up(h, n * 4);
-        gpu->ops->add_rmsnorm(gpu, dh, dx, dw, rows, dim, 1e-6f, scale);
-        float *got = down(dh, n);
+        cpu->ops->rmsnorm(cpu, steps_next, steps, next_w, rows, dim, 1e-6f);
+        CHECK(memcmp(steps, want, n * 4) == 0 && memcmp(steps_next, want_next, n * 4) == 0,
+              "cpu add_rmsnorm %d x %d equals rmsnorm, add, scale, rmsnorm", rows, dim);
+        float *dx = up(x, n * 4), *dw = up(w, (size_t)dim * 4), *dh = up(h, n * 4), *dw2 = up(w2, (size_t)dim * 4);
+        float *dnext = poisoned(n);
+        gpu->ops->add_rmsnorm(gpu, dh, dx, dw, rows, dim, 1e-6f, scale, dnext, next_w ? dw2 : NULL);
+        float *got = down(dh, n), *got_next = down(dnext, n);
         char what[96];
         snprintf(what, sizeof what, "%d x %d, scale %g", rows, dim, scale);
         compare("add_rmsnorm", what, got, want, n, TOL_ELEMENTWISE);
-        release(dx), release(dw), release(dh);
-        free(x), free(w), free(h), free(want), free(steps), free(got);
+        compare("add_rmsnorm next", what, got_next, want_next, n, TOL_ELEMENTWISE);
+        /* and with no next norm: h alone */
+        float *dh2 = up(h, n * 4);
+        gpu->ops->add_rmsnorm(gpu, dh2, dx, dw, rows, dim, 1e-6f, scale, NULL, NULL);
+        float *got2 = down(dh2, n);
+        compare("add_rmsnorm", "no next norm", got2, want, n, TOL_ELEMENTWISE);
+        release(dx), release(dw), release(dh), release(dw2), release(dnext), release(dh2);
+        free(x), free(w), free(h), free(want), free(steps), free(got), free(w2), free(want_next), free(steps_next);
+        free(got_next), free(got2);
     }
 }
 

@@ -131,8 +131,7 @@ static void cpu_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tok
 }
 
 static void cpu_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
-                            float scale) {
-    (void)be;
+                            float scale, float *next_out, const float *next_w) {
 #pragma omp parallel for schedule(static) if (rows > 8)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * dim;
@@ -146,6 +145,7 @@ static void cpu_add_rmsnorm(g4_backend *be, float *h, const float *x, const floa
             if (scale != 1.0f) hr[i] = hr[i] * scale;
         }
     }
+    if (next_out) cpu_rmsnorm(be, next_out, h, next_w, rows, dim, eps);
 }
 
 static void cpu_add(g4_backend *be, float *out, const float *a, const float *b, size_t n) {

@@ -197,8 +197,11 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
         for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = __fmul_rn(xr[i], inv);
 }
 
-/* h = (h + rmsnorm(x) * w) * scale, one block per row */
-__global__ void add_rmsnorm_kernel(float *h, const float *x, const float *w, int dim, float eps, float scale) {
+/* h = (h + rmsnorm(x) * w) * scale, then next = rmsnorm(h) * next_w when
+ * next is not NULL; one block per row, the same block size as
+ * rmsnorm_kernel (so the same sums). */
+__global__ void add_rmsnorm_kernel(float *h, const float *x, const float *w, int dim, float eps, float scale,
+                                   float *next, const float *next_w) {
     const size_t r = blockIdx.x;
     const float *xr = x + r * (size_t)dim;
     float *hr = h + r * (size_t)dim;
@@ -207,6 +210,14 @@ __global__ void add_rmsnorm_kernel(float *h, const float *x, const float *w, int
         const float v = __fadd_rn(hr[i], __fmul_rn(__fmul_rn(xr[i], inv), w[i]));
         hr[i] = scale != 1.0f ? __fmul_rn(v, scale) : v;
     }
+    if (!next) return;
+    __syncthreads(); /* the whole new row of h before its norm */
+    const float inv_h = block_inv_rms(hr, dim, eps);
+    float *nr = next + r * (size_t)dim;
+    if (next_w)
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) nr[i] = __fmul_rn(__fmul_rn(hr[i], inv_h), next_w[i]);
+    else
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) nr[i] = __fmul_rn(hr[i], inv_h);
 }
 
 static int norm_threads(int dim) { return dim >= 2048 ? 512 : dim >= 512 ? 256 : dim >= 128 ? 128 : 32; }
@@ -219,10 +230,10 @@ void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, in
 }
 
 void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
-                      float scale) {
+                      float scale, float *next_out, const float *next_w) {
     cuda_ctx *c = cuda_of(be);
     if (rows <= 0 || dim <= 0) return;
-    add_rmsnorm_kernel<<<rows, norm_threads(dim), 0, c->stream>>>(h, x, w, dim, eps, scale);
+    add_rmsnorm_kernel<<<rows, norm_threads(dim), 0, c->stream>>>(h, x, w, dim, eps, scale, next_out, next_w);
     cuda_launched(c, "add_rmsnorm");
 }
 

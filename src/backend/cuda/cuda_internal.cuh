@@ -112,7 +112,7 @@ void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, in
 void cuda_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, int n_heads, int head_dim,
                        const int32_t *pos, float theta, int n_pairs, float eps);
 void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
-                      float scale);
+                      float scale, float *next_out, const float *next_w);
 void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos, float theta,
                int n_pairs);
 void cuda_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n);

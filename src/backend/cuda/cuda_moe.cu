@@ -107,18 +107,20 @@ __global__ void moe_sort_kernel(const int32_t *ids, int n_slots, int n_experts, 
     }
 }
 
-/* out[t][:] = sum_j weights[t][j] * y[t*k + j][:] over valid choices, in order. */
+/* out[t][:] = sum_j weights[t][j] * y[t*k + j][:] over valid choices, in
+ * order. Grid (column blocks, tokens), one column per thread: a token's
+ * row is spread over many blocks (one block per token took ~20 us). */
 __global__ void moe_combine_kernel(float *out, const float *y, const int32_t *ids, const float *weights, int k,
                                    int n_experts, int d) {
-    const int t = blockIdx.x;
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {
-        float acc = 0.0f;
-        for (int j = 0; j < k; j++) {
-            const int e = ids[(size_t)t * k + j];
-            if (e >= 0 && e < n_experts) acc = fmaf(weights[(size_t)t * k + j], y[((size_t)t * k + j) * d + c], acc);
-        }
-        out[(size_t)t * d + c] = acc;
+    const int t = blockIdx.y;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= d) return;
+    float acc = 0.0f;
+    for (int j = 0; j < k; j++) {
+        const int e = ids[(size_t)t * k + j];
+        if (e >= 0 && e < n_experts) acc = fmaf(weights[(size_t)t * k + j], y[((size_t)t * k + j) * d + c], acc);
     }
+    out[(size_t)t * d + c] = acc;
 }
 
 /* ---- experts ---- */
@@ -190,6 +192,7 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
         cuda_gemv(c, y, (size_t)d, g, (size_t)width, 1, &wd, ids, n_slots, 1, down->expert_stride, down->row_offset,
                   E, NULL);
     }
-    moe_combine_kernel<<<n, 256, 0, c->stream>>>(out, y, ids, weights, k, E, (int)d);
+    dim3 grid(cuda_blocks((size_t)d, 128), (unsigned)n);
+    moe_combine_kernel<<<grid, 128, 0, c->stream>>>(out, y, ids, weights, k, E, (int)d);
     cuda_launched(c, "moe_combine");
 }
