@@ -301,6 +301,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->gemv_rows4 = !rows4 || strcmp(rows4, "0") != 0;
     const char *split = getenv("G4_CUDA_GEMV_SPLIT");
     c->gemv_split = split && (!strcmp(split, "0") || !strcmp(split, "1")) ? atoi(split) : -1;
+    const char *minb = getenv("G4_CUDA_GEMV_MINB");
+    c->gemv_minb = minb ? atoi(minb) : -1;
     const char *graphs = getenv("G4_CUDA_GRAPHS");
     c->graphs_enabled = !graphs || strcmp(graphs, "0") != 0;
     c->pinned_bytes = 64u << 20;

@@ -85,6 +85,9 @@ __device__ __forceinline__ void decode_chunk(const uint4 raw, float *v, const fl
             for (int k = 0; k < 4; k++)
                 v[4 * i + k] = __uint_as_float(__byte_perm(w[i], 0x4B000000u, 0x7440u | (uint32_t)k)) - magic;
         } else if constexpr (F == FF_AFF4) {
+            /* (a bf16-pair decode, two codes per shift + mask giving 128 + q,
+             * measured no faster on the H200 and lost an order of magnitude
+             * of precision to the 128 x sum(x) correction) */
 #pragma unroll
             for (int k = 0; k < 8; k++) v[8 * i + k] = __uint_as_float(((w[i] >> (4 * k)) & 15u) | 0x4B000000u) - magic;
         } else if constexpr (F == FF_AFF2) {
@@ -128,8 +131,8 @@ __device__ __forceinline__ void gemv_store(float *out, const float *mul, size_t 
  * over the columns (partial sums meet in shared memory): four times the
  * blocks, so that the small matrices of a decode step (a few MB, too few
  * warps to keep enough loads in flight) still fill the GPU. */
-template <int F, int NT, int R, bool SPLIT>
-__global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(gemv_args a) {
+template <int F, int NT, int R, bool SPLIT, int MINB>
+__global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
     constexpr int C = chunk_cols<F>();
     __shared__ float lut[16];
     if constexpr (F == FF_MXFP4) {
@@ -310,16 +313,33 @@ static bool gemv_split(const cuda_ctx *c, int64_t rows, int rows_per_warp, int n
     return blocks < (quantised ? 1 : 4) * (int64_t)c->sm_count;
 }
 
-template <int F, int NT, int R>
-static void launch_gemv(cuda_ctx *c, const gemv_args &a, int n_slots) {
+template <int F, int NT, int R, int MINB>
+static void launch_gemv_minb(cuda_ctx *c, const gemv_args &a, int n_slots) {
     if (gemv_split(c, a.rows, R, n_slots, is_affine<F>() || F == FF_MXFP4)) {
         dim3 grid(cuda_blocks((size_t)a.rows, R), (unsigned)n_slots);
-        gemv_kernel<F, NT, R, true><<<grid, GEMV_THREADS, 0, c->stream>>>(a);
+        gemv_kernel<F, NT, R, true, MINB><<<grid, GEMV_THREADS, 0, c->stream>>>(a);
     } else {
         dim3 grid(cuda_blocks((size_t)a.rows, GEMV_WARPS * R), (unsigned)n_slots);
-        gemv_kernel<F, NT, R, false><<<grid, GEMV_THREADS, 0, c->stream>>>(a);
+        gemv_kernel<F, NT, R, false, MINB><<<grid, GEMV_THREADS, 0, c->stream>>>(a);
     }
     cuda_launched(c, "gemv");
+}
+
+/* One token of a quantised format is compiled for at least 5 (4-bit) or 6
+ * (8-bit) blocks of 128 threads per multiprocessor: ~90 / 80 registers
+ * instead of ~120, more warps to hide the loads' latency, no spills.
+ * Measured on the H200 (21504x5376, one token): affine8 67 -> 57 us,
+ * affine4 and mxfp4 about equal, the 262144x1536 affine4 head 200 ->
+ * 186 us. G4_CUDA_GEMV_MINB=0/5/6 forces a choice (0: the compiler's). Any
+ * other kernel is left to the compiler (MINB 0). */
+template <int F, int NT, int R>
+static void launch_gemv(cuda_ctx *c, const gemv_args &a, int n_slots) {
+    if constexpr (NT == 1 && (is_affine<F>() || F == FF_MXFP4) && F != FF_AFF2) {
+        const int minb = c->gemv_minb >= 0 ? c->gemv_minb : F == FF_AFF8 ? 6 : 5;
+        if (minb == 5) return launch_gemv_minb<F, NT, R, 5>(c, a, n_slots);
+        if (minb == 6) return launch_gemv_minb<F, NT, R, 6>(c, a, n_slots);
+    }
+    launch_gemv_minb<F, NT, R, 0>(c, a, n_slots);
 }
 
 template <int F>
