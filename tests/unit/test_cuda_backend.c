@@ -484,39 +484,9 @@ static void test_rmsnorm(void) {
     }
 }
 
-static void test_rope(void) {
-    /* heads x head_dim, rotated pairs, theta: sliding 256 (full), global 512 (25%), odd */
-    const struct {
-        int n, heads, dim, pairs;
-        float theta;
-    } cases[] = {{5, 8, 256, 128, 10000.0f}, {3, 32, 512, 64, 1000000.0f}, {40, 16, 256, 128, 10000.0f},
-                 {2, 4, 64, 32, 10000.0f},   {3, 2, 72, 10, 500.0f}};
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const int n = cases[k].n, H = cases[k].heads, D = cases[k].dim;
-        const size_t total = (size_t)n * H * D;
-        float *x = rand_floats(total, 0.01f, 3.0f), *want = malloc(total * 4);
-        int32_t *pos = malloc((size_t)n * 4);
-        for (int t = 0; t < n; t++) pos[t] = t == 0 ? 0 : t == 1 ? 131071 : rand_int(100000);
-        memcpy(want, x, total * 4);
-        cpu->ops->rope(cpu, want, n, H, D, pos, cases[k].theta, cases[k].pairs);
-        float *dx = up(x, total * 4);
-        int32_t *dpos = up(pos, (size_t)n * 4);
-        gpu->ops->rope(gpu, dx, n, H, D, dpos, cases[k].theta, cases[k].pairs);
-        float *got = down(dx, total);
-        char what[96];
-        snprintf(what, sizeof what, "n=%d %d heads x %d, %d pairs, theta %g", n, H, D, cases[k].pairs, cases[k].theta);
-        compare("rope", what, got, want, total, TOL_ELEMENTWISE);
-        release(dx);
-        release(dpos);
-        free(x);
-        free(want);
-        free(pos);
-        free(got);
-    }
-}
-
-/* the q/k norm fused with RoPE, against CPU rmsnorm then rope */
-static void test_rmsnorm_rope(void) {
+/* RoPE alone (fused = 0), or fused with the q/k norm before it (rmsnorm_rope,
+ * with and without a weight) against the CPU's rmsnorm then rope */
+static void test_rope(int fused) {
     /* heads x head_dim, rotated pairs, theta: sliding 256 (full), global 512 (25%), odd */
     const struct {
         int n, heads, dim, pairs;
@@ -530,16 +500,21 @@ static void test_rmsnorm_rope(void) {
         int32_t *pos = malloc((size_t)n * 4);
         for (int t = 0; t < n; t++) pos[t] = t == 0 ? 0 : t == 1 ? 131071 : rand_int(100000);
         float *w = rand_floats((size_t)D, 0.5f, 2.0f);
-        const float *wk = k % 2 ? NULL : w; /* with and without a weight */
+        const float *wk = k % 2 ? NULL : w;
         memcpy(want, x, total * 4);
-        cpu->ops->rmsnorm_rope(cpu, want, wk, n, H, D, pos, cases[k].theta, cases[k].pairs, 1e-6f);
         float *dx = up(x, total * 4), *dw = up(w, (size_t)D * 4);
         int32_t *dpos = up(pos, (size_t)n * 4);
-        gpu->ops->rmsnorm_rope(gpu, dx, wk ? dw : NULL, n, H, D, dpos, cases[k].theta, cases[k].pairs, 1e-6f);
+        if (fused) {
+            cpu->ops->rmsnorm_rope(cpu, want, wk, n, H, D, pos, cases[k].theta, cases[k].pairs, 1e-6f);
+            gpu->ops->rmsnorm_rope(gpu, dx, wk ? dw : NULL, n, H, D, dpos, cases[k].theta, cases[k].pairs, 1e-6f);
+        } else {
+            cpu->ops->rope(cpu, want, n, H, D, pos, cases[k].theta, cases[k].pairs);
+            gpu->ops->rope(gpu, dx, n, H, D, dpos, cases[k].theta, cases[k].pairs);
+        }
         float *got = down(dx, total);
         char what[96];
         snprintf(what, sizeof what, "n=%d %d heads x %d, %d pairs, theta %g", n, H, D, cases[k].pairs, cases[k].theta);
-        compare("rmsnorm_rope", what, got, want, total, TOL_ELEMENTWISE);
+        compare(fused ? "rmsnorm_rope" : "rope", what, got, want, total, TOL_ELEMENTWISE);
         release(dx);
         release(dw);
         free(w);
@@ -1255,8 +1230,8 @@ int main(void) {
     test_rmsnorm();
     test_add_rmsnorm();
     test_matmul_gelu_mul();
-    test_rope();
-    test_rmsnorm_rope();
+    test_rope(0);
+    test_rope(1);
     test_embed();
     test_rows_and_copies();
     test_vision_ops();

@@ -63,6 +63,13 @@ static void cpu_embed(g4_backend *be, float *out, const g4_matrix *table, const 
     for (int i = 0; i < n; i++) cpu_matrix_row(table, ids[i], scale, out + (size_t)i * (size_t)table->cols);
 }
 
+/* 1 / sqrt(mean(x^2) + eps) of one row, summed in double */
+static double row_inv_rms(const float *xr, int dim, float eps) {
+    double ss = 0;
+    for (int i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
+    return 1.0 / sqrt(ss / dim + (double)eps);
+}
+
 static void cpu_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim,
                         float eps) {
     (void)be;
@@ -70,9 +77,7 @@ static void cpu_rmsnorm(g4_backend *be, float *out, const float *x, const float 
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * dim;
         float *yr = out + (size_t)r * dim;
-        double ss = 0;
-        for (int i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
-        double inv = 1.0 / sqrt(ss / dim + (double)eps);
+        const double inv = row_inv_rms(xr, dim, eps);
         /* one rounding per output: the norm feeds every later layer */
         if (w)
             for (int i = 0; i < dim; i++) yr[i] = (float)(xr[i] * inv * w[i]);
@@ -136,9 +141,7 @@ static void cpu_add_rmsnorm(g4_backend *be, float *h, const float *x, const floa
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * dim;
         float *hr = h + (size_t)r * dim;
-        double ss = 0;
-        for (int i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
-        double inv = 1.0 / sqrt(ss / dim + (double)eps);
+        const double inv = row_inv_rms(xr, dim, eps);
         for (int i = 0; i < dim; i++) {
             const float y = (float)(xr[i] * inv * w[i]); /* cpu_rmsnorm's rounding */
             hr[i] = hr[i] + y;

@@ -335,7 +335,7 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
     free(scratch);
 }
 
-void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
+static void matmul_entry(float *out, const float *x, int64_t n_tokens, const g4_matrix *w, int precise) {
     if (n_tokens <= 0 || w->rows <= 0) return;
     if (w->cols <= 0) {
         memset(out, 0, (size_t)(n_tokens * w->rows) * sizeof *out);
@@ -346,21 +346,16 @@ void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w
         return;
     }
     const cpu_kernel_table *k = cpu_kernels_for(cpu_isa_active());
-    if (n_tokens < k->prefill_min_tokens) matmul_decode(k, out, x, n_tokens, w);
-    else matmul_prefill(k, out, x, n_tokens, w, 0);
+    if (!precise && n_tokens < k->prefill_min_tokens) matmul_decode(k, out, x, n_tokens, w);
+    else matmul_prefill(k, out, x, n_tokens, w, precise);
+}
+
+void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
+    matmul_entry(out, x, n_tokens, w, 0);
 }
 
 void cpu_matmul_precise(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
-    if (n_tokens <= 0 || w->rows <= 0) return;
-    if (w->cols <= 0) {
-        memset(out, 0, (size_t)(n_tokens * w->rows) * sizeof *out);
-        return;
-    }
-    if (!cpu_kernels_fast_layout(w)) {
-        matmul_generic(out, x, n_tokens, w);
-        return;
-    }
-    matmul_prefill(cpu_kernels_for(cpu_isa_active()), out, x, n_tokens, w, 1);
+    matmul_entry(out, x, n_tokens, w, 1);
 }
 
 void cpu_matrix_row(const g4_matrix *w, int64_t r, float scale, float *out) {
