@@ -249,17 +249,21 @@ int cmd_bench(int argc, char **argv) {
     free(ids);
     free(pp_rate);
     free(tg_rate);
-    /* concurrent streams: aggregate decode through the batched engine */
+    /* concurrent streams: aggregate decode through the batched engine,
+     * compared with one stream through the same engine (measured first when
+     * the list does not start with 1) */
     double base = 0;
-    for (int k = 0; rc == 0 && k < n_streams; k++) {
+    for (int k = n_streams > 0 && streams[0] != 1 ? -1 : 0; rc == 0 && k < n_streams; k++) {
+        const int n = k < 0 ? 1 : streams[k];
         double tps = 0;
-        g4_status sst = bench_streams(model, streams[k], 16, (int)(tg > 1 ? tg : 2), &tps);
+        g4_status sst = bench_streams(model, n, 16, (int)(tg > 1 ? tg : 2), &tps);
         if (sst != G4_OK) {
             cli_report_error("bench --streams", sst);
             rc = 1;
             break;
         }
-        if (k == 0) base = tps / streams[k];
+        if (n == 1 && base == 0) base = tps;
+        if (k < 0) continue;
         if (json)
             printf("{\"model\":\"%s\",\"streams\":%d,\"decode_tps\":%.2f,\"per_stream_tps\":%.2f}\n", model->path,
                    streams[k], tps, tps / streams[k]);
