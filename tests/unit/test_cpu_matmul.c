@@ -416,8 +416,10 @@ static void test_affine_other_groups(void) {
     for (int bi = 0; bi < 3; bi++)
         for (int gi = 0; gi < 2; gi++) {
             const int g = groups[gi];
-            const int64_t shapes[3][2] = {{3, 43 * g}, {17, g}, {2, 259 * g}};
-            for (int s = 0; s < 3; s++) {
+            /* the last two decode one token in column panels; 200 groups of 96
+             * put a panel edge inside a group unless panels are lcm(96, 128) wide */
+            const int64_t shapes[4][2] = {{3, 43 * g}, {17, g}, {2, 259 * g}, {1, 200 * g}};
+            for (int s = 0; s < 4; s++) {
                 test_matrix t;
                 make_affine_matrix(&t, bit_counts[bi], g, G4_DTYPE_BF16, shapes[s][0], shapes[s][1]);
                 snprintf(label, sizeof label, "affine%d g%d bf16", bit_counts[bi], g);

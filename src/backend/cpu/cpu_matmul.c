@@ -135,8 +135,10 @@ static int wants_panels(const g4_matrix *w, int64_t n_tokens) {
 static void decode_in_panels(const cpu_kernel_table *k, float *out, const float *x, const float *xsum,
                              const g4_matrix *w, float *partial, int threaded) {
     const int64_t rows = w->rows, cols = w->cols, gs = w->group_size;
-    /* panels: whole 128-code blocks and whole groups, about PANEL_COLS wide */
-    const int64_t unit = gs > 128 ? (gs % 128 == 0 ? gs : gs * 128) : 128;
+    /* panels: whole 128-code blocks and whole groups (lcm(group size, 128)
+     * columns: a group of 96 does not divide 128), about PANEL_COLS wide */
+    int64_t unit = 128;
+    while (unit % gs != 0) unit += 128;
     const int64_t n_panels = (cols + PANEL_COLS - 1) / PANEL_COLS;
     int64_t panel = (cols / n_panels + unit - 1) / unit * unit;
     if (panel <= 0 || panel > cols) panel = cols;
