@@ -470,6 +470,34 @@ static void test_mxfp4_extreme_scales(void) {
     free_matrix(&t);
 }
 
+/* cpu_matmul_precise over more tokens than one work item holds (512 on
+ * AVX-512), at every level, against float64 dot products of the same
+ * weights. */
+static void test_precise_many_tokens(void) {
+    test_matrix t;
+    make_affine_matrix(&t, 4, 64, G4_DTYPE_BF16, 70, 384);
+    const g4_matrix *w = &t.m;
+    const int64_t n = 1100, rows = w->rows, cols = w->cols;
+    float *x = malloc((size_t)(n * cols) * sizeof *x), *out = malloc((size_t)(n * rows) * sizeof *out);
+    for (int64_t i = 0; i < n * cols; i++) x[i] = rng_uniform(-1.0f, 1.0f);
+    double *row_norm = malloc((size_t)rows * sizeof *row_norm), *x_norm = malloc((size_t)n * sizeof *x_norm);
+    for (int64_t r = 0; r < rows; r++) row_norm[r] = 1.0;
+    for (int64_t k = 0; k < n; k++) x_norm[k] = 1.0;
+    for (int level = CPU_ISA_SCALAR; level <= (int)cpu_isa_supported(); level++) {
+        cpu_isa_force((cpu_isa)level);
+        float *ref = same_weights_reference(w, x, n);
+        for (int64_t i = 0; i < n * rows; i++) out[i] = NAN;
+        cpu_matmul_precise(out, x, n, w);
+        char what[96];
+        snprintf(what, sizeof what, "affine4 g64 70x384 %s precise n_tokens=%lld", cpu_isa_name(), (long long)n);
+        CHECK(precise_matches(out, ref, row_norm, x_norm, n, rows, what), "%s", what);
+        free(ref);
+    }
+    cpu_isa_force(cpu_isa_supported());
+    free(x), free(out), free(row_norm), free(x_norm);
+    free_matrix(&t);
+}
+
 int main(int argc, char **argv) {
     /* Hundreds of small matmuls with serial reference work between them:
      * libgomp's idle threads would spin through all of it, which on a shared
@@ -486,6 +514,7 @@ int main(int argc, char **argv) {
     test_generic_layout();
     test_affine();
     test_affine_other_groups();
+    test_precise_many_tokens();
     const char *verbose = getenv("G4_TEST_VERBOSE");
     if (verbose && *verbose == '1')
         printf("worst element error %.3g of |w||x|, worst rel rms %.3g\n", worst_element_seen, worst_rms_seen);

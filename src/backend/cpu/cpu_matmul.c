@@ -22,6 +22,7 @@ enum {
     TILE_ROW_TARGET = 64,    /* rows of W dequantised at once (rounded to mr) */
     TILE_COLS = 256,         /* columns of W dequantised at once (multiple of 32) */
     CHUNK_BLOCKS = 4,        /* token blocks of nr per work item */
+    PRECISE_CHUNK_BLOCKS = 16, /* the same for precise: fewer widenings of each W tile to double */
     DECODE_CHUNK_BYTES = 32768, /* weight bytes per decode work item */
     PACKED_X_CACHED = 8 << 20, /* packed tokens (bytes) that stay in the last-level cache */
     PANEL_COLS = 6144,       /* 4-bit decode of wider rows goes in column panels of about this many */
@@ -252,8 +253,12 @@ static void tile_f64(const cpu_kernel_table *k, const float *tile, double *dtile
                      const float *xp, int64_t cols, int64_t c0, int64_t b0, int64_t nb, int64_t n_tokens,
                      double *dacc, int64_t ldc) {
     const int64_t padded = (n_rows + k->f64_mr - 1) / k->f64_mr * k->f64_mr;
-    for (int64_t i = 0; i < padded; i++)
-        for (int64_t c = 0; c < nc; c++) dtile[i * TILE_COLS + c] = i < n_rows ? (double)tile[i * TILE_COLS + c] : 0.0;
+    for (int64_t i = 0; i < n_rows; i++) {
+        const float *src = tile + i * TILE_COLS;
+        double *dst = dtile + i * TILE_COLS;
+        for (int64_t c = 0; c < nc; c++) dst[c] = (double)src[c];
+    }
+    for (int64_t i = n_rows; i < padded; i++) memset(dtile + i * TILE_COLS, 0, (size_t)nc * sizeof *dtile);
     for (int64_t b = 0; b < nb; b++) {
         const int wb = block_width(b0 + b, n_tokens, k->nr);
         const float *xb = xp + (b0 + b) * cols * k->nr + c0 * wb;
@@ -272,9 +277,10 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
     const int mr = k->mr, nr = k->nr;
     const int64_t tile_rows = mr * (TILE_ROW_TARGET / mr);
     const int64_t n_blocks = (n_tokens + nr - 1) / nr;
-    const int64_t ldc = (int64_t)CHUNK_BLOCKS * nr;
+    const int64_t chunk_blocks = precise ? PRECISE_CHUNK_BLOCKS : CHUNK_BLOCKS;
+    const int64_t ldc = chunk_blocks * nr;
     const int64_t n_row_tiles = (rows + tile_rows - 1) / tile_rows;
-    const int64_t n_chunks = (n_blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
+    const int64_t n_chunks = (n_blocks + chunk_blocks - 1) / chunk_blocks;
     const int threaded = n_row_tiles * n_chunks > 1 && rows * cols * n_tokens >= SERIAL_WORK;
     const int chunk_major = (size_t)(n_blocks * cols * nr) * sizeof(float) > PACKED_X_CACHED;
     /* all scratch at once (packed tokens, then per thread a W tile, an
@@ -307,10 +313,10 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
              * from memory once rather than once per row tile. */
             const int64_t rt = chunk_major ? item % n_row_tiles : item / n_chunks;
             const int64_t chunk = chunk_major ? item / n_row_tiles : item % n_chunks;
-            const int64_t r0 = rt * tile_rows, b0 = chunk * CHUNK_BLOCKS;
+            const int64_t r0 = rt * tile_rows, b0 = chunk * chunk_blocks;
             const int64_t n_rows = rows - r0 < tile_rows ? rows - r0 : tile_rows;
             const int64_t padded_rows = (n_rows + mr - 1) / mr * mr;
-            const int64_t nb = n_blocks - b0 < CHUNK_BLOCKS ? n_blocks - b0 : CHUNK_BLOCKS;
+            const int64_t nb = n_blocks - b0 < chunk_blocks ? n_blocks - b0 : chunk_blocks;
             memset(acc, 0, (size_t)(tile_rows * ldc) * (precise ? sizeof *dacc : sizeof *acc));
             for (int64_t c0 = 0; c0 < cols; c0 += TILE_COLS) {
                 const int64_t nc = cols - c0 < TILE_COLS ? cols - c0 : TILE_COLS;
