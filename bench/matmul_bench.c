@@ -1,6 +1,6 @@
 /* CPU matmul speed for the real Gemma 4 shapes, beside this machine's limits.
  *
- *   matmul_bench [--isa avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick]
+ *   matmul_bench [--isa avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick] [--tokens N]
  *
  * Decode (1 token): GB/s of weights streamed (g4_matrix_bytes / median time)
  * and the fraction of the measured memory bandwidth (and the best call's GB/s). Small matrices are cycled
@@ -140,6 +140,8 @@ static int cmp_double(const void *a, const void *b) {
 /* cached: one copy only (a matrix that fits in L2 then shows the kernel's
  * compute speed, the ceiling decode reaches on a machine with bandwidth to
  * spare) */
+static int decode_tokens = 1; /* --tokens N: decode batch (the server's concurrent streams) */
+
 static void bench_decode(const format_spec *f, const shape *s, double bandwidth, int cached) {
     g4_matrix probe;
     if (!make_matrix(&probe, f, s->rows, s->cols)) {
@@ -152,13 +154,14 @@ static void bench_decode(const format_spec *f, const shape *s, double bandwidth,
     g4_matrix *m = calloc((size_t)n_copies, sizeof *m);
     m[0] = probe;
     for (int i = 1; i < n_copies; i++) make_matrix(&m[i], f, s->rows, s->cols);
-    float *x = malloc((size_t)s->cols * sizeof *x), *out = malloc((size_t)s->rows * sizeof *out);
-    for (int64_t c = 0; c < s->cols; c++) x[c] = (float)(next_random() % 2001) * 1e-3f - 1.0f;
+    const int nt = decode_tokens;
+    float *x = malloc((size_t)(nt * s->cols) * sizeof *x), *out = malloc((size_t)(nt * s->rows) * sizeof *out);
+    for (int64_t c = 0; c < nt * s->cols; c++) x[c] = (float)(next_random() % 2001) * 1e-3f - 1.0f;
 
     /* warm up, then enough calls for ~0.5 s, at least 10 */
-    for (int i = 0; i < n_copies; i++) cpu_matmul(out, x, 1, &m[i]);
+    for (int i = 0; i < n_copies; i++) cpu_matmul(out, x, nt, &m[i]);
     double t0 = g4_now_seconds();
-    cpu_matmul(out, x, 1, &m[0]);
+    cpu_matmul(out, x, nt, &m[0]);
     double one = g4_now_seconds() - t0;
     int reps = (int)(0.5 / (one > 1e-6 ? one : 1e-6));
     if (reps < 10) reps = 10;
@@ -166,7 +169,7 @@ static void bench_decode(const format_spec *f, const shape *s, double bandwidth,
     double *times = malloc((size_t)reps * sizeof *times);
     for (int i = 0; i < reps; i++) {
         double a = g4_now_seconds();
-        cpu_matmul(out, x, 1, &m[i % n_copies]);
+        cpu_matmul(out, x, nt, &m[i % n_copies]);
         times[i] = g4_now_seconds() - a;
     }
     qsort(times, (size_t)reps, sizeof *times, cmp_double);
@@ -177,8 +180,9 @@ static void bench_decode(const format_spec *f, const shape *s, double bandwidth,
                bytes / 1e6, med * 1e6, gbs, (double)(s->rows * s->cols) / med / 1e9,
                (double)(s->rows * s->cols) / best / 1e9);
     else
-        printf("  %-26s %-12s %7.1f MB %9.1f us %7.1f GB/s %4.0f%% of bandwidth (best %.1f GB/s)\n", s->name,
-               f->name, bytes / 1e6, med * 1e6, gbs, 100.0 * gbs / bandwidth, best_gbs);
+        printf("  %-26s %-12s %7.1f MB %9.1f us %7.1f GB/s %4.0f%% of bandwidth (best %.1f GB/s), %.1f GFLOP/s\n",
+               s->name, f->name, bytes / 1e6, med * 1e6, gbs, 100.0 * gbs / bandwidth, best_gbs,
+               2.0 * (double)(s->rows * s->cols) * nt / med / 1e9);
     for (int i = 0; i < n_copies; i++) free_matrix(&m[i]);
     free(m);
     free(x);
@@ -223,8 +227,9 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) isa_arg = argv[++i];
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) decode_tokens = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--isa avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--isa avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick] [--tokens N]\n", argv[0]);
             return 2;
         }
     }
@@ -243,7 +248,7 @@ int main(int argc, char **argv) {
             }
             continue;
         }
-        if (strcmp(only, "prefill") != 0) printf("decode, 1 token:\n");
+        if (strcmp(only, "prefill") != 0) printf("decode, %d token(s):\n", decode_tokens);
         for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++)
             for (size_t si = 0; si < sizeof decode_shapes / sizeof decode_shapes[0]; si++) {
                 if ((quick && si != 1) || strcmp(only, "prefill") == 0) continue;

@@ -280,11 +280,14 @@ ALWAYS_INLINE void quant_rows(const cpu_gemv_args *a, const decoder *d, int64_t 
 
 /* For one token, 4-bit rows go four at a time: the kernel is compute bound
  * there and each x vector then feeds four FMAs (measured +15% on two Zen 5
- * cores, with the software prefetch in quant_rows). Everything else goes a
- * row at a time: several interleaved row streams cost the memory-bound
- * formats (bf16, 8-bit) a third to a half of their bandwidth here. */
+ * cores, with the software prefetch in quant_rows). From five tokens on
+ * (the server's concurrent streams) two rows share each x load: 6144x1536
+ * with 6 tokens, affine4 162 -> 221 GFLOP/s, mxfp4 155 -> 260, affine8 equal.
+ * Everything else goes a row at a time: several interleaved row streams cost
+ * the memory-bound formats (bf16, 8-bit) a third to a half of their
+ * bandwidth here. */
 ALWAYS_INLINE void gemv_quant(const cpu_gemv_args *a, int64_t r0, int64_t r1, quant_kind kind, const int T) {
-    const int R = T == 1 && (kind == Q_AFFINE4 || kind == Q_MXFP4) ? 4 : 1;
+    const int R = T == 1 && (kind == Q_AFFINE4 || kind == Q_MXFP4) ? 4 : T >= 5 ? 2 : 1;
     const decoder d = make_decoder(a->w, kind);
     int64_t r = r0;
     for (; r + R <= r1; r += R) quant_rows(a, &d, r, kind, T, R);
@@ -351,7 +354,10 @@ ALWAYS_INLINE void float_rows(const cpu_gemv_args *a, int64_t r, float_kind kind
 }
 
 ALWAYS_INLINE void gemv_float(const cpu_gemv_args *a, int64_t r0, int64_t r1, float_kind kind, const int T) {
-    const int R = 1; /* memory bound: one row stream at a time (see gemv_quant) */
+    /* one token is memory bound: one row stream at a time (see gemv_quant);
+     * from five tokens on two rows share each x load (6144x1536 bf16 on two
+     * Zen 5 cores: 6 tokens 89 -> 122 GFLOP/s, 8 tokens 88 -> 122; equal at 4) */
+    const int R = T >= 5 ? 2 : 1;
     int64_t r = r0;
     for (; r + R <= r1; r += R) float_rows(a, r, kind, T, R);
     for (; r < r1; r++) float_rows(a, r, kind, T, 1);
