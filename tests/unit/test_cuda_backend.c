@@ -239,6 +239,7 @@ static void test_matmul(void) {
         {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16},
         {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16},
         {G4_WEIGHT_AFFINE, 8, 128, G4_DTYPE_F32},
+        {G4_WEIGHT_AFFINE, 4, 128, G4_DTYPE_F32},
         {G4_WEIGHT_AFFINE, 2, 64, G4_DTYPE_BF16},
         {G4_WEIGHT_AFFINE, 3, 64, G4_DTYPE_BF16},
         {G4_WEIGHT_AFFINE, 5, 32, G4_DTYPE_BF16},
@@ -1132,14 +1133,16 @@ static void speed(void) {
         int bits, group;
         g4_dtype sdt;
     } formats[] = {{G4_WEIGHT_BF16, 0, 0, 0}, {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16},
-                   {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
+                   {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16},
+                   {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
     const int64_t rows = 21504, cols = 5376;
     float *x = rand_floats((size_t)512 * cols, 0.05f, 2.0f);
     float *dx = up(x, (size_t)512 * cols * 4), *dout = poisoned((size_t)512 * rows);
-    setenv("G4_CUDA_GEMV_ROWS4", "1", 1);
-    g4_backend *rows4 = NULL;
-    if (g4_backend_cuda_create(0, &rows4) != G4_OK) rows4 = NULL;
-    unsetenv("G4_CUDA_GEMV_ROWS4");
+    /* the float32 GEMV that 4-bit formats used before the tensor-core one */
+    setenv("G4_CUDA_GEMV_TC", "0", 1);
+    g4_backend *f32 = NULL;
+    if (g4_backend_cuda_create(0, &f32) != G4_OK) f32 = NULL;
+    unsetenv("G4_CUDA_GEMV_TC");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
         test_matrix t;
         make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, rows, cols);
@@ -1155,17 +1158,17 @@ static void speed(void) {
                 printf("  gemm %-18s %lldx%lld n=%-3d %8.1f us  %6.1f TFLOP/s\n", t.name, (long long)rows,
                        (long long)cols, ns[i], s * 1e6, 2.0 * rows * cols * ns[i] / s / 1e12);
         }
-        if (rows4 && formats[k].f != G4_WEIGHT_BF16) {
-            matmul_arg a = {rows4, &t.dev, dx, dout, 1};
-            double s = time_op(rows4, run_matmul, &a, 20);
-            printf("  gemv %-18s %lldx%lld n=1   %8.1f us  %6.0f GB/s (%.0f%% of copy), 4 rows per warp\n", t.name,
-                   (long long)rows, (long long)cols, s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
+        if (f32 && formats[k].bits == 4) {
+            matmul_arg a = {f32, &t.dev, dx, dout, 1};
+            double s = time_op(f32, run_matmul, &a, 20);
+            printf("  gemv %-18s %lldx%lld n=1   %8.1f us  %6.0f GB/s (%.0f%% of copy), float32 GEMV (G4_CUDA_GEMV_TC=0)\n",
+                   t.name, (long long)rows, (long long)cols, s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
             /* the variant must also be right */
-            check_matmul_on(rows4, "rows4 ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+            check_matmul_on(f32, "f32 gemv ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
         }
         free_matrix(&t);
     }
-    if (rows4) g4_backend_destroy(rows4);
+    if (f32) g4_backend_destroy(f32);
     release(dx), release(dout);
     free(x);
     gemv_split_speed(bw);

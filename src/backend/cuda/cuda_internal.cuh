@@ -31,6 +31,7 @@ enum cuda_scratch_slot {
     SCRATCH_MOE_UP,
     SCRATCH_MOE_DOWN,
     SCRATCH_MOE_SORT,
+    SCRATCH_GEMV_FRAGS, /* activations as bf16 mma fragments (cuda_gemv_tc.cu) */
     SCRATCH_COUNT
 };
 
@@ -68,6 +69,7 @@ struct cuda_ctx {
     int gemv_rows4; /* G4_CUDA_GEMV_ROWS4=1: see launch_gemv_tokens */
     int gemv_split; /* G4_CUDA_GEMV_SPLIT=0/1 forces the column split off/on; -1: by shape (gemv_split) */
     int gemv_minb;  /* G4_CUDA_GEMV_MINB (0/5/6), -1 by format: see launch_gemv */
+    int gemv_tc;    /* one-token 4-bit GEMV on tensor cores (cuda_gemv_tc.cu); G4_CUDA_GEMV_TC=0 turns it off */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
     int graphs_enabled;
     int capturing;        /* between graph_begin and graph_end */
@@ -166,6 +168,12 @@ void cuda_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_toke
 void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
                const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
                int64_t row_offset, int n_experts, const float *gelu_mul);
+/* The same for one token (or one per slot) of 4-bit affine / MXFP4 weights
+ * on tensor cores (cuda_gemv_tc.cu); returns 0, doing nothing, when the
+ * format or shape is not one it handles. */
+int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
+                 const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
+                 int64_t row_offset, int n_experts, const float *gelu_mul);
 /* Whether the mma kernel below handles this matrix (format, alignment). */
 int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride);
 /* out[dst(m)][n] = sum_k W_e[n][k] x[src(m)][k] with bf16 tensor cores and

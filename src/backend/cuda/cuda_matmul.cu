@@ -375,6 +375,9 @@ void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_
         cuda_fail_op(c, "gemv: %d tokens (at most 8)", n_tokens);
         return;
     }
+    if (cuda_gemv_tc(c, out, out_stride, x, x_stride, n_tokens, w, ids, n_slots, x_div, expert_stride, row_offset,
+                     n_experts, gelu_mul))
+        return;
     gemv_args a;
     a.data = (const uint8_t *)w->data;
     a.scales = (const uint8_t *)w->scales;
