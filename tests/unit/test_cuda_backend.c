@@ -953,7 +953,7 @@ static void check_top_logits(int rows, int vocab, int k, int ties, int nan_row) 
         }
         ids_ok &= !memcmp(got_ids + (size_t)r * k, want_ids + (size_t)r * k, (size_t)k * 4);
         values_ok &= !memcmp(got_v + (size_t)r * k, want_v + (size_t)r * k, (size_t)k * 4);
-        double err = fabs(got_lse[r] - want_lse[r]) / fabs(want_lse[r]);
+        double err = fabs(got_lse[r] - want_lse[r]) / fmax(fabs(want_lse[r]), 1.0); /* relative, absolute near 0 */
         if (!(err <= worst)) worst = err; /* NaN counts as worst */
     }
     lse_ok &= worst <= 1e-6;
