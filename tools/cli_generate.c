@@ -117,17 +117,20 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
     soft.embeds = p->media.n ? p->media.embeds + (size_t)first * c->model->config.text.hidden_size : NULL;
     double t0 = g4_now_seconds();
     r->n_prompt = p->n_ids - from;
-    if (st == G4_OK && r->n_prompt > 0)
-        st = g4_session_eval(s, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, G4_LOGITS_LAST, logits);
+    /* each evaluation chooses its next token: from the row's largest logits
+     * (copied back alone) where the sampling parameters allow, else the row */
+    g4_sample sample;
+    if (st == G4_OK && r->n_prompt <= 0)
+        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "nothing to evaluate: the prompt is already in the session");
+    if (st == G4_OK)
+        st = g4_session_eval_sample(s, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, sampler, logits, &sample);
     r->prefill_seconds = g4_now_seconds() - t0;
     text_router tr = {.in_reasoning = p->starts_in_reasoning, .show_reasoning = o->show_reasoning};
     const int32_t open_id = g4_tokenizer_token_id(c->tokenizer, "<|channel>");
     const int32_t close_id = g4_tokenizer_token_id(c->tokenizer, "<channel|>");
     t0 = g4_now_seconds();
     while (st == G4_OK && r->n_generated < o->max_tokens && !(interrupt && *interrupt)) {
-        g4_sample sample;
-        st = g4_sampler_sample(sampler, logits, &sample);
-        if (st == G4_OK) st = g4_sampler_accept(sampler, sample.token);
+        st = g4_sampler_accept(sampler, sample.token);
         if (st != G4_OK) break;
         int32_t tok = sample.token;
         int stop = 0;
@@ -148,7 +151,7 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
             route_text(&tr, text, len);
         }
         if (r->n_generated == o->max_tokens || g4_session_length(s) + 1 >= s->opt.n_ctx) break;
-        st = g4_session_eval(s, &tok, 1, NULL, G4_LOGITS_LAST, logits);
+        st = g4_session_eval_sample(s, &tok, 1, NULL, sampler, logits, &sample);
     }
     const char *text;
     size_t len;

@@ -1,5 +1,6 @@
 /* gemma4 generate: greedy continuation of a token sequence, printed as one
  * line of comma-separated ids. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -9,13 +10,6 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 generate -m DIR --ids 2,17,33,... -n N [--ignore-eos] [--threads N]\n"
                "                       [--device cpu|cuda|cuda:N]\n");
-}
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -60,21 +54,26 @@ int cmd_generate(int argc, char **argv) {
         free(ids);
         return 1;
     }
-    const int V = model->config.text.vocab_size;
     g4_session_options opt = {.n_ctx = n + (int)n_new + 1};
     g4_session *s = NULL;
-    float *logits = malloc((size_t)V * sizeof *logits);
     int32_t *out = malloc((size_t)(n_new + 1) * sizeof *out);
     int n_out = 0, rc = 1;
-    g4_status st = (logits && out) ? g4_session_create(model, &opt, &s) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    if (st == G4_OK && n_new > 0) st = g4_session_eval(s, ids, n, NULL, G4_LOGITS_LAST, logits);
+    /* the argmax (first of equal logits) comes back alone, not the row */
+    int32_t next = 0;
+    float top_value;
+    double lse;
+    g4_status st = out ? g4_session_create(model, &opt, &s) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == G4_OK && n_new > 0) st = g4_session_eval_top(s, ids, n, NULL, 1, &next, &top_value, &lse);
     while (st == G4_OK && n_out < n_new) {
-        int32_t next = argmax(logits, V);
+        if (isnan(lse)) {
+            st = g4_fail(G4_ERR_INTERNAL, "the logits hold NaN");
+            break;
+        }
         out[n_out++] = next;
         int is_eos = 0;
         for (int k = 0; k < model->config.tokens.n_eos; k++) is_eos |= next == model->config.tokens.eos_ids[k];
         if ((is_eos && !ignore_eos) || n_out == n_new) break;
-        st = g4_session_eval(s, &next, 1, NULL, G4_LOGITS_LAST, logits);
+        st = g4_session_eval_top(s, &next, 1, NULL, 1, &next, &top_value, &lse);
     }
     if (st == G4_OK) {
         for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
@@ -84,7 +83,6 @@ int cmd_generate(int argc, char **argv) {
         cli_report_error("generate", st);
     }
     g4_session_destroy(s);
-    free(logits);
     free(out);
     free(ids);
     cli_close_model(be, model);

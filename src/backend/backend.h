@@ -39,6 +39,9 @@ typedef struct {
 
 typedef struct g4_backend g4_backend;
 
+/* The most candidates top_logits gives per row. */
+#define G4_TOP_LOGITS_MAX_K 1024
+
 /* Chunked local attention (audio tower). Frames are split into blocks of
  * `chunk`; query frame i sits in block b = i / chunk at row w = i % chunk.
  * Block b's context is the W = chunk + past + future frames
@@ -150,6 +153,17 @@ typedef struct {
     /* dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols */
     void (*copy_rows)(g4_backend *be, float *dst, int dst_stride, const float *src, int src_stride, int rows,
                       int cols);
+    /* Sampling support: per row of logits [rows][vocab], the k largest
+     * logits ordered by value descending, equal values by ascending id,
+     * into ids[rows][k] and values[rows][k] (the logits' own bits; slots
+     * beyond the vocabulary get id -1 and -inf), and the row's log-sum-exp
+     * m + log(sum_i exp(x_i - m)), m the row's maximum (= values[r][0]), into
+     * lse[rows] (double: log-probabilities are formed in double). A row
+     * holding a NaN gets lse NaN (its ids/values are then unspecified but
+     * within the vocabulary or -1). k <= G4_TOP_LOGITS_MAX_K. So only k
+     * pairs per row cross to the host instead of the whole row. */
+    void (*top_logits)(g4_backend *be, int32_t *ids, float *values, double *lse, const float *logits, int rows,
+                       int vocab, int k);
 
     /* KV cache: a pool of n_blocks * block_size slots of [n_kv_heads][head_dim]
      * for K and the same for V. Opaque to the model. */

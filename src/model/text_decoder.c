@@ -7,7 +7,7 @@
 /* A recorded forward pass (backend graph_* ops) and the batch shape it was
  * recorded for: its launches depend on these and on nothing else. */
 typedef struct {
-    int n_tokens, n_logit_rows, full_table_stride, ring_blocks;
+    int n_tokens, n_logit_rows, n_candidates, full_table_stride, ring_blocks;
     const void *full_tables, *sliding_tables, *kv;
     int seen;       /* run once already: every buffer has its size */
     void *graph;    /* recording, or NULL */
@@ -22,7 +22,7 @@ enum {
 /* Backend buffers for one batch; sized once for `cap` rows. */
 struct g4_text_scratch {
     g4_backend *be;
-    int cap, cap_logits;
+    int cap, cap_logits, vocab, last_logit_rows;
     int32_t *ids, *ple_ids, *pos, *seq, *kv_range, *mm_rows, *logit_rows;
     int32_t *full_tables, *sliding_tables;
     size_t full_tables_cap, sliding_tables_cap; /* elements */
@@ -31,10 +31,15 @@ struct g4_text_scratch {
     float *router_logits, *moe_w, *x2, *moe_out;
     int32_t *moe_ids;
     float *hsel, *logits;
+    /* top_logits output, packed so that one copy brings it back: per call
+     * lse [R] doubles, ids [R][k], values [R][k] */
+    void *cand, *cand_host;
     int32_t *host_ids; /* placeholder-free ids staged on the host */
     recorded_forward recorded[RECORDED_SHAPES];
     unsigned long uses;
 };
+
+static size_t candidate_bytes(size_t rows, size_t k) { return rows * (sizeof(double) + k * 8); }
 
 static void *scratch_alloc(g4_text_scratch *s, size_t bytes, int *ok) {
     void *p = s->be->ops->alloc(s->be, bytes ? bytes : 4);
@@ -50,6 +55,7 @@ g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logi
     s->be = m->backend;
     s->cap = max_tokens;
     s->cap_logits = max_logit_rows;
+    s->vocab = tc->vocab_size;
     int dmax = 0, kvmax = 0, wmax = 0;
     for (int i = 0; i < tc->n_layers; i++) {
         const g4_layer_config *lc = &tc->layers[i];
@@ -92,8 +98,10 @@ g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logi
     }
     s->hsel = scratch_alloc(s, R * d * 4, &ok);
     s->logits = scratch_alloc(s, R * (size_t)tc->vocab_size * 4, &ok);
+    s->cand = scratch_alloc(s, candidate_bytes(R, G4_TOP_LOGITS_MAX_K), &ok);
+    s->cand_host = malloc(candidate_bytes(R, G4_TOP_LOGITS_MAX_K));
     s->host_ids = malloc(N * 3 * sizeof *s->host_ids);
-    if (!ok || !s->host_ids) {
+    if (!ok || !s->host_ids || !s->cand_host) {
         g4_text_scratch_free(s);
         return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for activations of %d tokens", max_tokens);
     }
@@ -108,10 +116,11 @@ void g4_text_scratch_free(g4_text_scratch *s) {
     void *bufs[] = {s->ids, s->ple_ids, s->pos, s->seq, s->kv_range, s->mm_rows, s->logit_rows, s->full_tables,
                     s->sliding_tables, s->h, s->a, s->t1, s->q, s->k, s->v, s->attn, s->gate, s->up, s->ple_all,
                     s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->moe_out, s->moe_ids,
-                    s->hsel, s->logits};
+                    s->hsel, s->logits, s->cand};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) s->be->ops->release(s->be, bufs[i]);
     free(s->host_ids);
+    free(s->cand_host);
     free(s);
 }
 
@@ -305,6 +314,13 @@ static g4_status run_ops(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, 
         be->ops->matmul(be, s->logits, s->hsel, R, &m->text.embed);
         if (tc->final_softcap > 0)
             be->ops->softcap(be, s->logits, (size_t)R * tc->vocab_size, tc->final_softcap);
+        if (b->n_candidates > 0) {
+            const int k = b->n_candidates;
+            double *lse = s->cand;
+            int32_t *ids = (int32_t *)(lse + R);
+            float *values = (float *)(ids + (size_t)R * k);
+            be->ops->top_logits(be, ids, values, lse, s->logits, R, tc->vocab_size, k);
+        }
     }
     return G4_OK;
 }
@@ -318,7 +334,8 @@ static int recordable(const g4_text_scratch *s, const g4_text_batch *b) {
  * (emptied) for it. */
 static recorded_forward *recording_for(g4_text_scratch *s, g4_kv_pool *kv, const g4_text_batch *b) {
     recorded_forward key = {
-        .n_tokens = b->n_tokens, .n_logit_rows = b->n_logit_rows, .full_table_stride = b->full_table_stride,
+        .n_tokens = b->n_tokens, .n_logit_rows = b->n_logit_rows, .n_candidates = b->n_candidates,
+        .full_table_stride = b->full_table_stride,
         .ring_blocks = kv->ring_blocks, .full_tables = s->full_tables, .sliding_tables = s->sliding_tables,
         .kv = kv,
     };
@@ -326,6 +343,7 @@ static recorded_forward *recording_for(g4_text_scratch *s, g4_kv_pool *kv, const
     for (int i = 0; i < RECORDED_SHAPES; i++) {
         recorded_forward *r = &s->recorded[i];
         if (r->n_tokens == key.n_tokens && r->n_logit_rows == key.n_logit_rows &&
+            r->n_candidates == key.n_candidates &&
             r->full_table_stride == key.full_table_stride && r->ring_blocks == key.ring_blocks &&
             r->full_tables == key.full_tables && r->sliding_tables == key.sliding_tables && r->kv == key.kv)
             return r;
@@ -372,6 +390,10 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
             return g4_fail(G4_ERR_INVALID_ARGUMENT, "token id %d (row %d) is outside the vocabulary [0, %d)",
                            b->ids[t], t, tc->vocab_size);
     }
+    if (b->n_candidates < 0 || b->n_candidates > G4_TOP_LOGITS_MAX_K ||
+        (b->n_candidates > 0 && (!b->cand_ids || !b->cand_values || !b->cand_lse)))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%d candidates per logit row asked (1..%d, with host outputs)",
+                       b->n_candidates, G4_TOP_LOGITS_MAX_K);
     for (int r = 0; r < b->n_logit_rows; r++)
         if (b->logit_rows[r] < 0 || b->logit_rows[r] >= n)
             return g4_fail(G4_ERR_INVALID_ARGUMENT, "logit row %d outside the batch", b->logit_rows[r]);
@@ -404,7 +426,25 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
     }
 
     st = recordable(s, b) ? run_recorded(m, kv, s, b) : run_ops(m, kv, s, b);
+    s->last_logit_rows = st == G4_OK ? b->n_logit_rows : 0;
     if (st == G4_OK && b->n_logit_rows > 0 && b->logits)
         be->ops->to_host(be, b->logits, s->logits, (size_t)b->n_logit_rows * tc->vocab_size * sizeof(float));
+    if (st == G4_OK && b->n_logit_rows > 0 && b->n_candidates > 0) {
+        const size_t R = (size_t)b->n_logit_rows, k = (size_t)b->n_candidates;
+        be->ops->to_host(be, s->cand_host, s->cand, candidate_bytes(R, k));
+        const double *lse = s->cand_host;
+        const int32_t *ids = (const int32_t *)(lse + R);
+        const float *values = (const float *)(ids + R * k);
+        memcpy(b->cand_lse, lse, R * sizeof *lse);
+        memcpy(b->cand_ids, ids, R * k * sizeof *ids);
+        memcpy(b->cand_values, values, R * k * sizeof *values);
+    }
     return st;
+}
+
+g4_status g4_text_scratch_logits(g4_text_scratch *s, int row, float *logits) {
+    if (row < 0 || row >= s->last_logit_rows)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "logit row %d: the last batch produced %d", row, s->last_logit_rows);
+    s->be->ops->to_host(s->be, logits, s->logits + (size_t)row * s->vocab, (size_t)s->vocab * sizeof(float));
+    return G4_OK;
 }

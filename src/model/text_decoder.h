@@ -35,6 +35,15 @@ typedef struct {
     int n_logit_rows;
     const int32_t *logit_rows;
     float *logits;
+    /* instead of `logits` (NULL) or besides them: the n_candidates
+     * (<= G4_TOP_LOGITS_MAX_K) largest logits of each logit row, as the
+     * backend's top_logits gives them: host [n_logit_rows][n_candidates] ids
+     * and values, and each row's log-sum-exp (host [n_logit_rows]). Only
+     * these cross to the host. */
+    int n_candidates;
+    int32_t *cand_ids;
+    float *cand_values;
+    double *cand_lse;
     /* optional: final hidden states of the logit rows (host, [n_logit_rows][d]) */
     float *hidden_out;
     g4_hidden_hook hook;
@@ -47,6 +56,11 @@ typedef struct g4_text_scratch g4_text_scratch;
 g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logit_rows, g4_text_scratch **out);
 void g4_text_scratch_free(g4_text_scratch *s);
 int g4_text_scratch_capacity(const g4_text_scratch *s);
+
+/* Row `row` of the logits of the last g4_text_forward on this scratch
+ * (host [vocab]), also when it asked for candidates only: what a sampler
+ * that cannot decide from the candidates falls back to. */
+g4_status g4_text_scratch_logits(g4_text_scratch *s, int row, float *logits);
 
 g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *scratch, const g4_text_batch *b);
 

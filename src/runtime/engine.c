@@ -41,6 +41,11 @@ struct g4_engine {
     int32_t *ids, *pos, *seq, *ranges, *glo, *ghi, *mm_rows, *logit_rows, *full_tables, *sliding_tables;
     int full_stride_cap;
     float *logits;
+    /* the largest logits of each logit row, where its sampler can choose from them */
+    int32_t *cand_ids;
+    float *cand_values;
+    double *cand_lse;
+    int *cand_needed; /* per logit row: g4_sampler_candidates_needed, 0 = the full row */
     sequence **batch_seqs;
     int *logit_owner;
 
@@ -97,11 +102,16 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->full_tables = calloc((size_t)S * per_seq, sizeof *e->full_tables);
         e->sliding_tables = malloc((size_t)S * ring * sizeof *e->sliding_tables);
         e->logits = malloc((size_t)S * tc->vocab_size * sizeof *e->logits);
+        e->cand_ids = malloc((size_t)S * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_ids);
+        e->cand_values = malloc((size_t)S * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_values);
+        e->cand_lse = malloc((size_t)S * sizeof *e->cand_lse);
+        e->cand_needed = malloc((size_t)S * sizeof *e->cand_needed);
         e->batch_seqs = malloc((size_t)S * sizeof *e->batch_seqs);
         e->waiting = malloc((size_t)e->opt.max_queue * sizeof *e->waiting);
         e->running = malloc((size_t)S * sizeof *e->running);
         if (!e->media_stage || !e->ids || !e->pos || !e->seq || !e->ranges || !e->glo || !e->ghi || !e->mm_rows ||
             !e->logit_rows || !e->logit_owner || !e->full_tables || !e->sliding_tables || !e->logits ||
+            !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed ||
             !e->batch_seqs || !e->waiting || !e->running)
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the engine");
     }
@@ -147,6 +157,7 @@ void g4_engine_destroy(g4_engine *e) {
     if (e->media_stage) be->ops->release(be, e->media_stage);
     free(e->ids), free(e->pos), free(e->seq), free(e->ranges), free(e->glo), free(e->ghi), free(e->mm_rows);
     free(e->logit_rows), free(e->logit_owner), free(e->full_tables), free(e->sliding_tables), free(e->logits);
+    free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
     free(e->batch_seqs), free(e->waiting), free(e->running);
     free(e);
 }
@@ -406,6 +417,21 @@ int g4_engine_step(g4_engine *e) {
         .logit_rows = e->logit_rows,
         .logits = e->logits,
     };
+    /* Rows whose sampler can choose from the row's largest logits bring
+     * back only those (the most any of them needs); the others, and rows the
+     * candidates cannot decide, fetch their full row after the step. */
+    int k_max = 0;
+    for (int r = 0; r < n_logits; r++) {
+        e->cand_needed[r] = g4_sampler_candidates_needed(e->batch_seqs[e->logit_owner[r]]->sampler);
+        if (e->cand_needed[r] > k_max) k_max = e->cand_needed[r];
+    }
+    if (k_max > 0) {
+        batch.logits = NULL;
+        batch.n_candidates = k_max;
+        batch.cand_ids = e->cand_ids;
+        batch.cand_values = e->cand_values;
+        batch.cand_lse = e->cand_lse;
+    }
     g4_status st = g4_text_forward(m, e->kv, e->scratch, &batch);
 
     /* advance every sequence in the batch; sample where logits came back */
@@ -424,13 +450,21 @@ int g4_engine_step(g4_engine *e) {
             n_prefilled += len;
         }
         if (next_logit >= n_logits || e->logit_owner[next_logit] != b) continue;
-        const float *logits = e->logits + (size_t)next_logit++ * V;
+        const int row = next_logit++;
+        float *logits = e->logits + (size_t)row * V;
         if (st != G4_OK) {
             finished[n_finished] = s, reasons[n_finished++] = G4_FINISH_ERROR;
             continue;
         }
         g4_sample sample;
-        g4_status ss = g4_sampler_sample(s->sampler, logits, &sample);
+        g4_status ss = G4_OK;
+        int need_full = k_max > 0 && e->cand_needed[row] == 0;
+        if (k_max > 0 && e->cand_needed[row] > 0)
+            ss = g4_sampler_sample_top(s->sampler, e->cand_ids + (size_t)row * k_max,
+                                       e->cand_values + (size_t)row * k_max, k_max, e->cand_lse[row], &sample,
+                                       &need_full);
+        if (ss == G4_OK && need_full) ss = g4_text_scratch_logits(e->scratch, row, logits);
+        if (ss == G4_OK && (k_max == 0 || need_full)) ss = g4_sampler_sample(s->sampler, logits, &sample);
         if (ss == G4_OK) ss = g4_sampler_accept(s->sampler, sample.token);
         if (ss != G4_OK) {
             finished[n_finished] = s, reasons[n_finished++] = G4_FINISH_ERROR;

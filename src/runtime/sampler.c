@@ -1,5 +1,7 @@
 #include "runtime/sampler.h"
 
+#include "tensor/logsumexp.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,36 +13,6 @@
  * from the float's bits; weights below 2^-126 share the last bucket. */
 #define HIST_SHIFT 18
 #define HIST_BUCKETS ((0x3F800000u >> HIST_SHIFT) + 2)
-
-/* exp(x) for x <= 0 (exactly 0 below -87, so exp(-inf) = 0), within 1.4
- * ulp of the true value. Branch-free (integer selects only), so loops over
- * the vocabulary vectorise; glibc's expf does not. Cephes-style: x = n ln2 + r,
- * exp(r) by a degree-6 polynomial, 2^n through the exponent bits. */
-static inline float exp_nonpos(float x) {
-    union {
-        float f;
-        uint32_t u;
-        int32_t i;
-    } in = {x}, scale, out;
-    /* a float <= 0 orders like its bits: clamp at -87 by an unsigned min */
-    uint32_t keep = (uint32_t) - (int32_t)(in.u <= 0xC2AE0000u);
-    in.u = in.u <= 0xC2AE0000u ? in.u : 0xC2AE0000u;
-    x = in.f;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    scale.i = ((int32_t)n + 127) << 23;
-    out.f = p * scale.f;
-    out.u &= keep;
-    return out.f;
-}
 
 struct g4_sampler {
     int32_t vocab;
@@ -253,13 +225,6 @@ static g4_status prepare(g4_sampler *s, const float *logits) {
     return G4_OK;
 }
 
-static float max_of(const float *x, size_t n) {
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (size_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
-}
-
 /* First index of the maximum (ties -> lowest id); -1 if nothing is above
  * -inf. Vectorised block maxima; only the winning block is scanned. */
 static int32_t argmax(const float *x, size_t n) {
@@ -467,11 +432,12 @@ static void compact(g4_sampler *s, size_t *n) {
     *n = k;
 }
 
+static g4_status weigh_kept(g4_sampler *s, size_t n, kept_set *ks);
+
+/* Steps 6-8: top-k candidates of s->work, then weigh_kept. */
 static g4_status select_kept(g4_sampler *s, kept_set *ks) {
     size_t v = (size_t)s->vocab, n = 0;
     const float *x = s->work;
-    const float t = s->p.temperature, inv_t = 1.0f / t;
-    float mx = -INFINITY;
     int k = s->p.top_k;
     if (k > 0 && (size_t)k < v) {
         scored *heap = malloc((size_t)k * sizeof *heap);
@@ -495,15 +461,25 @@ static g4_status select_kept(g4_sampler *s, kept_set *ks) {
         for (size_t i = 0; i < v; i++)
             if (x[i] > -INFINITY) s->cand[n++] = (int32_t)i;
     }
+    return weigh_kept(s, n, ks);
+}
+
+/* Steps 5-8 for the candidates s->cand[0..n) (ascending ids, values in
+ * s->work[id]): temperature weights, top-p, min-p. */
+static g4_status weigh_kept(g4_sampler *s, size_t n, kept_set *ks) {
+    size_t v = (size_t)s->vocab;
+    const float *x = s->work;
+    const float t = s->p.temperature, inv_t = 1.0f / t;
+    float mx = -INFINITY;
     if (n == 0) return g4_fail(G4_ERR_INVALID_ARGUMENT, "sampler: every token is suppressed (no finite logit)");
     float *restrict w = s->weight;
     if (n == v) { /* every token is a candidate: contiguous, vectorised */
-        mx = max_of(x, v);
+        mx = g4_max_of(x, v);
 #pragma omp simd
-        for (size_t i = 0; i < v; i++) w[i] = exp_nonpos((x[i] - mx) * inv_t);
+        for (size_t i = 0; i < v; i++) w[i] = g4_exp_nonpos((x[i] - mx) * inv_t);
     } else {
         for (size_t i = 0; i < n; i++) mx = x[s->cand[i]] > mx ? x[s->cand[i]] : mx;
-        for (size_t i = 0; i < n; i++) w[i] = exp_nonpos((x[s->cand[i]] - mx) * inv_t);
+        for (size_t i = 0; i < n; i++) w[i] = g4_exp_nonpos((x[s->cand[i]] - mx) * inv_t);
     }
     double z = sum_of(w, n);
     if (s->p.top_p < 1.0f && n > 1) {
@@ -526,24 +502,10 @@ static g4_status select_kept(g4_sampler *s, kept_set *ks) {
 
 /* ---- log-probabilities ---- */
 
-/* log-sum-exp of x[0..n) (finite max m given) */
-static double log_sum_exp(const float *x, size_t n, float m) {
-    double z = 0;
-    const size_t block = 256;
-    for (size_t i = 0; i < n; i += block) {
-        size_t e = i + block < n ? i + block : n;
-        float part = 0;
-#pragma omp simd reduction(+ : part)
-        for (size_t j = i; j < e; j++) part += exp_nonpos(x[j] - m);
-        z += part;
-    }
-    return (double)m + log(z);
-}
-
 /* log_softmax over a whole vector: the chosen token and the top N */
 static void full_logprobs(const float *x, size_t v, int32_t token, int want_top, g4_sample *out) {
-    float m = max_of(x, v);
-    double lse = log_sum_exp(x, v, m);
+    float m = g4_max_of(x, v);
+    double lse = g4_log_sum_exp(x, v, m);
     out->logprob = (float)((double)x[token] - lse);
     if (want_top > 0) {
         size_t k = (size_t)want_top < v ? (size_t)want_top : v;
@@ -630,5 +592,101 @@ g4_status g4_sampler_candidates(g4_sampler *s, const float *logits, int32_t *ids
         probs[i] = s->weight[i] / ks.z;
     }
     *n = ks.n;
+    return G4_OK;
+}
+
+/* ---- choosing from the row's largest logits ---- */
+
+/* Extra candidates beyond top_k: ties across the top-k edge are kept (as
+ * HF), and a tie run that ends inside the list is seen whole. */
+#define TOP_K_EDGE_MARGIN 4
+
+int g4_sampler_candidates_needed(const g4_sampler *s) {
+    const g4_sampler_params *p = &s->p;
+    /* Logit bias, penalties and suppressed tokens (steps 1-4) move logits
+     * anywhere in the row: the row's largest logits need not hold the
+     * largest processed ones. Such requests take the full row. */
+    if (p->n_logit_bias || p->n_suppress || p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+        p->frequency_penalty != 0.0f)
+        return 0;
+    int k;
+    if (p->temperature <= 0.0f) {
+        k = p->top_logprobs > 1 ? p->top_logprobs : 1;
+    } else {
+        /* without top-k any token may be drawn: the full row */
+        if (p->top_k <= 0 || p->top_k >= s->vocab) return 0;
+        k = (p->top_k > p->top_logprobs ? p->top_k : p->top_logprobs) + TOP_K_EDGE_MARGIN;
+    }
+    if (k > s->vocab) k = s->vocab;
+    return k <= G4_SAMPLER_MAX_CANDIDATES ? k : 0;
+}
+
+static int ascending_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* RAW log-probabilities (log_softmax of the unprocessed row) from the
+ * candidates: what full_logprobs gives on the whole row. */
+static void top_raw_logprobs(const int32_t *ids, const float *values, int n, double lse, float token_value,
+                             int want_top, g4_sample *out) {
+    out->logprob = (float)((double)token_value - lse);
+    if (want_top > 0) {
+        int k = want_top < n ? want_top : n;
+        for (int i = 0; i < k; i++) out->top[i] = (g4_token_logprob){ids[i], (float)((double)values[i] - lse)};
+        out->n_top = k;
+    }
+}
+
+g4_status g4_sampler_sample_top(g4_sampler *s, const int32_t *ids, const float *values, int n, double lse,
+                                g4_sample *out, int *need_full) {
+    memset(out, 0, sizeof *out);
+    *need_full = 0;
+    const int need = g4_sampler_candidates_needed(s);
+    if (need == 0 || n < need)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT,
+                       "sampler: %d candidates given where these parameters need %d (0: the full row)", n, need);
+    if (n > s->vocab) n = s->vocab; /* the rest is padding */
+    if (isnan(lse)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "sampler: the logits hold NaN");
+    if (!(values[0] > -INFINITY))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "sampler: every token is suppressed (no finite logit)");
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->vocab || (i && !(values[i] <= values[i - 1])))
+            return g4_fail(G4_ERR_INVALID_ARGUMENT, "sampler: candidate %d (token %d) is out of order or range", i,
+                           (int)ids[i]);
+    const int want_lp = s->p.logprobs || s->p.top_logprobs > 0;
+    if (s->p.temperature <= 0.0f) { /* the first candidate is the argmax, ties to the lowest id */
+        out->token = ids[0];
+        /* greedy PROCESSED log-probabilities are of the unpenalised row here: the same as RAW */
+        if (want_lp) top_raw_logprobs(ids, values, n, lse, values[0], s->p.top_logprobs, out);
+        return G4_OK;
+    }
+    /* top-k keeps every token >= the k-th value: the run of values equal to
+     * it must end inside the list, or the list must be the whole row */
+    const float kth = values[s->p.top_k - 1];
+    int m = s->p.top_k;
+    while (m < n && values[m] == kth) m++;
+    if (m == n && n < s->vocab) {
+        *need_full = 1;
+        return G4_OK;
+    }
+    while (m > 0 && !(values[m - 1] > -INFINITY)) m--;
+    /* the kept candidates as select_kept leaves them: ascending ids, values in work[] */
+    for (int i = 0; i < m; i++) {
+        s->cand[i] = ids[i];
+        s->work[ids[i]] = values[i];
+    }
+    qsort(s->cand, (size_t)m, sizeof *s->cand, ascending_id);
+    kept_set ks;
+    g4_status st = weigh_kept(s, (size_t)m, &ks);
+    if (st != G4_OK) return st;
+    size_t slot = pick(s->weight, ks.n, g4_sampler_next_double(s) * ks.z);
+    out->token = s->cand[slot];
+    if (want_lp) {
+        if (s->p.logprobs_mode == G4_LOGPROBS_RAW)
+            top_raw_logprobs(ids, values, n, lse, s->work[out->token], s->p.top_logprobs, out);
+        else
+            kept_logprobs(s, &ks, out->token, s->p.top_logprobs, out);
+    }
     return G4_OK;
 }

@@ -110,6 +110,32 @@ g4_status g4_sampler_sample(g4_sampler *s, const float *logits, g4_sample *out);
  * entries. Does not advance the random stream. For tests and tools. */
 g4_status g4_sampler_candidates(g4_sampler *s, const float *logits, int32_t *ids, double *probs, size_t *n);
 
+/* Choosing from the row's largest logits only (the backend's top_logits
+ * op, so that a decode step copies k pairs to the host instead of the row).
+ *
+ * g4_sampler_candidates_needed: how many of the row's largest logits
+ * g4_sampler_sample_top needs to choose exactly as g4_sampler_sample would
+ * from the full row, or 0 when these parameters need the full row. It
+ * accepts: greedy (k = max(1, top_logprobs)), and temperature > 0 with
+ * 0 < top_k < vocab (k = max(top_k, top_logprobs) + 4: the margin shows
+ * whether values tied with the k-th run past the list), either with any
+ * top_p/min_p, logprobs mode and top_logprobs; never logit bias,
+ * suppressed tokens or repetition/presence/frequency penalties (they move
+ * logits anywhere in the row); at most G4_SAMPLER_MAX_CANDIDATES. */
+#define G4_SAMPLER_MAX_CANDIDATES 1024
+int g4_sampler_candidates_needed(const g4_sampler *s);
+
+/* Chooses from the row's n >= g4_sampler_candidates_needed(s) largest logits
+ * (ids/values ordered by value descending, equal values by ascending id;
+ * entries past the vocabulary ignored) and the row's log-sum-exp (NaN: the
+ * row held a NaN, an error as in g4_sampler_sample): the same token,
+ * log-probabilities and use of the random stream as g4_sampler_sample on
+ * the full row. When values tied with the top_k-th run to the end of the
+ * list the candidates cannot decide: *need_full is set, nothing is drawn,
+ * and the caller samples the full row with g4_sampler_sample. */
+g4_status g4_sampler_sample_top(g4_sampler *s, const int32_t *ids, const float *values, int n, double lse,
+                                g4_sample *out, int *need_full);
+
 /* The random stream (exposed for tests): next 64-bit output and a uniform
  * double in [0, 1) with 53 random bits. */
 uint64_t g4_sampler_next_u64(g4_sampler *s);

@@ -86,8 +86,16 @@ static g4_status next_chunk(const g4_session *s, const int32_t *ids, int n, int 
     return G4_OK;
 }
 
-g4_status g4_session_eval(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, g4_logits_mode mode,
-                          float *logits) {
+/* What comes back of the last row: candidates (k > 0) instead of logits. */
+typedef struct {
+    int k;
+    int32_t *ids;
+    float *values;
+    double *lse;
+} candidates_out;
+
+static g4_status eval(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, g4_logits_mode mode,
+                      float *logits, const candidates_out *cand) {
     const g4_model *m = s->model;
     const int V = m->config.text.vocab_size;
     const g4_token_ids *tk = &m->config.tokens;
@@ -169,6 +177,12 @@ g4_status g4_session_eval(g4_session *s, const int32_t *ids, int n, const g4_sof
             b.n_logit_rows = 1;
             b.logit_rows = rows;
             b.logits = logits;
+            if (cand) {
+                b.n_candidates = cand->k;
+                b.cand_ids = cand->ids;
+                b.cand_values = cand->values;
+                b.cand_lse = cand->lse;
+            }
         }
         st = g4_text_forward(m, s->kv, s->scratch, &b);
         if (st != G4_OK) break;
@@ -181,5 +195,40 @@ g4_status g4_session_eval(g4_session *s, const int32_t *ids, int n, const g4_sof
     free(ghi);
     free(rows);
     free(mm_rows);
+    return st;
+}
+
+g4_status g4_session_eval(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, g4_logits_mode mode,
+                          float *logits) {
+    return eval(s, ids, n, soft, mode, logits, NULL);
+}
+
+g4_status g4_session_eval_top(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, int k,
+                              int32_t *cand_ids, float *cand_values, double *lse) {
+    if (k <= 0 || k > G4_TOP_LOGITS_MAX_K)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%d candidates asked (1..%d)", k, G4_TOP_LOGITS_MAX_K);
+    candidates_out c = {k, cand_ids, cand_values, lse};
+    return eval(s, ids, n, soft, G4_LOGITS_LAST, NULL, &c);
+}
+
+g4_status g4_session_last_logits(g4_session *s, float *logits) { return g4_text_scratch_logits(s->scratch, 0, logits); }
+
+g4_status g4_session_eval_sample(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                                 g4_sampler *sampler, float *logits, g4_sample *out) {
+    const int k = g4_sampler_candidates_needed(sampler);
+    if (k == 0) {
+        g4_status st = g4_session_eval(s, ids, n, soft, G4_LOGITS_LAST, logits);
+        return st == G4_OK ? g4_sampler_sample(sampler, logits, out) : st;
+    }
+    int32_t cand_ids[G4_SAMPLER_MAX_CANDIDATES];
+    float cand_values[G4_SAMPLER_MAX_CANDIDATES];
+    double lse;
+    int need_full = 0;
+    g4_status st = g4_session_eval_top(s, ids, n, soft, k, cand_ids, cand_values, &lse);
+    if (st == G4_OK) st = g4_sampler_sample_top(sampler, cand_ids, cand_values, k, lse, out, &need_full);
+    if (st == G4_OK && need_full) { /* ties across the top-k edge: the row decides */
+        st = g4_session_last_logits(s, logits);
+        if (st == G4_OK) st = g4_sampler_sample(sampler, logits, out);
+    }
     return st;
 }

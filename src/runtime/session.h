@@ -8,6 +8,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/text_decoder.h"
+#include "runtime/sampler.h"
 
 typedef enum {
     G4_LOGITS_NONE = 0,
@@ -59,5 +60,26 @@ int g4_session_length(const g4_session *s);
  * logits: host buffer for the rows `mode` asks for (may be NULL for NONE). */
 g4_status g4_session_eval(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, g4_logits_mode mode,
                           float *logits);
+
+/* Like g4_session_eval with G4_LOGITS_LAST, but of the last row only the
+ * k (1..G4_TOP_LOGITS_MAX_K) largest logits (host cand_ids[k],
+ * cand_values[k], ordered by value descending, equal values by ascending
+ * id) and its log-sum-exp come back: the backend's top_logits op, so a
+ * GPU decode step copies 8k + 8 bytes instead of the row. */
+g4_status g4_session_eval_top(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, int k,
+                              int32_t *cand_ids, float *cand_values, double *lse);
+
+/* The full logits of the last row of the last eval (host [vocab]), also
+ * after g4_session_eval_top. */
+g4_status g4_session_last_logits(g4_session *s, float *logits);
+
+/* Evaluates ids and chooses the next token with `sampler`: from the row's
+ * largest logits when the sampler allows it (g4_sampler_candidates_needed),
+ * else, or when they cannot decide, from the full row copied into
+ * `logits` (host [vocab]; its contents are then unspecified). The same
+ * token and random stream use as g4_session_eval + g4_sampler_sample. Does
+ * not g4_sampler_accept the token. */
+g4_status g4_session_eval_sample(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                                 g4_sampler *sampler, float *logits, g4_sample *out);
 
 #endif

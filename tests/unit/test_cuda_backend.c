@@ -915,6 +915,78 @@ static void test_attention(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
 }
 
+/* ---- top_logits (sampling support) ---- */
+
+/* Random logits in [-30, 30]; ties: 1 rounds them to quarters (thousands of
+ * equal values, +0 and -0 among them), 2 makes most of the row one value. */
+static float *top_logits_input(int rows, int vocab, int ties) {
+    float *x = rand_floats((size_t)rows * vocab, 0.001f, 30.0f);
+    for (size_t i = 0; i < (size_t)rows * vocab; i++) {
+        if (ties == 1) x[i] = roundf(x[i] * 4.0f) / 4.0f; /* small magnitudes round to +0 or -0 */
+        if (ties == 2 && rand_int(10)) x[i] = 7.25f;
+    }
+    return x;
+}
+
+/* The CUDA op against the CPU op: ids exactly, values bitwise, lse within
+ * 1e-6 relative; a row with a NaN must give lse NaN (the rest is unspecified). */
+static void check_top_logits(int rows, int vocab, int k, int ties, int nan_row) {
+    float *x = top_logits_input(rows, vocab, ties);
+    if (nan_row >= 0) x[(size_t)nan_row * vocab + vocab / 2] = NAN;
+    const size_t nk = (size_t)rows * k;
+    int32_t *want_ids = malloc(nk * 4), *got_ids = malloc(nk * 4);
+    float *want_v = malloc(nk * 4), *got_v = malloc(nk * 4);
+    double *want_lse = malloc((size_t)rows * 8), *got_lse = malloc((size_t)rows * 8);
+    cpu->ops->top_logits(cpu, want_ids, want_v, want_lse, x, rows, vocab, k);
+    float *dx = up(x, (size_t)rows * vocab * 4), *dv = poisoned(nk);
+    int32_t *di = (int32_t *)poisoned(nk);
+    double *dl = (double *)poisoned((size_t)rows * 2);
+    gpu->ops->top_logits(gpu, di, dv, dl, dx, rows, vocab, k);
+    gpu->ops->to_host(gpu, got_ids, di, nk * 4);
+    gpu->ops->to_host(gpu, got_v, dv, nk * 4);
+    gpu->ops->to_host(gpu, got_lse, dl, (size_t)rows * 8);
+    double worst = 0;
+    int ids_ok = 1, values_ok = 1, lse_ok = 1;
+    for (int r = 0; r < rows; r++) {
+        if (r == nan_row) {
+            lse_ok &= isnan(got_lse[r]);
+            continue;
+        }
+        ids_ok &= !memcmp(got_ids + (size_t)r * k, want_ids + (size_t)r * k, (size_t)k * 4);
+        values_ok &= !memcmp(got_v + (size_t)r * k, want_v + (size_t)r * k, (size_t)k * 4);
+        double err = fabs(got_lse[r] - want_lse[r]) / fmax(fabs(want_lse[r]), 1.0); /* relative, absolute near 0 */
+        if (!(err <= worst)) worst = err; /* NaN counts as worst */
+    }
+    lse_ok &= worst <= 1e-6;
+    char what[128];
+    snprintf(what, sizeof what, "%d x %d, k=%d%s%s", rows, vocab, k, ties == 1 ? ", quarters" : ties == 2 ? ", 90%% equal" : "",
+             nan_row >= 0 ? ", a NaN row" : "");
+    printf("  %-12s %-52s ids %s, values %s, lse rel %.2e\n", "top_logits", what, ids_ok ? "equal" : "DIFFER",
+           values_ok ? "bitwise" : "DIFFER", worst);
+    CHECK(ids_ok, "top_logits %s: ids differ from the CPU", what);
+    CHECK(values_ok, "top_logits %s: values differ from the CPU", what);
+    CHECK(lse_ok, "top_logits %s: lse off by %.3e relative (or a NaN row without NaN)", what, worst);
+    record("top_logits", worst, 1e-6);
+    release(dx), release(dv), release(di), release(dl);
+    free(x), free(want_ids), free(got_ids), free(want_v), free(got_v), free(want_lse), free(got_lse);
+}
+
+static void test_top_logits(void) {
+    const int ks[] = {1, 40, 64, 1024};
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < 4; i++) {
+            check_top_logits(1, 262144, ks[i], t, -1);
+            check_top_logits(8, 262144, ks[i], t, -1);
+        }
+    /* odd sizes: fewer logits than k, chunks that do not divide the row */
+    const int vocabs[] = {1, 7, 1000, 4099, 100003};
+    for (int v = 0; v < 5; v++)
+        for (int i = 0; i < 4; i++) check_top_logits(3, vocabs[v], ks[i], v % 2, -1);
+    check_top_logits(8, 262144, 40, 0, 5);
+    check_top_logits(8, 262144, 1, 1, 0);
+    check_top_logits(2, 1000, 1024, 2, 1);
+}
+
 /* ---- mixture of experts ---- */
 
 static void test_moe_route(void) {
@@ -1124,6 +1196,19 @@ static void gemv_split_speed(double bw) {
         if (variant[v]) g4_backend_destroy(variant[v]);
 }
 
+typedef struct {
+    float *x;
+    int32_t *ids;
+    float *values;
+    double *lse;
+    int rows, vocab, k;
+} top_arg;
+
+static void run_top_logits(void *p) {
+    top_arg *a = p;
+    gpu->ops->top_logits(gpu, a->ids, a->values, a->lse, a->x, a->rows, a->vocab, a->k);
+}
+
 static void speed(void) {
     const double bw = g4_cuda_probe_bandwidth(gpu);
     printf("\nspeed (device copy bandwidth %.0f GB/s):\n", bw);
@@ -1172,6 +1257,22 @@ static void speed(void) {
     release(dx), release(dout);
     free(x);
     gemv_split_speed(bw);
+    /* top_logits over the 262144-logit LM head: what a decode step adds to copy back candidates */
+    {
+        const int V = 262144, ks[] = {1, 40, 64, 1024};
+        float *x = top_logits_input(8, V, 0);
+        float *dx = up(x, (size_t)8 * V * 4), *dv = poisoned(8 * 1024);
+        int32_t *di = (int32_t *)poisoned(8 * 1024);
+        double *dl = (double *)poisoned(16);
+        for (int rows = 1; rows <= 8; rows += 7)
+            for (int i = 0; i < 4; i++) {
+                top_arg a = {dx, di, dv, dl, rows, V, ks[i]};
+                double t = time_op(gpu, run_top_logits, &a, 50);
+                printf("  top_logits %d x %d, k=%-4d %8.1f us\n", rows, V, ks[i], t * 1e6);
+            }
+        release(dx), release(dv), release(di), release(dl);
+        free(x);
+    }
     /* decode attention: 32 heads over 8 KV heads of 256, 4096 positions */
     {
         const int Hq = 32, Hkv = 8, D = 256, bs = 16, len = 4096, blocks = len / bs;
@@ -1240,6 +1341,7 @@ int main(void) {
     test_vision_ops();
     test_audio_ops();
     test_moe_route();
+    test_top_logits();
     test_attention();
     test_matmul();
     test_moe_experts();

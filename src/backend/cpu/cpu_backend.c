@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_audio_ops.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_moe.h"
+#include "backend/cpu/cpu_sampling.h"
 #include "backend/cpu/cpu_vision_ops.h"
 
 static void cpu_destroy(g4_backend *be) { free(be); }
@@ -224,6 +225,7 @@ static const g4_backend_ops cpu_ops = {
     .gather_rows = cpu_gather_rows,
     .scatter_rows = cpu_scatter_rows,
     .copy_rows = cpu_copy_rows,
+    .top_logits = cpu_top_logits,
     .kv_alloc = cpu_kv_alloc,
     .kv_free = cpu_kv_free,
     .kv_store = cpu_kv_store,

@@ -234,6 +234,7 @@ static const g4_backend_ops cuda_ops = {
     .gather_rows = cuda_gather_rows,
     .scatter_rows = cuda_scatter_rows,
     .copy_rows = cuda_copy_rows,
+    .top_logits = cuda_top_logits,
     .kv_alloc = cuda_kv_alloc,
     .kv_free = cuda_kv_free,
     .kv_store = cuda_kv_store,

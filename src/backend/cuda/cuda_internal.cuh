@@ -31,7 +31,8 @@ enum cuda_scratch_slot {
     SCRATCH_MOE_UP,
     SCRATCH_MOE_DOWN,
     SCRATCH_MOE_SORT,
-    SCRATCH_GEMV_FRAGS, /* activations as bf16 mma fragments (cuda_gemv_tc.cu) */
+    SCRATCH_GEMV_FRAGS, /* activations as fp16 mma fragments (cuda_gemv_tc.cu) */
+    SCRATCH_TOP_LOGITS, /* top_logits: per-block partials and candidate lists */
     SCRATCH_COUNT
 };
 
@@ -200,6 +201,10 @@ void cuda_moe_route(g4_backend *be, int32_t *ids, float *weights, const float *l
                     int n, int n_experts, int k);
 void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const int32_t *ids, const float *weights,
                       int k, const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down);
+
+/* sampling support (cuda_sampling.cu) */
+void cuda_top_logits(g4_backend *be, int32_t *ids, float *values, double *lse, const float *logits, int rows,
+                     int vocab, int k);
 
 /* ---- device-side weights ---- */
 
