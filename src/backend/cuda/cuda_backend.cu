@@ -243,10 +243,10 @@ static g4_status cuda_prepare_stacked(g4_backend *be, g4_matrix *const *parts, i
     for (int i = 0; i < n; i++) {
         if (!parts[i]->data || !same_layout(parts[0], parts[i]))
             return g4_fail(G4_ERR_UNSUPPORTED, "matrices of different layouts cannot be stacked");
-        /* each part's view starts 256-byte aligned, as its own upload would:
-         * the fast kernels want aligned rows */
-        if (i + 1 < n && ((size_t)parts[i]->rows * parts[i]->row_bytes % 256 ||
-                          (size_t)parts[i]->rows * parts[i]->scale_row_bytes % 256))
+        /* each part's view starts 16-byte aligned: the fast kernels load
+         * 16 bytes at a time (they check, but would fall back to slow ones) */
+        if (i + 1 < n && ((size_t)parts[i]->rows * parts[i]->row_bytes % 16 ||
+                          (size_t)parts[i]->rows * parts[i]->scale_row_bytes % 16))
             return g4_fail(G4_ERR_UNSUPPORTED, "a stacked part would start unaligned");
         rows += parts[i]->rows;
     }
