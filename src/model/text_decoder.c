@@ -111,9 +111,9 @@ void g4_text_scratch_free(g4_text_scratch *s) {
     for (int i = 0; i < RECORDED_SHAPES; i++)
         if (s->recorded[i].graph) s->be->ops->graph_free(s->be, s->recorded[i].graph);
     void *bufs[] = {s->ids, s->ple_ids, s->pos, s->seq, s->kv_range, s->mm_rows, s->logit_rows, s->full_tables,
-                    s->sliding_tables, s->h, s->a, s->t1, s->q, s->k, s->v, s->qkv, s->attn, s->gate, s->up, s->ple_all,
-                    s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->moe_out, s->moe_ids,
-                    s->hsel, s->logits};
+                    s->sliding_tables, s->h, s->a, s->t1, s->q, s->k, s->v, s->qkv, s->attn, s->gate, s->up,
+                    s->ple_all, s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->moe_out,
+                    s->moe_ids, s->hsel, s->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) s->be->ops->release(s->be, bufs[i]);
     free(s->host_ids);

@@ -282,15 +282,16 @@ static void test_decoder(void) {
         const size_t half = count / 2;
         const int prefill_same = same_bits(got, want, half), decode_same = same_bits(got + half, want + half, half);
         const double decode_err = test_rel_rms(got + half, want + half, half);
-        const int four_bit = merged->text.layers[0].q.format == G4_WEIGHT_MXFP4 ||
-                             (merged->text.layers[0].q.format == G4_WEIGHT_AFFINE && merged->text.layers[0].q.bits == 4);
+        const g4_matrix *q0 = &merged->text.layers[0].q;
+        const int four_bit = q0->format == G4_WEIGHT_MXFP4 || (q0->format == G4_WEIGHT_AFFINE && q0->bits == 4);
         printf("  %-10s %d/%d layers merged (%d k_eq_v), %d tokens: prefill logits %s, decode logits %s "
                "(rel_rms %.2e)\n",
                fixtures[f], n_merged, tc->n_layers, n_k_eq_v, n_all, prefill_same ? "identical" : "DIFFER",
                decode_same ? "identical" : "differ", decode_err);
         CHECK(prefill_same, "%s: prefill logits through the merged q|k|v path differ", fixtures[f]);
         if (four_bit)
-            CHECK(decode_err < 1e-5, "%s: decode logits through the merged path: rel_rms %.3e", fixtures[f], decode_err);
+            CHECK(decode_err < 1e-5, "%s: decode logits through the merged path: rel_rms %.3e", fixtures[f],
+                  decode_err);
         else
             CHECK(decode_same, "%s: decode logits through the merged q|k|v path differ", fixtures[f]);
         free(want), free(got), free(all);
