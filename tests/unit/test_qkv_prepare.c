@@ -247,7 +247,8 @@ static void test_decoder(void) {
     g4_backend_ops stacking_ops = *cpu->ops;
     stacking_ops.prepare_stacked = copy_stacked;
     g4_backend stacking = {.ops = &stacking_ops, .impl = cpu->impl};
-    const char *fixtures[] = {"dense", "moe", "e2b", "realdims", "dense-mlx8", "moe-mlx4", "moe-mxfp4", "e2b-mlx4"};
+    const char *fixtures[] = {"dense",    "moe",       "e2b",      "realdims", "dense-mlx8",
+                              "moe-mlx4", "moe-mxfp4", "e2b-mlx4", "unified"};
     for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
         fixture_ref ref;
         g4_model *plain, *merged;
