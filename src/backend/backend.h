@@ -42,6 +42,19 @@ typedef struct g4_backend g4_backend;
 /* The most candidates top_logits gives per row. */
 #define G4_TOP_LOGITS_MAX_K 1024
 
+/* The attention input of one layer for qkv_prepare: rows of the merged
+ * projection [n_tokens][q | k | v], q = n_q_heads heads, k and v n_kv_heads
+ * heads each (no v part when k_eq_v: V is then the raw k part; no k or v
+ * when n_kv_heads is 0), every head head_dim wide. */
+typedef struct {
+    int n_q_heads, n_kv_heads, head_dim;
+    int k_eq_v;
+    const float *q_norm, *k_norm; /* [head_dim] backend arrays; NULL = no scale */
+    float theta;                  /* RoPE of q and k, as the rope op */
+    int n_pairs;
+    float eps;
+} g4_qkv_params;
+
 /* Chunked local attention (audio tower). Frames are split into blocks of
  * `chunk`; query frame i sits in block b = i / chunk at row w = i % chunk.
  * Block b's context is the W = chunk + past + future frames
@@ -86,6 +99,13 @@ typedef struct {
     /* Makes a host-resident weight usable by this backend (may copy it to the
      * device and rewrite its pointers). */
     g4_status (*prepare_matrix)(g4_backend *be, g4_matrix *m);
+    /* Optional (NULL where it would cost a copy, as on CPU where weights stay
+     * in the memory map): prepares host-resident parts[0..n) (one format and
+     * width) as prepare_matrix does, placed one after the other so that
+     * *stacked, their rows in order, is a matrix too; each part becomes a
+     * view of it (no extra memory). G4_ERR_UNSUPPORTED when the parts cannot
+     * be stacked: nothing is prepared then. */
+    g4_status (*prepare_stacked)(g4_backend *be, g4_matrix *const *parts, int n, g4_matrix *stacked);
     /* Waits for queued work (no-op on CPU). */
     void (*synchronize)(g4_backend *be);
 
@@ -172,6 +192,19 @@ typedef struct {
     /* Writes k[t], v[t] ([n_tokens][n_kv_heads][head_dim]) at each token's slot. */
     void (*kv_store)(g4_backend *be, void *kv, const float *k, const float *v, const g4_attn_batch *b,
                      int sliding);
+    /* The inverse of kv_store: k[t], v[t] read back from each token's slot
+     * (tests and inspection). */
+    void (*kv_read)(g4_backend *be, const void *kv, float *k, float *v, const g4_attn_batch *b, int sliding);
+    /* A layer's attention input from its merged projection qkv (rows as
+     * g4_qkv_params describes) in one pass, exactly as the sequence
+     *   q = rmsnorm_rope(q part, q_norm); k = rmsnorm_rope(k part, k_norm);
+     *   v = rmsnorm(v part (k_eq_v: the raw k part), no weight);
+     *   kv_store(kv, k, v, b, sliding)
+     * with positions b->pos of b->n_tokens tokens: q [n_tokens][n_q_heads]
+     * [head_dim] contiguous into q (which must not overlap qkv), k and v into
+     * the cache. kv NULL: q only (KV-shared layers). */
+    void (*qkv_prepare)(g4_backend *be, float *q, const float *qkv, const g4_qkv_params *p, void *kv,
+                        const g4_attn_batch *b, int sliding);
     /* out[t][h] = softmax_j(q[t][h] . K[j] * scale) V[j] over the token's
      * visible range, kv head = h / (n_heads / n_kv_heads). */
     void (*attention)(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b,

@@ -18,6 +18,9 @@ typedef struct {
     float *q_norm, *k_norm;
     float layer_scalar;
     g4_matrix q, k, v, o;  /* k, v absent on KV-shared layers; v absent when k_eq_v */
+    /* q, k, v stacked (rows q then k then v) where the backend placed them
+     * adjacently (q, k, v are then views of it); absent otherwise */
+    g4_matrix qkv;
     g4_matrix gate, up, down;
     /* per-layer embeddings (E2B/E4B) */
     g4_matrix ple_gate, ple_proj;

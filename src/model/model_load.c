@@ -127,10 +127,20 @@ static void load_text_layer(g4_weight_loader *L, int i, g4_text_layer *w) {
 }
 
 static g4_status prepare_layer(g4_weight_loader *L, g4_text_layer *w, int hf_experts) {
-    g4_matrix *mats[] = {&w->q, &w->k, &w->v, &w->o, &w->gate, &w->up, &w->down, &w->ple_gate, &w->ple_proj,
+    /* q, k and v (what the layer has of them) adjacent as one qkv where the
+     * backend can do that for free: one matmul for the three (text_decoder.c) */
+    g4_matrix *qkv[] = {&w->q, &w->k, &w->v};
+    const int n_qkv = !w->k.data ? 1 : !w->v.data ? 2 : 3;
+    g4_status st = G4_OK;
+    if (n_qkv > 1)
+        g4_loader_prepare_stacked(L, qkv, n_qkv, &w->qkv, &st);
+    else
+        st = g4_loader_prepare_matrix(L, &w->q);
+    if (st != G4_OK) return st;
+    g4_matrix *mats[] = {&w->o, &w->gate, &w->up, &w->down, &w->ple_gate, &w->ple_proj,
                          &w->router, &w->expert_gate.all, &w->expert_down.all};
     for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) {
-        g4_status st = g4_loader_prepare_matrix(L, mats[k]);
+        st = g4_loader_prepare_matrix(L, mats[k]);
         if (st != G4_OK) return st;
     }
     if (hf_experts)

@@ -27,6 +27,7 @@ struct g4_text_scratch {
     int32_t *full_tables, *sliding_tables;
     size_t full_tables_cap, sliding_tables_cap; /* elements */
     float *h, *a, *t1, *q, *k, *v, *attn, *gate, *up;
+    float *qkv; /* merged projection rows [q | k | v]; NULL when no layer has one */
     float *ple_all, *ple_tok, *ple_i, *ple_g;
     float *router_logits, *moe_w, *x2, *moe_out;
     int32_t *moe_ids;
@@ -57,11 +58,14 @@ g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logi
     s->cap_logits = max_logit_rows;
     s->vocab = tc->vocab_size;
     int dmax = 0, kvmax = 0, wmax = 0;
+    size_t qkv_width = 0;
     for (int i = 0; i < tc->n_layers; i++) {
         const g4_layer_config *lc = &tc->layers[i];
         if (lc->head_dim > dmax) dmax = lc->head_dim;
         if (lc->n_kv_heads > kvmax) kvmax = lc->n_kv_heads;
         if (lc->mlp_width > wmax) wmax = lc->mlp_width;
+        if (m->text.layers && m->text.layers[i].qkv.data && (size_t)m->text.layers[i].qkv.rows > qkv_width)
+            qkv_width = (size_t)m->text.layers[i].qkv.rows;
     }
     if (tc->moe && tc->moe_width > wmax) wmax = tc->moe_width;
     const size_t N = (size_t)max_tokens, d = (size_t)tc->hidden_size, R = (size_t)max_logit_rows;
@@ -81,6 +85,7 @@ g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logi
     s->k = scratch_alloc(s, N * (size_t)kvmax * dmax * 4, &ok);
     s->v = scratch_alloc(s, N * (size_t)kvmax * dmax * 4, &ok);
     s->attn = scratch_alloc(s, N * (size_t)tc->n_heads * dmax * 4, &ok);
+    if (qkv_width) s->qkv = scratch_alloc(s, N * qkv_width * 4, &ok);
     s->gate = scratch_alloc(s, N * (size_t)wmax * 4, &ok);
     s->up = scratch_alloc(s, N * (size_t)wmax * 4, &ok);
     if (LP) {
@@ -114,9 +119,9 @@ void g4_text_scratch_free(g4_text_scratch *s) {
     for (int i = 0; i < RECORDED_SHAPES; i++)
         if (s->recorded[i].graph) s->be->ops->graph_free(s->be, s->recorded[i].graph);
     void *bufs[] = {s->ids, s->ple_ids, s->pos, s->seq, s->kv_range, s->mm_rows, s->logit_rows, s->full_tables,
-                    s->sliding_tables, s->h, s->a, s->t1, s->q, s->k, s->v, s->attn, s->gate, s->up, s->ple_all,
-                    s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->moe_out, s->moe_ids,
-                    s->hsel, s->logits, s->cand};
+                    s->sliding_tables, s->h, s->a, s->t1, s->q, s->k, s->v, s->qkv, s->attn, s->gate, s->up,
+                    s->ple_all, s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->moe_out,
+                    s->moe_ids, s->hsel, s->logits, s->cand};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) s->be->ops->release(s->be, bufs[i]);
     free(s->host_ids);
@@ -185,6 +190,30 @@ static void per_layer_inputs(const g4_model *m, g4_text_scratch *s, int n) {
     be->ops->scale(be, s->ple_all, s->ple_all, (float)(1.0 / sqrt(2.0)), total);
 }
 
+/* q into s->q and this layer's k, v into its cache, op by op: for layers
+ * without a merged q|k|v matrix (KV-shared layers, the CPU backend) */
+static void attention_input(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, int i, int n,
+                            const g4_attn_batch *ab) {
+    g4_backend *be = m->backend;
+    const g4_text_config *tc = &m->config.text;
+    const g4_layer_config *lc = &tc->layers[i];
+    const g4_text_layer *w = &m->text.layers[i];
+    const int D = lc->head_dim, Hq = tc->n_heads, Hkv = lc->n_kv_heads;
+    const int sliding = lc->kind == G4_LAYER_SLIDING;
+    be->ops->matmul(be, s->q, s->a, n, &w->q);
+    be->ops->rmsnorm_rope(be, s->q, w->q_norm, n, Hq, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
+    if (lc->kv_donor >= 0) return; /* attention reads the donor layer's cache */
+    const size_t kv_elems = (size_t)n * Hkv * D;
+    be->ops->matmul(be, s->k, s->a, n, &w->k);
+    if (lc->k_eq_v)
+        be->ops->copy(be, s->v, s->k, kv_elems * sizeof(float)); /* V from the raw k_proj output */
+    else
+        be->ops->matmul(be, s->v, s->a, n, &w->v);
+    be->ops->rmsnorm_rope(be, s->k, w->k_norm, n, Hkv, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
+    be->ops->rmsnorm(be, s->v, s->v, NULL, n * Hkv, D, tc->rms_eps);
+    be->ops->kv_store(be, kv->layer_kv[i], s->k, s->v, ab, sliding);
+}
+
 /* Each block reads its pre-normed input from s->a and leaves the next
  * block's there: the norm rides on the residual add that ends the block
  * before (add_rmsnorm's next_out). */
@@ -196,21 +225,17 @@ static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
     const g4_text_layer *w = &m->text.layers[i];
     const int D = lc->head_dim, Hq = tc->n_heads, Hkv = lc->n_kv_heads;
     const int sliding = lc->kind == G4_LAYER_SLIDING;
-    be->ops->matmul(be, s->q, s->a, n, &w->q);
-    be->ops->rmsnorm_rope(be, s->q, w->q_norm, n, Hq, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
-    int cache_layer = lc->kv_donor >= 0 ? lc->kv_donor : i;
-    if (lc->kv_donor < 0) {
-        const size_t kv_elems = (size_t)n * Hkv * D;
-        be->ops->matmul(be, s->k, s->a, n, &w->k);
-        if (lc->k_eq_v)
-            be->ops->copy(be, s->v, s->k, kv_elems * sizeof(float)); /* V from the raw k_proj output */
-        else
-            be->ops->matmul(be, s->v, s->a, n, &w->v);
-        be->ops->rmsnorm_rope(be, s->k, w->k_norm, n, Hkv, D, s->pos, lc->rope_theta, lc->rope_pairs,
-                              tc->rms_eps);
-        be->ops->rmsnorm(be, s->v, s->v, NULL, n * Hkv, D, tc->rms_eps);
-        be->ops->kv_store(be, kv->layer_kv[i], s->k, s->v, ab, sliding);
+    if (w->qkv.data) {
+        /* q, k, v in one matmul; their norms, RoPE and the cache store in one op */
+        const g4_qkv_params qp = {.n_q_heads = Hq, .n_kv_heads = Hkv, .head_dim = D, .k_eq_v = lc->k_eq_v,
+                                  .q_norm = w->q_norm, .k_norm = w->k_norm, .theta = lc->rope_theta,
+                                  .n_pairs = lc->rope_pairs, .eps = tc->rms_eps};
+        be->ops->matmul(be, s->qkv, s->a, n, &w->qkv);
+        be->ops->qkv_prepare(be, s->q, s->qkv, &qp, kv->layer_kv[i], ab, sliding);
+    } else {
+        attention_input(m, kv, s, i, n, ab);
     }
+    const int cache_layer = lc->kv_donor >= 0 ? lc->kv_donor : i;
     be->ops->attention(be, s->attn, s->q, kv->layer_kv[cache_layer], ab, sliding, Hq, 1.0f);
     be->ops->matmul(be, s->t1, s->attn, n, &w->o);
     be->ops->add_rmsnorm(be, s->h, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps, 1.0f, s->a,

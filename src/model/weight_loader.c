@@ -415,3 +415,35 @@ g4_status g4_loader_prepare_matrix(g4_weight_loader *L, g4_matrix *m) {
     model->n_params += (uint64_t)m->rows * (uint64_t)m->cols;
     return model->backend->ops->prepare_matrix(model->backend, m);
 }
+
+/* Same storage layout row for row, so that the rows can follow each other. */
+static int stackable(const g4_matrix *a, const g4_matrix *b) {
+    return a->data && b->data && a->format == b->format && a->cols == b->cols && a->row_bytes == b->row_bytes &&
+           a->bits == b->bits && a->group_size == b->group_size && a->scale_dtype == b->scale_dtype &&
+           a->scale_row_bytes == b->scale_row_bytes && !a->scales == !b->scales && !a->biases == !b->biases;
+}
+
+int g4_loader_prepare_stacked(g4_weight_loader *L, g4_matrix *const *parts, int n, g4_matrix *stacked,
+                              g4_status *st) {
+    g4_model *model = L->model;
+    g4_backend *be = model->backend;
+    memset(stacked, 0, sizeof *stacked);
+    int ok = n > 1 && be && be->ops->prepare_stacked;
+    for (int i = 1; ok && i < n; i++) ok = stackable(parts[0], parts[i]);
+    if (ok) {
+        *st = be->ops->prepare_stacked(be, parts, n, stacked);
+        if (*st == G4_OK) {
+            for (int i = 0; i < n; i++) {
+                model->weight_bytes_by_format[parts[i]->format] += g4_matrix_bytes(parts[i]);
+                model->n_params += (uint64_t)parts[i]->rows * (uint64_t)parts[i]->cols;
+            }
+            return 1;
+        }
+        if (*st != G4_ERR_UNSUPPORTED) return 0;
+        g4_error_clear(); /* not stackable after all (alignment): one by one */
+        memset(stacked, 0, sizeof *stacked);
+    }
+    *st = G4_OK;
+    for (int i = 0; *st == G4_OK && i < n; i++) *st = g4_loader_prepare_matrix(L, parts[i]);
+    return 0;
+}

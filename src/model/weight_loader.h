@@ -59,4 +59,11 @@ g4_status g4_loader_finish(g4_weight_loader *L, const char *what);
 /* Makes every loaded matrix usable by the backend and counts bytes/params. */
 g4_status g4_loader_prepare_matrix(g4_weight_loader *L, g4_matrix *m);
 
+/* Prepares parts[0..n) for the backend, stacked into *stacked (their rows
+ * in order, the parts views of it) when the backend can do that for free
+ * and they share one layout; else one by one, *stacked zeroed. Returns
+ * whether it stacked; *st is the status. */
+int g4_loader_prepare_stacked(g4_weight_loader *L, g4_matrix *const *parts, int n, g4_matrix *stacked,
+                              g4_status *st);
+
 #endif

@@ -1312,6 +1312,239 @@ static void speed(void) {
     }
 }
 
+
+/* ---- the merged attention input: stacked q|k|v weights, qkv_prepare ---- */
+
+/* Host bytes of one array of the parts, one after the other (which: 0 data,
+ * 1 scales, 2 biases): the stacked matrix as the CPU reference sees it. */
+static void *concat_parts(g4_matrix *const *parts, int n, int which, size_t row_bytes) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)parts[i]->rows * row_bytes;
+    unsigned char *buf = malloc(total ? total : 1), *at = buf;
+    for (int i = 0; i < n; i++) {
+        const void *src = which == 0 ? parts[i]->data : which == 1 ? parts[i]->scales : parts[i]->biases;
+        memcpy(at, src, (size_t)parts[i]->rows * row_bytes);
+        at += (size_t)parts[i]->rows * row_bytes;
+    }
+    return buf;
+}
+
+/* prepare_stacked of q, k (and v) at real shapes in several formats: the
+ * stacked matrix and each part's view against the CPU on the host parts. */
+static void test_prepare_stacked(void) {
+    const struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+        int q_rows, kv_rows, cols, n_parts;
+    } cases[] = {
+        {G4_WEIGHT_BF16, 0, 0, G4_DTYPE_BF16, 2048, 256, 1536, 3},        /* E2B sliding */
+        {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 4096, 512, 1536, 3},     /* E2B global, mlx4 */
+        {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16, 8192, 2048, 5376, 2},    /* 31B global k_eq_v, mlx8 */
+        {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 4096, 4096, 2816, 3},       /* 26B sliding */
+        {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16, 64, 32, 64, 3},           /* fixture-sized */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        test_matrix tm[3];
+        const int n = cases[k].n_parts;
+        for (int i = 0; i < n; i++)
+            make_matrix(&tm[i], cases[k].f, cases[k].bits, cases[k].group, cases[k].sdt,
+                        i == 0 ? cases[k].q_rows : cases[k].kv_rows, cases[k].cols);
+        g4_matrix host_parts[3], dev_parts[3];
+        g4_matrix *hp[3], *dp[3];
+        for (int i = 0; i < n; i++) {
+            host_parts[i] = dev_parts[i] = tm[i].host;
+            hp[i] = &host_parts[i];
+            dp[i] = &dev_parts[i];
+        }
+        g4_matrix stacked;
+        g4_status st = gpu->ops->prepare_stacked(gpu, dp, n, &stacked);
+        CHECK(st == G4_OK, "prepare_stacked %s: %s", tm[0].name, g4_error_message());
+        if (st != G4_OK) {
+            for (int i = 0; i < n; i++) free_matrix(&tm[i]);
+            continue;
+        }
+        g4_matrix host_stacked = tm[0].host;
+        host_stacked.rows = 0;
+        for (int i = 0; i < n; i++) host_stacked.rows += host_parts[i].rows;
+        void *bufs[3] = {concat_parts(hp, n, 0, host_stacked.row_bytes), NULL, NULL};
+        host_stacked.data = bufs[0];
+        if (host_stacked.scales) host_stacked.scales = bufs[1] = concat_parts(hp, n, 1, host_stacked.scale_row_bytes);
+        if (host_stacked.biases) host_stacked.biases = bufs[2] = concat_parts(hp, n, 2, host_stacked.scale_row_bytes);
+        /* the parts are views of the stacked rows, adjacent */
+        size_t off = 0;
+        int views = stacked.rows == host_stacked.rows;
+        for (int i = 0; i < n; i++) {
+            views &= dev_parts[i].data == (const unsigned char *)stacked.data + off * stacked.row_bytes;
+            if (stacked.scales)
+                views &= dev_parts[i].scales == (const unsigned char *)stacked.scales + off * stacked.scale_row_bytes;
+            off += (size_t)dev_parts[i].rows;
+        }
+        CHECK(views, "prepare_stacked %s: the parts are not adjacent views of the stacked matrix", tm[0].name);
+        char tag[32];
+        snprintf(tag, sizeof tag, "stacked %d: ", n);
+        const int ns[] = {1, 3, 70};
+        for (int j = 0; j < 3; j++) check_matmul_on(gpu, tag, &host_stacked, &stacked, tm[0].name, ns[j], TOL_SPLIT);
+        for (int i = 0; i < n; i++) check_matmul_on(gpu, "stacked part: ", &host_parts[i], &dev_parts[i], tm[i].name, 1,
+                                                    TOL_SPLIT);
+        for (int i = 0; i < 3; i++) free(bufs[i]);
+        for (int i = 0; i < n; i++) free_matrix(&tm[i]);
+    }
+    /* parts of different formats are refused, leaving them as they were */
+    test_matrix a, b;
+    make_matrix(&a, G4_WEIGHT_BF16, 0, 0, G4_DTYPE_BF16, 64, 128);
+    make_matrix(&b, G4_WEIGHT_F16, 0, 0, G4_DTYPE_F16, 64, 128);
+    g4_matrix pa = a.host, pb = b.host, stacked;
+    g4_matrix *parts[2] = {&pa, &pb};
+    CHECK(gpu->ops->prepare_stacked(gpu, parts, 2, &stacked) == G4_ERR_UNSUPPORTED && pa.data == a.host.data,
+          "prepare_stacked of bf16 and f16 parts must be refused untouched");
+    free_matrix(&a);
+    free_matrix(&b);
+}
+
+typedef struct {
+    const char *label;
+    int n_q, n_kv, D, n_pairs;
+    float theta;
+    int k_eq_v, sliding, window, block_size;
+    int n_seqs, len, chunk;
+    int no_kv; /* q only (KV-shared layers) */
+} qkv_case;
+
+/* qkv_prepare on the GPU against the CPU's (itself bitwise equal to the op
+ * sequence it replaces, test_qkv_prepare): q, and every cache position
+ * still held after storing len positions of each sequence chunk by chunk.
+ * The GPU's own unfused sequence is compared too (rmsnorm_rope, rmsnorm,
+ * kv_store there). */
+static void check_qkv_prepare(const qkv_case *c) {
+    const int Hq = c->n_q, Hkv = c->n_kv, D = c->D, bs = c->block_size, S = c->n_seqs;
+    const int stride_blocks = (c->len + bs - 1) / bs;
+    const int ring = g4_kv_ring_blocks(c->window, c->chunk, bs);
+    const int n_blocks = c->sliding ? S * ring : S * stride_blocks + 3;
+    int32_t *full = malloc((size_t)S * stride_blocks * 4), *slide = malloc((size_t)S * ring * 4);
+    int32_t *perm = malloc((size_t)n_blocks * 4);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    shuffle(perm, n_blocks);
+    for (int i = 0; i < S * stride_blocks; i++) full[i] = perm[i % n_blocks];
+    for (int i = 0; i < S * ring; i++) slide[i] = perm[i % n_blocks];
+    void *kc = c->no_kv ? NULL : cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D);
+    void *kg = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D);
+    void *kg2 = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D); /* the unfused sequence's */
+    CHECK(c->no_kv || (kc && kg && kg2), "%s: kv_alloc", c->label);
+    float *qn = rand_floats((size_t)D, 0.5f, 2.0f), *kn = rand_floats((size_t)D, 0.5f, 2.0f);
+    float *dqn = up(qn, (size_t)D * 4), *dkn = up(kn, (size_t)D * 4);
+    g4_qkv_params p = {.n_q_heads = Hq, .n_kv_heads = Hkv, .head_dim = D, .k_eq_v = c->k_eq_v, .q_norm = qn,
+                       .k_norm = kn, .theta = c->theta, .n_pairs = c->n_pairs, .eps = 1e-6f};
+    g4_qkv_params dp = p;
+    dp.q_norm = dqn;
+    dp.k_norm = dkn;
+    const int width = (Hq + (c->k_eq_v ? 1 : 2) * Hkv) * D, kv_w = Hkv * D;
+    const int max_n = S * c->chunk;
+    int32_t *pos = malloc((size_t)max_n * 4), *seq = malloc((size_t)max_n * 4), *ranges = calloc((size_t)max_n, 16);
+    float *want_q = malloc((size_t)max_n * Hq * D * 4);
+    double worst_q = 0, worst_q_unfused = 0;
+    for (int start = 0; start < c->len; start += c->chunk) {
+        const int per = c->len - start < c->chunk ? c->len - start : c->chunk;
+        int n = 0;
+        for (int s = 0; s < S; s++)
+            for (int t = 0; t < per; t++) pos[n] = start + t, seq[n] = s, n++;
+        g4_attn_batch hb = {.n_tokens = n, .pos = pos, .seq = seq, .kv_range = ranges, .full_tables = full,
+                            .full_table_stride = stride_blocks, .sliding_tables = slide, .ring_blocks = ring,
+                            .block_size = bs};
+        g4_attn_batch db;
+        void *bufs[5];
+        upload_batch(&hb, &db, S, bufs);
+        const size_t nq = (size_t)n * Hq * D, nkv = (size_t)n * kv_w;
+        float *qkv = rand_floats((size_t)n * width, 0.01f, 3.0f);
+        cpu->ops->qkv_prepare(cpu, want_q, qkv, &p, kc, &hb, c->sliding);
+        float *dqkv = up(qkv, (size_t)n * width * 4), *dq = poisoned(nq);
+        gpu->ops->qkv_prepare(gpu, dq, dqkv, &dp, kg, &db, c->sliding);
+        float *got = down(dq, nq);
+        double err = test_rel_rms(got, want_q, nq);
+        if (err > worst_q) worst_q = err;
+        free(got);
+        /* the GPU's unfused sequence on the same rows */
+        float *dq2 = poisoned(nq);
+        gpu->ops->copy_rows(gpu, dq2, Hq * D, dqkv, width, n, Hq * D);
+        gpu->ops->rmsnorm_rope(gpu, dq2, dqn, n, Hq, D, db.pos, c->theta, c->n_pairs, 1e-6f);
+        if (kg2) {
+            float *dk = poisoned(nkv), *dv = poisoned(nkv);
+            gpu->ops->copy_rows(gpu, dk, kv_w, dqkv + (size_t)Hq * D, width, n, kv_w);
+            gpu->ops->copy_rows(gpu, dv, kv_w, dqkv + (size_t)(Hq + (c->k_eq_v ? 0 : Hkv)) * D, width, n, kv_w);
+            gpu->ops->rmsnorm_rope(gpu, dk, dkn, n, Hkv, D, db.pos, c->theta, c->n_pairs, 1e-6f);
+            gpu->ops->rmsnorm(gpu, dv, dv, NULL, n * Hkv, D, 1e-6f);
+            gpu->ops->kv_store(gpu, kg2, dk, dv, &db, c->sliding);
+            release(dk), release(dv);
+        }
+        got = down(dq2, nq);
+        err = test_rel_rms(got, want_q, nq);
+        if (err > worst_q_unfused) worst_q_unfused = err;
+        free(got);
+        release(dqkv), release(dq), release(dq2);
+        for (int i = 0; i < 5; i++) release(bufs[i]);
+        free(qkv);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%s: q, %d x %d heads x %d", c->label, max_n, Hq, D);
+    printf("  %-12s %-52s rel_rms %.2e (tol %.0e); unfused on GPU %.2e\n", "qkv_prepare", what, worst_q,
+           TOL_ELEMENTWISE, worst_q_unfused);
+    CHECK(worst_q <= TOL_ELEMENTWISE, "%s: q rel_rms %.3e", c->label, worst_q);
+    record("qkv_prepare", worst_q, TOL_ELEMENTWISE);
+    if (!c->no_kv) {
+        /* every position still held */
+        const int kept = c->sliding ? (c->len < ring * bs ? c->len : ring * bs) : c->len;
+        const int n_read = S * kept;
+        int32_t *rpos = malloc((size_t)n_read * 4), *rseq = malloc((size_t)n_read * 4);
+        int32_t *rranges = calloc((size_t)n_read, 16);
+        for (int s = 0, i = 0; s < S; s++)
+            for (int t = c->len - kept; t < c->len; t++, i++) rpos[i] = t, rseq[i] = s;
+        g4_attn_batch hb = {.n_tokens = n_read, .pos = rpos, .seq = rseq, .kv_range = rranges, .full_tables = full,
+                            .full_table_stride = stride_blocks, .sliding_tables = slide, .ring_blocks = ring,
+                            .block_size = bs};
+        g4_attn_batch db;
+        void *bufs[5];
+        upload_batch(&hb, &db, S, bufs);
+        const size_t nkv = (size_t)n_read * kv_w;
+        float *wk = malloc(nkv * 4), *wv = malloc(nkv * 4);
+        cpu->ops->kv_read(cpu, kc, wk, wv, &hb, c->sliding);
+        float *dk = poisoned(nkv), *dv = poisoned(nkv);
+        gpu->ops->kv_read(gpu, kg, dk, dv, &db, c->sliding);
+        float *gk = down(dk, nkv), *gv = down(dv, nkv);
+        snprintf(what, sizeof what, "%s: cache K, %d positions", c->label, n_read);
+        compare("qkv_prepare", what, gk, wk, nkv, TOL_ELEMENTWISE);
+        snprintf(what, sizeof what, "%s: cache V, %d positions", c->label, n_read);
+        compare("qkv_prepare", what, gv, wv, nkv, TOL_ELEMENTWISE);
+        free(gk), free(gv);
+        gpu->ops->kv_read(gpu, kg2, dk, dv, &db, c->sliding);
+        gk = down(dk, nkv), gv = down(dv, nkv);
+        printf("  %-12s %-52s K %.2e, V %.2e from the CPU\n", "", "  (GPU unfused sequence)", test_rel_rms(gk, wk, nkv),
+               test_rel_rms(gv, wv, nkv));
+        free(gk), free(gv), free(wk), free(wv), free(rpos), free(rseq), free(rranges);
+        release(dk), release(dv);
+        for (int i = 0; i < 5; i++) release(bufs[i]);
+        cpu->ops->kv_free(cpu, kc);
+        gpu->ops->kv_free(gpu, kg);
+        gpu->ops->kv_free(gpu, kg2);
+    }
+    release(dqn), release(dkn);
+    free(qn), free(kn), free(full), free(slide), free(perm), free(pos), free(seq), free(ranges), free(want_q);
+}
+
+static void test_qkv_prepare(void) {
+    const qkv_case cases[] = {
+        /* label, Hq, Hkv, D, pairs, theta, k_eq_v, sliding, window, bs, seqs, len, chunk, no_kv */
+        {"E2B sliding 256, ring wraps, decode", 8, 1, 256, 128, 10000.0f, 0, 1, 48, 16, 1, 90, 1, 0},
+        {"E2B global 512, 25% RoPE, prefill", 8, 1, 512, 64, 1000000.0f, 0, 0, 0, 16, 1, 300, 128, 0},
+        {"31B sliding GQA 2, 3 sequences", 32, 16, 256, 128, 10000.0f, 0, 1, 64, 16, 3, 90, 7, 0},
+        {"31B global k_eq_v GQA 8", 32, 4, 512, 64, 1000000.0f, 1, 0, 0, 16, 2, 40, 9, 0},
+        {"26B sliding k_eq_v, chunks wrap", 16, 8, 256, 128, 10000.0f, 1, 1, 32, 16, 1, 200, 20, 0},
+        {"E2B KV-shared layer: q only", 8, 1, 512, 64, 1000000.0f, 0, 0, 0, 16, 1, 20, 20, 1},
+        {"odd head_dim 18, partial pairs", 4, 2, 18, 5, 500.0f, 0, 1, 12, 4, 2, 41, 3, 0},
+        {"fixture-like 32", 2, 1, 32, 16, 10000.0f, 1, 0, 0, 16, 1, 25, 25, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_qkv_prepare(&cases[i]);
+}
+
 int main(void) {
     g4_status st = g4_backend_cuda_create(0, &gpu);
     if (st == G4_ERR_UNSUPPORTED) {
@@ -1343,6 +1576,8 @@ int main(void) {
     test_moe_route();
     test_top_logits();
     test_attention();
+    test_qkv_prepare();
+    test_prepare_stacked();
     test_matmul();
     test_moe_experts();
     test_fast_prefill();

@@ -53,6 +53,14 @@ static void check_text(const char *name) {
     fixture_ref ref;
     g4_model *m;
     if (!fixture_model_open(name, gpu, &ref, &m)) return;
+    /* every layer with its own K/V runs one q|k|v matmul and qkv_prepare */
+    int with_kv = 0, merged = 0;
+    for (int i = 0; i < m->config.text.n_layers; i++) {
+        with_kv += m->config.text.layers[i].kv_donor < 0;
+        merged += m->text.layers[i].qkv.data != NULL;
+    }
+    printf("  %-10s q|k|v merged on %d of %d layers with their own K/V\n", name, merged, with_kv);
+    CHECK(merged == with_kv, "%s: q|k|v merged on %d of %d layers", name, merged, with_kv);
     g4_status st = G4_OK;
     int n_all, n_prompt, n_greedy;
     int32_t *all = fixture_ref_ids(&ref, "text", "all_ids", &n_all);

@@ -57,6 +57,25 @@ void cpu_kv_store(g4_backend *be, void *kv, const float *k, const float *v, cons
     }
 }
 
+void cpu_kv_read(g4_backend *be, const void *kv, float *k, float *v, const g4_attn_batch *b, int sliding) {
+    (void)be;
+    const cpu_kv *c = kv;
+    size_t row = (size_t)c->n_kv_heads * c->head_dim;
+    for (int t = 0; t < b->n_tokens; t++) {
+        size_t s = slot_of(b, b->seq[t], b->pos[t], sliding);
+        memcpy(k + (size_t)t * row, c->k + s * row, row * sizeof(float));
+        memcpy(v + (size_t)t * row, c->v + s * row, row * sizeof(float));
+    }
+}
+
+void cpu_kv_slot_rows(void *kv, const g4_attn_batch *b, int t, int sliding, float **k, float **v) {
+    cpu_kv *c = kv;
+    size_t row = (size_t)c->n_kv_heads * c->head_dim;
+    size_t s = slot_of(b, b->seq[t], b->pos[t], sliding);
+    *k = c->k + s * row;
+    *v = c->v + s * row;
+}
+
 void cpu_attention(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b,
                    int sliding, int n_heads, float scale) {
     (void)be;

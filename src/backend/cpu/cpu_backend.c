@@ -9,6 +9,8 @@
 #include "backend/cpu/cpu_audio_ops.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_moe.h"
+#include "backend/cpu/cpu_norm.h"
+#include "backend/cpu/cpu_qkv.h"
 #include "backend/cpu/cpu_sampling.h"
 #include "backend/cpu/cpu_vision_ops.h"
 
@@ -64,27 +66,11 @@ static void cpu_embed(g4_backend *be, float *out, const g4_matrix *table, const 
     for (int i = 0; i < n; i++) cpu_matrix_row(table, ids[i], scale, out + (size_t)i * (size_t)table->cols);
 }
 
-/* 1 / sqrt(mean(x^2) + eps) of one row, summed in double */
-static double row_inv_rms(const float *xr, int dim, float eps) {
-    double ss = 0;
-    for (int i = 0; i < dim; i++) ss += (double)xr[i] * (double)xr[i];
-    return 1.0 / sqrt(ss / dim + (double)eps);
-}
-
 static void cpu_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim,
                         float eps) {
     (void)be;
 #pragma omp parallel for schedule(static) if (rows > 8)
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * dim;
-        float *yr = out + (size_t)r * dim;
-        const double inv = row_inv_rms(xr, dim, eps);
-        /* one rounding per output: the norm feeds every later layer */
-        if (w)
-            for (int i = 0; i < dim; i++) yr[i] = (float)(xr[i] * inv * w[i]);
-        else
-            for (int i = 0; i < dim; i++) yr[i] = (float)(xr[i] * inv);
-    }
+    for (int r = 0; r < rows; r++) cpu_rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
 }
 
 static void cpu_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos,
@@ -92,31 +78,17 @@ static void cpu_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int he
     (void)be;
     const int half = head_dim / 2;
     if (n_pairs > half) n_pairs = half;
-    /* inv_freq exactly as PyTorch builds it in float32. */
-    float *inv_freq = malloc((size_t)(n_pairs > 0 ? n_pairs : 1) * sizeof *inv_freq);
-    if (!inv_freq) return;
-    for (int j = 0; j < n_pairs; j++)
-        inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+    if (n_pairs > CPU_ROPE_MAX_PAIRS) n_pairs = CPU_ROPE_MAX_PAIRS;
+    if (n_pairs <= 0) return;
+    float inv_freq[CPU_ROPE_MAX_PAIRS];
+    cpu_rope_inv_freq(inv_freq, theta, head_dim, n_pairs);
 #pragma omp parallel for schedule(static) if (n_tokens > 1)
     for (int t = 0; t < n_tokens; t++) {
-        float cs[1024], sn[1024]; /* n_pairs <= head_dim/2 <= 1024 */
-        for (int j = 0; j < n_pairs && j < 1024; j++) {
-            /* transformers computes the angles and cos/sin in float32 even
-             * in float64 runs; matching it matters at large positions */
-            float angle = (float)pos[t] * inv_freq[j];
-            cs[j] = cosf(angle);
-            sn[j] = sinf(angle);
-        }
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * head_dim;
-            for (int j = 0; j < n_pairs && j < 1024; j++) {
-                float a = v[j], b = v[j + half];
-                v[j] = a * cs[j] - b * sn[j];
-                v[j + half] = b * cs[j] + a * sn[j];
-            }
-        }
+        float cs[CPU_ROPE_MAX_PAIRS], sn[CPU_ROPE_MAX_PAIRS];
+        cpu_rope_angles(cs, sn, pos[t], inv_freq, n_pairs);
+        for (int h = 0; h < n_heads; h++)
+            cpu_rope_head(x + ((size_t)t * n_heads + h) * head_dim, head_dim, cs, sn, n_pairs);
     }
-    free(inv_freq);
 }
 
 static double gelu_tanh(double x) {
@@ -142,7 +114,7 @@ static void cpu_add_rmsnorm(g4_backend *be, float *h, const float *x, const floa
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * dim;
         float *hr = h + (size_t)r * dim;
-        const double inv = row_inv_rms(xr, dim, eps);
+        const double inv = cpu_row_inv_rms(xr, dim, eps);
         for (int i = 0; i < dim; i++) {
             const float y = (float)(xr[i] * inv * w[i]); /* cpu_rmsnorm's rounding */
             hr[i] = hr[i] + y;
@@ -207,6 +179,7 @@ static const g4_backend_ops cpu_ops = {
     .to_host = cpu_memcpy,
     .copy = cpu_memcpy,
     .prepare_matrix = cpu_prepare_matrix,
+    .prepare_stacked = NULL, /* weights stay in the memory map: stacking would copy them */
     .synchronize = cpu_synchronize,
     .matmul = cpu_matmul_op,
     .matmul_gelu_mul = cpu_matmul_gelu_mul,
@@ -229,6 +202,8 @@ static const g4_backend_ops cpu_ops = {
     .kv_alloc = cpu_kv_alloc,
     .kv_free = cpu_kv_free,
     .kv_store = cpu_kv_store,
+    .kv_read = cpu_kv_read,
+    .qkv_prepare = cpu_qkv_prepare,
     .attention = cpu_attention,
     .moe_route = cpu_moe_route,
     .moe_experts = cpu_moe_experts,

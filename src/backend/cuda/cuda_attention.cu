@@ -14,11 +14,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
-
-struct cuda_kv {
-    float *k, *v;
-    int n_blocks, block_size, n_kv_heads, head_dim;
-};
+#include "backend/cuda/cuda_kv.cuh"
 
 void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim) {
     cuda_ctx *c = cuda_of(be);
@@ -53,29 +49,6 @@ void cuda_kv_free(g4_backend *be, void *p) {
     free(kv);
 }
 
-/* Where the block tables put (sequence row, position). */
-struct kv_tables {
-    const int32_t *table;
-    int stride; /* entries per sequence row */
-    int ring;   /* sliding: ring blocks (logical block wraps); 0: linear */
-    int block_size;
-};
-
-__device__ __forceinline__ int64_t kv_slot(const kv_tables &tb, int seq, int pos) {
-    const int logical = pos / tb.block_size;
-    const int block = tb.table[(size_t)seq * tb.stride + (tb.ring ? logical % tb.ring : logical)];
-    return (int64_t)block * tb.block_size + pos % tb.block_size;
-}
-
-static kv_tables tables_of(const g4_attn_batch *b, int sliding) {
-    kv_tables tb;
-    tb.table = sliding ? b->sliding_tables : b->full_tables;
-    tb.stride = sliding ? b->ring_blocks : b->full_table_stride;
-    tb.ring = sliding ? b->ring_blocks : 0;
-    tb.block_size = b->block_size;
-    return tb;
-}
-
 __global__ void kv_store_kernel(float *kp, float *vp, const float *k, const float *v, const int32_t *seq,
                                 const int32_t *pos, kv_tables tb, int row) {
     const int t = blockIdx.x;
@@ -93,9 +66,32 @@ void cuda_kv_store(g4_backend *be, void *p, const float *k, const float *v, cons
     cuda_kv *kv = (cuda_kv *)p;
     if (b->n_tokens <= 0) return;
     const int row = kv->n_kv_heads * kv->head_dim;
-    kv_store_kernel<<<b->n_tokens, 256, 0, c->stream>>>(kv->k, kv->v, k, v, b->seq, b->pos, tables_of(b, sliding),
-                                                        row);
+    kv_store_kernel<<<b->n_tokens, 256, 0, c->stream>>>(kv->k, kv->v, k, v, b->seq, b->pos,
+                                                        cuda_kv_tables(b, sliding), row);
     cuda_launched(c, "kv_store");
+}
+
+/* kv_store backwards */
+__global__ void kv_read_kernel(float *k, float *v, const float *kp, const float *vp, const int32_t *seq,
+                               const int32_t *pos, kv_tables tb, int row) {
+    const int t = blockIdx.x;
+    const int64_t s = kv_slot(tb, seq[t], pos[t]);
+    const float *ks = kp + (size_t)s * row, *vs = vp + (size_t)s * row;
+    float *kd = k + (size_t)t * row, *vd = v + (size_t)t * row;
+    for (int i = threadIdx.x; i < row; i += blockDim.x) {
+        kd[i] = ks[i];
+        vd[i] = vs[i];
+    }
+}
+
+void cuda_kv_read(g4_backend *be, const void *p, float *k, float *v, const g4_attn_batch *b, int sliding) {
+    cuda_ctx *c = cuda_of(be);
+    const cuda_kv *kv = (const cuda_kv *)p;
+    if (b->n_tokens <= 0) return;
+    const int row = kv->n_kv_heads * kv->head_dim;
+    kv_read_kernel<<<b->n_tokens, 256, 0, c->stream>>>(k, v, kv->k, kv->v, b->seq, b->pos,
+                                                       cuda_kv_tables(b, sliding), row);
+    cuda_launched(c, "kv_read");
 }
 
 struct attn_params {
@@ -420,7 +416,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     p.vp = kv->v;
     p.seq = b->seq;
     p.kv_range = b->kv_range;
-    p.tb = tables_of(b, sliding);
+    p.tb = cuda_kv_tables(b, sliding);
     p.range_off = sliding ? 0 : 2;
     p.n_tokens = n;
     p.n_heads = n_heads;

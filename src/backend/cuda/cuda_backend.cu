@@ -131,9 +131,8 @@ static void cuda_synchronize(g4_backend *be) {
     cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
 }
 
-/* Copies host bytes to the device through two pinned staging buffers, the
- * host copy of one chunk overlapping the DMA of the other. */
-static g4_status upload(cuda_ctx *c, const void *host, size_t bytes, void **out) {
+/* Device memory for weights, owned by the backend until destroy. */
+static g4_status weight_alloc(cuda_ctx *c, const void *host, size_t bytes, void **out) {
     *out = NULL;
     if (c->n_uploads == c->cap_uploads) {
         size_t cap = c->cap_uploads ? c->cap_uploads * 2 : 256;
@@ -151,6 +150,17 @@ static g4_status upload(cuda_ctx *c, const void *host, size_t bytes, void **out)
         return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of GPU memory uploading a weight of %zu bytes (%zu of %zu MiB free)",
                        bytes, free_b >> 20, total_b >> 20);
     }
+    c->uploads[c->n_uploads].host = host;
+    c->uploads[c->n_uploads].dev = dev;
+    c->uploads[c->n_uploads].bytes = bytes;
+    c->n_uploads++;
+    *out = dev;
+    return G4_OK;
+}
+
+/* Copies host bytes to device memory through two pinned staging buffers,
+ * the host copy of one chunk overlapping the DMA of the other. */
+static g4_status copy_staged(cuda_ctx *c, void *dev, const void *host, size_t bytes) {
     const unsigned char *src = (const unsigned char *)host;
     for (size_t off = 0, k = 0; off < bytes; off += c->pinned_bytes, k ^= 1) {
         size_t n = bytes - off < c->pinned_bytes ? bytes - off : c->pinned_bytes;
@@ -168,16 +178,14 @@ static g4_status upload(cuda_ctx *c, const void *host, size_t bytes, void **out)
             break;
         cuda_check(c, cudaEventRecord(c->pinned_free[k], c->stream), "cudaEventRecord");
     }
-    if (c->failed != G4_OK) {
-        cudaFree(dev);
-        return g4_fail(G4_ERR_INTERNAL, "CUDA failure while uploading weights");
-    }
-    c->uploads[c->n_uploads].host = host;
-    c->uploads[c->n_uploads].dev = dev;
-    c->uploads[c->n_uploads].bytes = bytes;
-    c->n_uploads++;
-    *out = dev;
+    if (c->failed != G4_OK) return g4_fail(G4_ERR_INTERNAL, "CUDA failure while uploading weights");
     return G4_OK;
+}
+
+static g4_status upload(cuda_ctx *c, const void *host, size_t bytes, void **out) {
+    g4_status st = weight_alloc(c, host, bytes, out);
+    if (st == G4_OK) st = copy_staged(c, *out, host, bytes);
+    return st;
 }
 
 static g4_status cuda_prepare_matrix(g4_backend *be, g4_matrix *m) {
@@ -201,6 +209,67 @@ static g4_status cuda_prepare_matrix(g4_backend *be, g4_matrix *m) {
     return G4_OK;
 }
 
+/* Same storage layout row for row: format, width, row sizes, parameters. */
+static int same_layout(const g4_matrix *a, const g4_matrix *b) {
+    return a->format == b->format && a->cols == b->cols && a->row_bytes == b->row_bytes && a->bits == b->bits &&
+           a->group_size == b->group_size && a->scale_dtype == b->scale_dtype &&
+           a->scale_row_bytes == b->scale_row_bytes && !a->scales == !b->scales && !a->biases == !b->biases;
+}
+
+/* Uploads one array of the parts (which: 0 data, 1 scales, 2 biases) into
+ * one allocation, each part at the running offset; returns the base. */
+static g4_status upload_stacked(cuda_ctx *c, g4_matrix *const *parts, int n, int which, size_t row_bytes,
+                                uint8_t **base) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)parts[i]->rows * row_bytes;
+    const void *first = which == 0 ? parts[0]->data : which == 1 ? parts[0]->scales : parts[0]->biases;
+    void *dev = NULL;
+    g4_status st = weight_alloc(c, first, total, &dev);
+    size_t off = 0;
+    for (int i = 0; st == G4_OK && i < n; i++) {
+        const void *host = which == 0 ? parts[i]->data : which == 1 ? parts[i]->scales : parts[i]->biases;
+        const size_t bytes = (size_t)parts[i]->rows * row_bytes;
+        st = copy_staged(c, (uint8_t *)dev + off, host, bytes);
+        off += bytes;
+    }
+    *base = (uint8_t *)dev;
+    return st;
+}
+
+static g4_status cuda_prepare_stacked(g4_backend *be, g4_matrix *const *parts, int n, g4_matrix *stacked) {
+    cuda_ctx *c = cuda_of(be);
+    if (n <= 0 || !parts[0]->data) return g4_fail(G4_ERR_UNSUPPORTED, "nothing to stack");
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (!parts[i]->data || !same_layout(parts[0], parts[i]))
+            return g4_fail(G4_ERR_UNSUPPORTED, "matrices of different layouts cannot be stacked");
+        /* each part's view starts 16-byte aligned: the fast kernels load
+         * 16 bytes at a time (they check, but would fall back to slow ones) */
+        if (i + 1 < n && ((size_t)parts[i]->rows * parts[i]->row_bytes % 16 ||
+                          (size_t)parts[i]->rows * parts[i]->scale_row_bytes % 16))
+            return g4_fail(G4_ERR_UNSUPPORTED, "a stacked part would start unaligned");
+        rows += parts[i]->rows;
+    }
+    g4_matrix s = *parts[0];
+    s.rows = rows;
+    uint8_t *data = NULL, *scales = NULL, *biases = NULL;
+    g4_status st = upload_stacked(c, parts, n, 0, s.row_bytes, &data);
+    if (st == G4_OK && s.scales) st = upload_stacked(c, parts, n, 1, s.scale_row_bytes, &scales);
+    if (st == G4_OK && s.biases) st = upload_stacked(c, parts, n, 2, s.scale_row_bytes, &biases);
+    if (st != G4_OK) return st; /* the allocations are the backend's, freed at destroy */
+    s.data = data;
+    s.scales = scales;
+    s.biases = biases;
+    *stacked = s;
+    int64_t first = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t r = parts[i]->rows;
+        *parts[i] = g4_matrix_rows(&s, first, r);
+        first += r;
+    }
+    return G4_OK;
+}
+
 /* ---- the op table ---- */
 
 static const g4_backend_ops cuda_ops = {
@@ -212,6 +281,7 @@ static const g4_backend_ops cuda_ops = {
     .to_host = cuda_to_host,
     .copy = cuda_copy,
     .prepare_matrix = cuda_prepare_matrix,
+    .prepare_stacked = cuda_prepare_stacked,
     .synchronize = cuda_synchronize,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
@@ -238,6 +308,8 @@ static const g4_backend_ops cuda_ops = {
     .kv_alloc = cuda_kv_alloc,
     .kv_free = cuda_kv_free,
     .kv_store = cuda_kv_store,
+    .kv_read = cuda_kv_read,
+    .qkv_prepare = cuda_qkv_prepare,
     .attention = cuda_attention,
     .moe_route = cuda_moe_route,
     .moe_experts = cuda_moe_experts,

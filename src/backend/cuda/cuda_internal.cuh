@@ -195,6 +195,11 @@ void cuda_kv_free(g4_backend *be, void *kv);
 void cuda_kv_store(g4_backend *be, void *kv, const float *k, const float *v, const g4_attn_batch *b, int sliding);
 void cuda_attention(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b, int sliding,
                     int n_heads, float scale);
+void cuda_kv_read(g4_backend *be, const void *kv, float *k, float *v, const g4_attn_batch *b, int sliding);
+
+/* a layer's attention input from its merged projection (cuda_qkv.cu) */
+void cuda_qkv_prepare(g4_backend *be, float *q, const float *qkv, const g4_qkv_params *p, void *kv,
+                      const g4_attn_batch *b, int sliding);
 
 /* mixture of experts (cuda_moe.cu) */
 void cuda_moe_route(g4_backend *be, int32_t *ids, float *weights, const float *logits, const float *expert_scale,
