@@ -1236,9 +1236,11 @@ static void speed(void) {
         for (int i = 0; i < 3; i++) {
             matmul_arg a = {gpu, &t.dev, dx, dout, ns[i]};
             double s = time_op(gpu, run_matmul, &a, ns[i] == 512 ? 5 : 20);
-            if (ns[i] <= 8)
+            if (ns[i] <= 8) {
                 printf("  gemv %-18s %lldx%lld n=%-3d %8.1f us  %6.0f GB/s (%.0f%% of copy)\n", t.name, (long long)rows,
                        (long long)cols, ns[i], s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
+                if (ns[i] == 1) check_matmul_on(gpu, "", &t.host, &t.dev, t.name, 1, TOL_SPLIT); /* columns in parts */
+            }
             else
                 printf("  gemm %-18s %lldx%lld n=%-3d %8.1f us  %6.1f TFLOP/s\n", t.name, (long long)rows,
                        (long long)cols, ns[i], s * 1e6, 2.0 * rows * cols * ns[i] / s / 1e12);

@@ -80,6 +80,7 @@ static void cuda_destroy(g4_backend *be) {
         if (c->pinned_free[i]) cudaEventDestroy(c->pinned_free[i]);
     }
     if (c->blas_workspace) cudaFree(c->blas_workspace);
+    if (c->gemv_counters) cudaFree(c->gemv_counters);
     if (c->blas) c->blas_api->destroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
@@ -389,6 +390,9 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
              cuda_check(c, cudaEventRecord(c->pinned_free[i], c->stream), "cudaEventRecord");
     }
     ok = ok && cuda_check(c, cudaMalloc(&c->blas_workspace, c->blas_workspace_bytes), "cudaMalloc");
+    /* zeroed once here (never while a graph is being recorded); each use leaves them zero */
+    ok = ok && cuda_check(c, cudaMalloc(&c->gemv_counters, TC_MAX_COUNTERS * sizeof(int)), "cudaMalloc") &&
+         cuda_check(c, cudaMemset(c->gemv_counters, 0, TC_MAX_COUNTERS * sizeof(int)), "cudaMemset");
     ok = ok && cuda_check_blas(c, c->blas_api->create(&c->blas), "cublasCreate") &&
          cuda_check_blas(c, c->blas_api->set_stream(c->blas, c->stream), "cublasSetStream") &&
          cuda_check_blas(c, c->blas_api->set_workspace(c->blas, c->blas_workspace, c->blas_workspace_bytes),

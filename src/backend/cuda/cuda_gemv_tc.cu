@@ -3,16 +3,17 @@
  * Why: the float32 GEMV in cuda_matmul.cu spends ~4 instructions per 4-bit
  * weight (extract, convert, fma, plus its share of activation loads) and
  * reaches about a quarter of the memory bandwidth: it is issue-bound, not
- * memory-bound. Here 4-bit codes become fp16 pairs with three integer
- * instructions per two weights and an mma.sync multiplies 16 rows x 16
- * columns at once.
+ * memory-bound. Here one mask turns two 4-bit codes into an fp16 pair
+ * (decode_word) and an mma.sync multiplies 16 rows x 16 columns at once.
  *
- * Exactness: codes (0..15, or twice the E2M1 magnitude 0..12) are exact in
- * fp16. The activations of each 128-column block are scaled by a power of
+ * Exactness: the codes become exact fp16 values (scaled by powers of two).
+ * The activations of each 128-column block are scaled by a power of
  * two (largest magnitude into [2^14, 2^15): no overflow, no loss) and split
  * into fp16 hi + lo (about 22 significant bits); both parts go through the
  * tensor core as two of the mma's eight output columns. Products of fp16 are
- * exact in float32 and the tensor core accumulates in float32. (bf16 hi + lo
+ * exact in float32 and the tensor core accumulates in float32 (measured
+ * against float64 CPU sums: 2e-7 to 3e-6 relative, the float32 GEMV 2e-7
+ * to 5e-7). (bf16 hi + lo
  * keeps only 16 bits: 4e-6 to 1e-5 relative error on affine rows, whose bias
  * term cancels much of the sum.) Block and group scales and the biases are
  * applied in float32 after each block: sum = s * (q . x) + b * sum(x).
@@ -39,13 +40,15 @@
 #define TC_WARPS 4
 #define TC_BLOCK_COLS 128
 
-/* Pre-pass: per activation row and 128-column block, 32 uint4 of B
- * fragments (index (c * 2 + h) * 4 + u: quad lane c, part h, code word u),
- * and 8 floats: the sum of x over each group slot of the block (4) and the
- * power of two the fragments were divided by. One warp per block of
- * columns. */
-__global__ void gemv_tc_prepare_kernel(uint4 *frags, float *sums, const float *x, size_t x_stride, int64_t cols,
-                                       int n_blocks, int n_rows, int group_cols) {
+/* Per activation row and 128-column block the pre-pass writes TC_BLOCK_UINT4
+ * uint4: 32 of B fragments (index (c * 2 + h) * 4 + u: quad lane c, part h,
+ * code word u), then 8 floats: the sum of x over each group slot of the
+ * block (4), the power of two the fragments were divided by, 3 unused. */
+#define TC_BLOCK_UINT4 34
+
+/* One warp per block of columns. */
+__global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
+                                       int n_rows, int group_cols) {
     __shared__ float xs[TC_WARPS][TC_BLOCK_COLS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
@@ -73,27 +76,28 @@ __global__ void gemv_tc_prepare_kernel(uint4 *frags, float *sums, const float *x
         e -= 15;
     }
     const float down = ldexpf(1.0f, -e);
-    float *srow = sums + item * 8;
+    uint4 *frags = prepared + item * TC_BLOCK_UINT4;
+    float *srow = reinterpret_cast<float *>(frags + 32);
     if (lane < 8) srow[lane] = lane == 4 ? ldexpf(1.0f, e) : 0.0f;
     __syncwarp();
     if (lane % seg == 0) srow[lane / seg] = sum;
-    /* this lane's uint4: quad lane c, part h, word u */
+    /* this lane's uint4: quad lane c, part h, word u; its four registers
+     * hold the columns of code pairs 0, 2, 1, 3 (see decode_word) */
     const int c = lane >> 3, h = (lane >> 2) & 1, u = lane & 3;
+    const int pair_of[4] = {0, 2, 1, 3};
     uint32_t out[4];
 #pragma unroll
-    for (int half = 0; half < 2; half++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int k = 32 * c + 8 * u + 2 * half + r;
-            const float a = xs[warp][k] * down, b = xs[warp][k + 4] * down;
-            __half2 v = __floats2half2_rn(a, b);
-            if (h == 1) {
-                const float2 hf = __half22float2(v);
-                v = __floats2half2_rn(a - hf.x, b - hf.y);
-            }
-            out[half * 2 + r] = *reinterpret_cast<uint32_t *>(&v);
+    for (int j = 0; j < 4; j++) {
+        const int k = 32 * c + 8 * u + pair_of[j];
+        const float a = xs[warp][k] * down, b = xs[warp][k + 4] * down;
+        __half2 v = __floats2half2_rn(a, b);
+        if (h == 1) {
+            const float2 hf = __half22float2(v);
+            v = __floats2half2_rn(a - hf.x, b - hf.y);
         }
-    frags[item * 32 + lane] = make_uint4(out[0], out[1], out[2], out[3]);
+        out[j] = *reinterpret_cast<uint32_t *>(&v);
+    }
+    frags[lane] = make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 __device__ __forceinline__ void mma_16816(float *d, const uint32_t *a, const uint32_t *b) {
@@ -104,29 +108,30 @@ __device__ __forceinline__ void mma_16816(float *d, const uint32_t *a, const uin
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ uint32_t f16x2_sub(uint32_t a, uint32_t b) {
-    __half2 r = __hsub2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
-    return *reinterpret_cast<uint32_t *>(&r);
-}
-
-/* The four fp16 pairs of a word of 4-bit codes: pair i = (code i, code i + 4).
- * Affine: the code itself (0..15). MXFP4: twice the E2M1 value (0, +-1, +-2,
- * +-3, +-4, +-6, +-8, +-12); the caller halves the scale. */
+/* A word of eight 4-bit codes as four fp16 pairs, pair i = (code i,
+ * code i + 4), in the order pairs 0, 2, 1, 3. The codes land in the low
+ * bits of fp16 subnormals, which the tensor core multiplies exactly:
+ *  affine: bits of code q as the subnormal q 2^-24 (pairs 0, 2) or, left
+ *    in place one nibble up, 16 q 2^-24 (pairs 1, 3): one mask per pair;
+ *  MXFP4: code bits e1 e0 m as the exponent's two low bits and the top
+ *    mantissa bit, the sign as the sign: E2M1 2^-14 (e = 0 gives the
+ *    subnormal m 2^-15, as E2M1's own m / 2 would have it).
+ * The caller multiplies the sums back (2^24, 2^20 or 2^14). */
 template <bool MX>
 __device__ __forceinline__ void decode_word(uint32_t w, uint32_t *p) {
-    const uint32_t magic = 0x64006400u; /* fp16 1024.0 in both halves: 1024 + v exact for v < 1024 */
+    if constexpr (!MX) {
+        const uint32_t t = w >> 8;
+        p[0] = w & 0x000F000Fu;
+        p[1] = t & 0x000F000Fu;
+        p[2] = w & 0x00F000F0u;
+        p[3] = t & 0x00F000F0u;
+    } else {
+        const int order[4] = {0, 2, 1, 3};
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint32_t s = w >> (4 * i);
-        if constexpr (!MX) {
-            p[i] = f16x2_sub((s & 0x000F000Fu) | magic, magic);
-        } else {
-            /* magnitude index of codes i and i + 4 into nibbles 0 and 2 of a selector */
-            const uint32_t sel = __byte_perm(s & 0x00070007u, 0u, 0x4420u);
-            /* bytes {0,1,2,3} and {4,6,8,12}: twice the E2M1 magnitudes */
-            const uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, sel);
-            const uint32_t v = f16x2_sub(mag | magic, magic);
-            p[i] = v | ((w << (12 - 4 * i)) & 0x80008000u); /* code bit 3 -> fp16 sign */
+        for (int j = 0; j < 4; j++) {
+            const int i = order[j];
+            const uint32_t low3 = (i < 3 ? w << (9 - 4 * i) : w >> 3) & 0x0E000E00u;
+            p[j] = low3 | ((w << (12 - 4 * i)) & 0x80008000u);
         }
     }
 }
@@ -134,10 +139,9 @@ __device__ __forceinline__ void decode_word(uint32_t w, uint32_t *p) {
 struct gemv_tc_args {
     const uint8_t *data, *scales, *biases;
     size_t row_bytes, scale_row_bytes;
-    int scale_dtype, group_size;
+    int group_size;
     int64_t rows, cols;
-    const uint4 *frags;
-    const float *sums;
+    const uint4 *prepared; /* TC_BLOCK_UINT4 per activation row and block */
     int n_blocks;
     float *out;
     size_t out_stride;
@@ -145,33 +149,58 @@ struct gemv_tc_args {
     int64_t expert_stride, row_offset;
     int x_div, n_experts;
     const float *gelu_mul;
+    int parts;          /* column parts per tile (blocks per tile) */
+    int64_t n_tiles, rows_padded;
+    float *partial;     /* [slot][part][rows_padded] when parts > 1 */
+    int *counters;      /* [slot][tile]: parts finished; zero between calls */
 };
 
-/* scale of row `row_scales` for group g (MXFP4: E8M0, halved for the
- * doubled codes) */
-template <bool MX>
-__device__ __forceinline__ float group_scale(const uint8_t *row_scales, int dtype, int64_t g) {
-    if constexpr (MX) return 0.5f * e8m0_value(row_scales[g]);
-    return load_group_param(row_scales, dtype, g);
+/* How group scales are stored; MXFP4 is the E8M0 case. */
+enum { TC_SCALE_BF16 = 0, TC_SCALE_F16 = 1, TC_SCALE_F32 = 2, TC_SCALE_E8M0 = 3 };
+
+/* Scale or bias g of a row. */
+template <int SD> __device__ __forceinline__ float group_param(const uint8_t *row, int g) {
+    if constexpr (SD == TC_SCALE_BF16) return bf16_bits_to_float(reinterpret_cast<const uint16_t *>(row)[g]);
+    if constexpr (SD == TC_SCALE_F16) return __half2float(reinterpret_cast<const __half *>(row)[g]);
+    if constexpr (SD == TC_SCALE_F32) return reinterpret_cast<const float *>(row)[g];
+    return e8m0_value(row[g]);
 }
 
-/* Weight loads in flight per lane: this many 128-column blocks of both rows. */
+/* 128-column blocks in flight per warp: weights, scales and prepared
+ * activations of this many blocks are requested before any is used. */
 #define TC_PREFETCH 4
 
-/* KS warps of a block split one 16-row tile's columns into contiguous
- * ranges (more warps, more loads in flight); KS = 1: a warp owns a tile. */
-template <bool MX, int KS>
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+/* A block owns one 16-row tile and part blockIdx.x % parts of its
+ * columns; its TC_WARPS warps split that part into contiguous ranges. With
+ * several parts (enough blocks for whole waves on every shape) each block
+ * leaves its partial sums in a.partial and the last to finish (a counter
+ * per tile) adds them in part order (deterministic) and stores the row. */
+template <int SD>
 __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args a) {
+    constexpr bool MX = SD == TC_SCALE_E8M0;
+    /* each warp's prepared activations, copied asynchronously (the loads
+     * then wait once per TC_PREFETCH blocks, together with the weights) */
+    __shared__ uint4 ring[TC_WARPS][TC_PREFETCH][TC_BLOCK_UINT4];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, c = lane & 3;
-    const int tile = warp / KS, kslice = warp % KS;
-    const int64_t row0 = ((int64_t)blockIdx.x * (TC_WARPS / KS) + tile) * 16;
+    const int parts = a.parts, part = (int)(blockIdx.x % (unsigned)parts);
+    const int64_t tile = blockIdx.x / (unsigned)parts, row0 = tile * 16;
     const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
     const float *mul = a.gelu_mul;
     float *out = a.out;
     int xrow = 0;
+    const int slot = blockIdx.y;
     if (a.ids) {
-        const int slot = blockIdx.y;
         const int e = a.ids[slot];
         if (e < 0 || e >= a.n_experts) return;
         const int64_t base = (int64_t)e * a.expert_stride + a.row_offset;
@@ -190,6 +219,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
     const int my_slot = c * 32 / gc;    /* slot of the columns this lane's codes cover */
     const int b_part = g - 2 * my_slot; /* as a B lane: which part (hi 0, lo 1), if 0 or 1 */
     const bool b_active = b_part == 0 || b_part == 1;
+    const int b_index = (c * 2 + (b_active ? b_part : 0)) * 4;
     const bool scale_lane = c < slots; /* output columns 2c, 2c + 1 are group slot c */
     const uint8_t *w_lo = data + (size_t)(ok_lo ? r_lo : 0) * a.row_bytes + 16 * c;
     const uint8_t *w_hi = data + (size_t)(ok_hi ? r_hi : 0) * a.row_bytes + 16 * c;
@@ -197,33 +227,54 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
     const uint8_t *s_hi = scales + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes;
     const uint8_t *b_lo = biases ? biases + (size_t)(ok_lo ? r_lo : 0) * a.scale_row_bytes : NULL;
     const uint8_t *b_hi = biases ? biases + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes : NULL;
-    const uint4 *frags = a.frags + (size_t)xrow * a.n_blocks * 32 + (size_t)(c * 2 + (b_active ? b_part : 0)) * 4;
-    const float *sums = a.sums + (size_t)xrow * a.n_blocks * 8;
+    const uint4 *prepared = a.prepared + (size_t)xrow * a.n_blocks * TC_BLOCK_UINT4;
     const int64_t cols = a.cols;
-    /* this warp's blocks: a contiguous share of the row */
-    const int per = (a.n_blocks + KS - 1) / KS;
-    const int first = kslice * per, last = min(a.n_blocks, first + per);
+    /* this warp's blocks: a contiguous share of the block's part of the row */
+    const int per_part = (a.n_blocks + parts - 1) / parts;
+    const int part_first = part * per_part, part_last = min(a.n_blocks, part_first + per_part);
+    const int per = (part_last - part_first + TC_WARPS - 1) / TC_WARPS;
+    const int first = part_first + warp * per, last = min(part_last, first + per);
     float acc_lo = 0.0f, acc_hi = 0.0f;
     for (int blk0 = first; blk0 < last; blk0 += TC_PREFETCH) {
         uint4 wl[TC_PREFETCH], wh[TC_PREFETCH];
+        float sl[TC_PREFETCH], sh[TC_PREFETCH], bl[TC_PREFETCH], bh[TC_PREFETCH];
 #pragma unroll
         for (int k = 0; k < TC_PREFETCH; k++) {
             const int blk = blk0 + k;
+            if (blk < last) {
+                const uint4 *src = prepared + (size_t)blk * TC_BLOCK_UINT4;
+                cp_async16(&ring[warp][k][lane], src + lane);
+                if (lane < TC_BLOCK_UINT4 - 32) cp_async16(&ring[warp][k][32 + lane], src + 32 + lane);
+            }
             const bool in = blk < last && (int64_t)blk * TC_BLOCK_COLS + 32 * c < cols;
             const size_t off = (size_t)blk * 64;
             wl[k] = in && ok_lo ? load_stream16(w_lo + off) : make_uint4(0, 0, 0, 0);
             wh[k] = in && ok_hi ? load_stream16(w_hi + off) : make_uint4(0, 0, 0, 0);
+            /* group slot c of the block (groups are 32, 64 or 128 columns) */
+            sl[k] = sh[k] = bl[k] = bh[k] = 0.0f;
+            if (blk < last && scale_lane && (int64_t)blk * TC_BLOCK_COLS + c * gc < cols) {
+                const int grp = blk * slots + c;
+                sl[k] = group_param<SD>(s_lo, grp);
+                sh[k] = group_param<SD>(s_hi, grp);
+                if (!MX && b_lo) {
+                    bl[k] = group_param<SD>(b_lo, grp);
+                    bh[k] = group_param<SD>(b_hi, grp);
+                }
+            }
         }
+        cp_async_wait_all();
+        __syncwarp();
 #pragma unroll
         for (int k = 0; k < TC_PREFETCH; k++) {
             const int blk = blk0 + k;
             if (blk >= last) break;
             uint4 xb[4];
 #pragma unroll
-            for (int u = 0; u < 4; u++) xb[u] = b_active ? __ldg(frags + (size_t)blk * 32 + u) : make_uint4(0, 0, 0, 0);
+            for (int u = 0; u < 4; u++) xb[u] = b_active ? ring[warp][k][b_index + u] : make_uint4(0, 0, 0, 0);
             const uint32_t wlw[4] = {wl[k].x, wl[k].y, wl[k].z, wl[k].w};
             const uint32_t whw[4] = {wh[k].x, wh[k].y, wh[k].z, wh[k].w};
-            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            /* d: pairs 0 and 2; e: pairs 1 and 3 (affine: in units 16 times larger) */
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 uint32_t pl[4], ph[4];
@@ -232,45 +283,69 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
                 const uint32_t b0[2] = {xb[u].x, xb[u].y}, b1[2] = {xb[u].z, xb[u].w};
                 const uint32_t a0[4] = {pl[0], ph[0], pl[1], ph[1]}, a1[4] = {pl[2], ph[2], pl[3], ph[3]};
                 mma_16816(d, a0, b0);
-                mma_16816(d, a1, b1);
+                mma_16816(MX ? d : e, a1, b1);
             }
-            const int64_t gcol = (int64_t)blk * TC_BLOCK_COLS + (int64_t)c * gc; /* first column of slot c */
-            if (scale_lane && gcol < cols) {
-                const int64_t grp = gcol / a.group_size;
-                const float up = sums[(size_t)blk * 8 + 4]; /* the block's power of two */
-                const float sl = group_scale<MX>(s_lo, a.scale_dtype, grp);
-                const float sh = group_scale<MX>(s_hi, a.scale_dtype, grp);
-                acc_lo = fmaf(sl, (d[0] + d[1]) * up, acc_lo);
-                acc_hi = fmaf(sh, (d[2] + d[3]) * up, acc_hi);
-                if (!MX && b_lo) {
-                    const float xsum = sums[(size_t)blk * 8 + c];
-                    acc_lo = fmaf(load_group_param(b_lo, a.scale_dtype, grp), xsum, acc_lo);
-                    acc_hi = fmaf(load_group_param(b_hi, a.scale_dtype, grp), xsum, acc_hi);
+            if (scale_lane) {
+                const float *sums = reinterpret_cast<const float *>(&ring[warp][k][32]);
+                /* the block's power of two, and the codes' own (see decode_word) */
+                const float up = sums[4] * (MX ? 16384.0f : 1048576.0f);
+                const float vlo = MX ? d[0] + d[1] : (d[0] + d[1]) * 16.0f + (e[0] + e[1]);
+                const float vhi = MX ? d[2] + d[3] : (d[2] + d[3]) * 16.0f + (e[2] + e[3]);
+                acc_lo = fmaf(sl[k], vlo * up, acc_lo);
+                acc_hi = fmaf(sh[k], vhi * up, acc_hi);
+                if (!MX) {
+                    acc_lo = fmaf(bl[k], sums[c], acc_lo);
+                    acc_hi = fmaf(bh[k], sums[c], acc_hi);
                 }
             }
         }
+        __syncwarp(); /* the ring is refilled next pass */
     }
-    /* the quad's group slots, then the block's column slices */
+    /* the quad's group slots, then the warps' column ranges */
     acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 1);
     acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 2);
     acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 1);
     acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 2);
-    if constexpr (KS > 1) {
-        __shared__ float part[TC_WARPS][16];
-        if (c == 0) {
-            part[warp][g] = acc_lo;
-            part[warp][g + 8] = acc_hi;
+    __shared__ float sum_warps[TC_WARPS][16];
+    __shared__ int last_part;
+    if (c == 0) {
+        sum_warps[warp][g] = acc_lo;
+        sum_warps[warp][g + 8] = acc_hi;
+    }
+    __syncthreads();
+    const int r = threadIdx.x; /* one thread per row of the tile */
+    float v = 0.0f;
+    if (r < 16)
+        for (int w = 0; w < TC_WARPS; w++) v += sum_warps[w][r];
+    if (parts > 1) {
+        float *mine = a.partial + ((size_t)slot * parts + part) * a.rows_padded + row0;
+        if (r < 16) {
+            mine[r] = v;
+            __threadfence();
         }
         __syncthreads();
-        if (kslice != 0 || c != 0) return;
-        for (int k = 1; k < KS; k++) {
-            acc_lo += part[warp + k][g];
-            acc_hi += part[warp + k][g + 8];
+        if (r == 0) {
+            int *count = a.counters + (size_t)slot * a.n_tiles + tile;
+            const int before = atomicAdd(count, 1);
+            last_part = before == parts - 1;
+            if (last_part) *count = 0; /* every part has arrived: ready for the next call */
+        }
+        __syncthreads();
+        if (!last_part) return;
+        __threadfence();
+        if (r < 16) {
+            const float *all = a.partial + (size_t)slot * parts * a.rows_padded + row0 + r;
+            v = 0.0f;
+            for (int p = 0; p < parts; p++) v += __ldcg(all + (size_t)p * a.rows_padded);
         }
     }
-    if (c != 0) return;
-    if (ok_lo) out[r_lo] = mul ? __fmul_rn(gelu_tanh(acc_lo), mul[r_lo]) : acc_lo;
-    if (ok_hi) out[r_hi] = mul ? __fmul_rn(gelu_tanh(acc_hi), mul[r_hi]) : acc_hi;
+    if (r < 16 && row0 + r < a.rows)
+        out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
+}
+
+template <int SD> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
+    dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
+    gemv_tc_kernel<SD><<<grid, TC_WARPS * 32, 0, c->stream>>>(a);
 }
 
 /* Handles the product when the shape and format allow (returns 1), else
@@ -282,7 +357,7 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     const bool mx = w->format == G4_WEIGHT_MXFP4;
     if (!(w->format == G4_WEIGHT_AFFINE || mx) || w->bits != 4) return 0;
     const int gs = w->group_size;
-    if (mx ? gs != 32 : !(gs == 32 || gs == 64 || (gs >= 128 && gs % 128 == 0))) return 0;
+    if (mx ? gs != 32 : !(gs == 32 || gs == 64 || gs == 128)) return 0;
     if (w->cols % 32 != 0 || w->cols % gs != 0 || w->row_bytes != (size_t)w->cols / 2 || ((uintptr_t)w->data & 15u) != 0 ||
         w->row_bytes % 16 != 0)
         return 0;
@@ -290,15 +365,13 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     if (x_div <= 0) x_div = 1;
     const int n_x = ids ? (n_slots + x_div - 1) / x_div : 1;
     const int n_blocks = (int)((w->cols + TC_BLOCK_COLS - 1) / TC_BLOCK_COLS);
-    const size_t frag_bytes = (size_t)n_x * n_blocks * 32 * sizeof(uint4);
-    uint8_t *scratch = (uint8_t *)cuda_scratch(c, SCRATCH_GEMV_FRAGS, frag_bytes + (size_t)n_x * n_blocks * 32);
-    if (!scratch) return 1; /* failure recorded */
-    uint4 *frags = (uint4 *)scratch;
-    float *sums = (float *)(scratch + frag_bytes);
+    uint4 *prepared =
+        (uint4 *)cuda_scratch(c, SCRATCH_GEMV_FRAGS, (size_t)n_x * n_blocks * TC_BLOCK_UINT4 * sizeof(uint4));
+    if (!prepared) return 1; /* failure recorded */
     const int gc = gs < TC_BLOCK_COLS ? gs : TC_BLOCK_COLS;
     const int64_t items = (int64_t)n_x * n_blocks;
     gemv_tc_prepare_kernel<<<cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, c->stream>>>(
-        frags, sums, x, x_stride, w->cols, n_blocks, n_x, gc);
+        prepared, x, x_stride, w->cols, n_blocks, n_x, gc);
     if (!cuda_launched(c, "gemv_tc_prepare")) return 1;
 
     gemv_tc_args a;
@@ -307,12 +380,10 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     a.biases = (const uint8_t *)w->biases;
     a.row_bytes = w->row_bytes;
     a.scale_row_bytes = w->scale_row_bytes;
-    a.scale_dtype = dev_matrix_of(w).scale_dtype;
     a.group_size = gs;
     a.rows = w->rows;
     a.cols = w->cols;
-    a.frags = frags;
-    a.sums = sums;
+    a.prepared = prepared;
     a.n_blocks = n_blocks;
     a.out = out;
     a.out_stride = out_stride;
@@ -323,21 +394,29 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     a.n_experts = n_experts;
     a.gelu_mul = gelu_mul;
     const int64_t tiles = (w->rows + 15) / 16;
-    /* a warp per tile and whole rows only when that alone gives 16 warps per
-     * multiprocessor (e.g. a 262144-row LM head); else four warps per tile */
-    const bool split = tiles * n_slots < 16 * (int64_t)c->sm_count;
-    if (split) {
-        dim3 grid((unsigned)tiles, (unsigned)n_slots);
-        if (mx)
-            gemv_tc_kernel<true, TC_WARPS><<<grid, TC_WARPS * 32, 0, c->stream>>>(a);
-        else
-            gemv_tc_kernel<false, TC_WARPS><<<grid, TC_WARPS * 32, 0, c->stream>>>(a);
-    } else {
-        dim3 grid((unsigned)((tiles + TC_WARPS - 1) / TC_WARPS), (unsigned)n_slots);
-        if (mx)
-            gemv_tc_kernel<true, 1><<<grid, TC_WARPS * 32, 0, c->stream>>>(a);
-        else
-            gemv_tc_kernel<false, 1><<<grid, TC_WARPS * 32, 0, c->stream>>>(a);
+    /* Columns in 2, 4 or 8 parts until there are four waves of blocks (five
+     * blocks per multiprocessor fit): a last partial wave then costs little.
+     * Each warp keeps at least eight 128-column blocks (two rounds of loads:
+     * measured faster than more, shorter warps at 21504 x 5376). */
+    int parts = 1;
+    while (parts < 8 && tiles * n_slots * parts < 4 * 5 * (int64_t)c->sm_count &&
+           n_blocks >= 8 * TC_WARPS * parts * 2 && tiles * n_slots <= TC_MAX_COUNTERS)
+        parts *= 2;
+    a.parts = parts;
+    a.n_tiles = tiles;
+    a.rows_padded = tiles * 16;
+    a.partial = NULL;
+    a.counters = c->gemv_counters;
+    if (parts > 1) {
+        a.partial = (float *)cuda_scratch(c, SCRATCH_GEMV_PARTIAL, (size_t)n_slots * parts * tiles * 16 * sizeof(float));
+        if (!a.partial) return 1;
+    }
+    const int sd = mx ? TC_SCALE_E8M0 : dev_matrix_of(w).scale_dtype; /* 0 bf16, 1 f16, 2 f32 */
+    switch (sd) {
+    case TC_SCALE_BF16: launch_tc<TC_SCALE_BF16>(c, a, n_slots); break;
+    case TC_SCALE_F16: launch_tc<TC_SCALE_F16>(c, a, n_slots); break;
+    case TC_SCALE_F32: launch_tc<TC_SCALE_F32>(c, a, n_slots); break;
+    default: launch_tc<TC_SCALE_E8M0>(c, a, n_slots); break;
     }
     cuda_launched(c, "gemv_tc");
     return 1;

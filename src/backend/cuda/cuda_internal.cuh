@@ -23,6 +23,9 @@ extern "C" {
 
 /* Growable device buffers, one per use, reused across calls (the stream
  * orders every use, so one buffer per purpose suffices). */
+/* tiles x slots of one tensor-core GEMV call that can split their columns */
+#define TC_MAX_COUNTERS (1 << 20)
+
 enum cuda_scratch_slot {
     SCRATCH_X_BF16 = 0,  /* activations rounded to bf16 for tensor cores */
     SCRATCH_W_BF16,      /* weights dequantised to bf16 for cuBLAS */
@@ -31,7 +34,8 @@ enum cuda_scratch_slot {
     SCRATCH_MOE_UP,
     SCRATCH_MOE_DOWN,
     SCRATCH_MOE_SORT,
-    SCRATCH_GEMV_FRAGS, /* activations as fp16 mma fragments (cuda_gemv_tc.cu) */
+    SCRATCH_GEMV_FRAGS,   /* activations as fp16 mma fragments (cuda_gemv_tc.cu) */
+    SCRATCH_GEMV_PARTIAL, /* its partial sums when a row's columns are split over blocks */
     SCRATCH_TOP_LOGITS, /* top_logits: per-block partials and candidate lists */
     SCRATCH_COUNT
 };
@@ -71,6 +75,7 @@ struct cuda_ctx {
     int gemv_split; /* G4_CUDA_GEMV_SPLIT=0/1 forces the column split off/on; -1: by shape (gemv_split) */
     int gemv_minb;  /* G4_CUDA_GEMV_MINB (0/5/6), -1 by format: see launch_gemv */
     int gemv_tc;    /* one-token 4-bit GEMV on tensor cores (cuda_gemv_tc.cu); G4_CUDA_GEMV_TC=0 turns it off */
+    int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
     int graphs_enabled;
     int capturing;        /* between graph_begin and graph_end */
