@@ -51,6 +51,7 @@ void cuda_kv_free(g4_backend *be, void *p) {
 
 __global__ void kv_store_kernel(float *kp, float *vp, const float *k, const float *v, const int32_t *seq,
                                 const int32_t *pos, kv_tables tb, int row) {
+    pdl_wait();
     const int t = blockIdx.x;
     const int64_t s = kv_slot(tb, seq[t], pos[t]);
     float *kd = kp + (size_t)s * row, *vd = vp + (size_t)s * row;
@@ -66,7 +67,7 @@ void cuda_kv_store(g4_backend *be, void *p, const float *k, const float *v, cons
     cuda_kv *kv = (cuda_kv *)p;
     if (b->n_tokens <= 0) return;
     const int row = kv->n_kv_heads * kv->head_dim;
-    kv_store_kernel<<<b->n_tokens, 256, 0, c->stream>>>(kv->k, kv->v, k, v, b->seq, b->pos,
+    cuda_launch(c, kv_store_kernel, b->n_tokens, 256, 0, kv->k, kv->v, k, v, b->seq, b->pos,
                                                         cuda_kv_tables(b, sliding), row);
     cuda_launched(c, "kv_store");
 }
@@ -116,6 +117,7 @@ struct attn_params {
  * split over two lanes (halves of every 32 channels). */
 template <int DMAX, int RPT>
 __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) {
+    pdl_wait();
     constexpr int T = DMAX > 256 ? 16 : 32;
     constexpr int LPP = 32 / T; /* lanes per position */
     constexpr int DK = (DMAX + 31) / 32;
@@ -323,6 +325,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
 
 /* Merges the split partial softmaxes of one (token, head). */
 __global__ void attention_merge_kernel(float *out, const float *part_acc, const float *part_ml, int splits, int D) {
+    pdl_wait();
     const size_t th = blockIdx.x;
     const float *ml = part_ml + th * splits * 2;
     float M = -INFINITY;
@@ -354,7 +357,7 @@ static void launch_attention(cuda_ctx *c, const attn_params &p, int tiles, size_
         configured = (int)smem > 48 * 1024;
     }
     dim3 grid((unsigned)tiles, (unsigned)p.n_kv, (unsigned)p.splits);
-    attention_kernel<DMAX, RPT><<<grid, ATTN_THREADS, smem, c->stream>>>(p);
+    cuda_launch(c, attention_kernel<DMAX, RPT>, grid, ATTN_THREADS, smem, p);
     cuda_launched(c, "attention");
 }
 
@@ -448,7 +451,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     default: launch_attention_rpt<512>(c, p, rpt, tiles, smem); break;
     }
     if (splits > 1) {
-        attention_merge_kernel<<<n * n_heads, 128, 0, c->stream>>>(out, p.part_acc, p.part_ml, splits, D);
+        cuda_launch(c, attention_merge_kernel, n * n_heads, 128, 0, out, p.part_acc, p.part_ml, splits, D);
         cuda_launched(c, "attention_merge");
     }
 }

@@ -15,6 +15,7 @@
 
 
 __global__ void gelu_mul_kernel(float *out, const float *gate, const float *up, size_t n) {
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = __fmul_rn(gelu_tanh(gate[i]), up[i]);
 }
@@ -23,12 +24,14 @@ enum binary_op { OP_ADD, OP_MUL };
 
 template <int OP>
 __global__ void binary_kernel(float *out, const float *a, const float *b, size_t n) {
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = OP == OP_ADD ? __fadd_rn(a[i], b[i]) : __fmul_rn(a[i], b[i]);
 }
 
 template <int OP>
 __global__ void rows_kernel(float *out, const float *a, const float *v, size_t n, int dim) {
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float w = v[i % (size_t)dim];
         out[i] = OP == OP_ADD ? __fadd_rn(a[i], w) : __fmul_rn(a[i], w);
@@ -36,6 +39,7 @@ __global__ void rows_kernel(float *out, const float *a, const float *v, size_t n
 }
 
 __global__ void affine_kernel(float *out, const float *a, float s, float b, size_t n) {
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = __fadd_rn(__fmul_rn(a[i], s), b);
 }
@@ -49,6 +53,7 @@ __global__ void clamp_kernel(float *out, const float *x, size_t n, float lo, flo
 }
 
 __global__ void softcap_kernel(float *x, size_t n, float cap) {
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = __fmul_rn(cap, tanhf(__fdiv_rn(x[i], cap)));
 }
@@ -60,7 +65,7 @@ static unsigned grid_for(size_t n) {
 
 void cuda_launch_gelu_mul(cuda_ctx *c, float *out, const float *gate, const float *up, size_t n) {
     if (!n) return;
-    gelu_mul_kernel<<<grid_for(n), THREADS, 0, c->stream>>>(out, gate, up, n);
+    cuda_launch(c, gelu_mul_kernel, grid_for(n), THREADS, 0, out, gate, up, n);
     cuda_launched(c, "gelu_mul");
 }
 
@@ -71,28 +76,28 @@ void cuda_gelu_mul(g4_backend *be, float *out, const float *gate, const float *u
 void cuda_add(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
     cuda_ctx *c = cuda_of(be);
     if (!n) return;
-    binary_kernel<OP_ADD><<<grid_for(n), THREADS, 0, c->stream>>>(out, a, b, n);
+    cuda_launch(c, binary_kernel<OP_ADD>, grid_for(n), THREADS, 0, out, a, b, n);
     cuda_launched(c, "add");
 }
 
 void cuda_mul(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
     cuda_ctx *c = cuda_of(be);
     if (!n) return;
-    binary_kernel<OP_MUL><<<grid_for(n), THREADS, 0, c->stream>>>(out, a, b, n);
+    cuda_launch(c, binary_kernel<OP_MUL>, grid_for(n), THREADS, 0, out, a, b, n);
     cuda_launched(c, "mul");
 }
 
 void cuda_scale(g4_backend *be, float *out, const float *a, float s, size_t n) {
     cuda_ctx *c = cuda_of(be);
     if (!n) return;
-    affine_kernel<<<grid_for(n), THREADS, 0, c->stream>>>(out, a, s, 0.0f, n);
+    cuda_launch(c, affine_kernel, grid_for(n), THREADS, 0, out, a, s, 0.0f, n);
     cuda_launched(c, "scale");
 }
 
 void cuda_affine(g4_backend *be, float *out, const float *a, float s, float b, size_t n) {
     cuda_ctx *c = cuda_of(be);
     if (!n) return;
-    affine_kernel<<<grid_for(n), THREADS, 0, c->stream>>>(out, a, s, b, n);
+    cuda_launch(c, affine_kernel, grid_for(n), THREADS, 0, out, a, s, b, n);
     cuda_launched(c, "affine");
 }
 
@@ -100,7 +105,7 @@ void cuda_mul_rows(g4_backend *be, float *out, const float *a, const float *v, i
     cuda_ctx *c = cuda_of(be);
     size_t n = (size_t)rows * (size_t)dim;
     if (!n) return;
-    rows_kernel<OP_MUL><<<grid_for(n), THREADS, 0, c->stream>>>(out, a, v, n, dim);
+    cuda_launch(c, rows_kernel<OP_MUL>, grid_for(n), THREADS, 0, out, a, v, n, dim);
     cuda_launched(c, "mul_rows");
 }
 
@@ -108,7 +113,7 @@ void cuda_add_rows(g4_backend *be, float *out, const float *a, const float *v, i
     cuda_ctx *c = cuda_of(be);
     size_t n = (size_t)rows * (size_t)dim;
     if (!n) return;
-    rows_kernel<OP_ADD><<<grid_for(n), THREADS, 0, c->stream>>>(out, a, v, n, dim);
+    cuda_launch(c, rows_kernel<OP_ADD>, grid_for(n), THREADS, 0, out, a, v, n, dim);
     cuda_launched(c, "add_rows");
 }
 
@@ -122,7 +127,7 @@ void cuda_clamp(g4_backend *be, float *out, const float *x, float lo, float hi, 
 void cuda_softcap(g4_backend *be, float *x, size_t n, float cap) {
     cuda_ctx *c = cuda_of(be);
     if (!n) return;
-    softcap_kernel<<<grid_for(n), THREADS, 0, c->stream>>>(x, n, cap);
+    cuda_launch(c, softcap_kernel, grid_for(n), THREADS, 0, x, n, cap);
     cuda_launched(c, "softcap");
 }
 
@@ -131,6 +136,7 @@ void cuda_softcap(g4_backend *be, float *x, size_t n, float cap) {
 /* dst[dst_row(i)][:] = src[src_row(i)][:]; NULL index lists mean i itself. */
 __global__ void move_rows_kernel(float *dst, size_t dst_stride, const int32_t *dst_rows, const float *src,
                                  size_t src_stride, const int32_t *src_rows, int cols) {
+    pdl_wait();
     const int i = blockIdx.x;
     const size_t d = dst_rows ? (size_t)dst_rows[i] : (size_t)i;
     const size_t s = src_rows ? (size_t)src_rows[i] : (size_t)i;
@@ -142,7 +148,7 @@ __global__ void move_rows_kernel(float *dst, size_t dst_stride, const int32_t *d
 static void move_rows(cuda_ctx *c, float *dst, size_t dst_stride, const int32_t *dst_rows, const float *src,
                       size_t src_stride, const int32_t *src_rows, int n, int cols, const char *what) {
     if (n <= 0 || cols <= 0) return;
-    move_rows_kernel<<<n, cols >= 256 ? 256 : 128, 0, c->stream>>>(dst, dst_stride, dst_rows, src, src_stride,
+    cuda_launch(c, move_rows_kernel, n, cols >= 256 ? 256 : 128, 0, dst, dst_stride, dst_rows, src, src_stride,
                                                                    src_rows, cols);
     cuda_launched(c, what);
 }
@@ -187,6 +193,7 @@ __device__ float block_inv_rms(const float *xr, int dim, float eps) {
 
 /* One block per row. */
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps) {
+    pdl_wait();
     const size_t r = blockIdx.x;
     const float *xr = x + r * (size_t)dim;
     float *yr = out + r * (size_t)dim;
@@ -202,6 +209,7 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
  * rmsnorm_kernel (so the same sums). */
 __global__ void add_rmsnorm_kernel(float *h, const float *x, const float *w, int dim, float eps, float scale,
                                    float *next, const float *next_w) {
+    pdl_wait();
     const size_t r = blockIdx.x;
     const float *xr = x + r * (size_t)dim;
     float *hr = h + r * (size_t)dim;
@@ -225,7 +233,7 @@ static int norm_threads(int dim) { return dim >= 2048 ? 512 : dim >= 512 ? 256 :
 void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps) {
     cuda_ctx *c = cuda_of(be);
     if (rows <= 0 || dim <= 0) return;
-    rmsnorm_kernel<<<rows, norm_threads(dim), 0, c->stream>>>(out, x, w, dim, eps);
+    cuda_launch(c, rmsnorm_kernel, rows, norm_threads(dim), 0, out, x, w, dim, eps);
     cuda_launched(c, "rmsnorm");
 }
 
@@ -233,7 +241,7 @@ void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, 
                       float scale, float *next_out, const float *next_w) {
     cuda_ctx *c = cuda_of(be);
     if (rows <= 0 || dim <= 0) return;
-    add_rmsnorm_kernel<<<rows, norm_threads(dim), 0, c->stream>>>(h, x, w, dim, eps, scale, next_out, next_w);
+    cuda_launch(c, add_rmsnorm_kernel, rows, norm_threads(dim), 0, h, x, w, dim, eps, scale, next_out, next_w);
     cuda_launched(c, "add_rmsnorm");
 }
 
@@ -291,6 +299,7 @@ void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim
  * rope_kernel do. */
 __global__ void rmsnorm_rope_kernel(float *x, const float *w, int n_heads, int head_dim, int n_pairs, float eps,
                                     const int32_t *pos, rope_freqs f) {
+    pdl_wait();
     const int t = blockIdx.x, h = blockIdx.y, half = head_dim / 2;
     float *v = x + ((size_t)t * n_heads + h) * head_dim;
     const float inv = block_inv_rms(v, head_dim, eps);
@@ -333,7 +342,7 @@ void cuda_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, i
     rope_freqs f;
     for (int j = 0; j < n_pairs; j++) f.inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
     dim3 grid((unsigned)n_tokens, (unsigned)n_heads);
-    rmsnorm_rope_kernel<<<grid, head_dim >= 512 ? 256 : 128, 0, c->stream>>>(x, w, n_heads, head_dim, n_pairs, eps,
+    cuda_launch(c, rmsnorm_rope_kernel, grid, head_dim >= 512 ? 256 : 128, 0, x, w, n_heads, head_dim, n_pairs, eps,
                                                                              pos, f);
     cuda_launched(c, "rmsnorm_rope");
 }
@@ -357,6 +366,7 @@ void cuda_rope_2d(g4_backend *be, float *x, int n, int n_heads, int head_dim, co
 /* ---- embeddings ---- */
 
 __global__ void embed_kernel(float *out, dev_matrix table, const int32_t *ids, float scale) {
+    pdl_wait();
     const int i = blockIdx.x;
     const int64_t r = ids[i];
     float *o = out + (size_t)i * (size_t)table.cols;
@@ -370,7 +380,7 @@ __global__ void embed_kernel(float *out, dev_matrix table, const int32_t *ids, f
 void cuda_embed(g4_backend *be, float *out, const g4_matrix *table, const int32_t *ids, int n, float scale) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0) return;
-    embed_kernel<<<n, 256, 0, c->stream>>>(out, dev_matrix_of(table), ids, scale);
+    cuda_launch(c, embed_kernel, n, 256, 0, out, dev_matrix_of(table), ids, scale);
     cuda_launched(c, "embed");
 }
 

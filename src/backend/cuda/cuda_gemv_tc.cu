@@ -49,6 +49,7 @@
 /* One warp per block of columns. */
 __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
                                        int n_rows, int group_cols) {
+    pdl_wait();
     __shared__ float xs[TC_WARPS][TC_BLOCK_COLS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
@@ -187,6 +188,7 @@ __device__ __forceinline__ void cp_async_wait_all() {
  * per tile) adds them in part order (deterministic) and stores the row. */
 template <int SD>
 __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args a) {
+    pdl_wait();
     constexpr bool MX = SD == TC_SCALE_E8M0;
     /* each warp's prepared activations, copied asynchronously (the loads
      * then wait once per TC_PREFETCH blocks, together with the weights) */
@@ -345,7 +347,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
 
 template <int SD> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
     dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
-    gemv_tc_kernel<SD><<<grid, TC_WARPS * 32, 0, c->stream>>>(a);
+    cuda_launch(c, gemv_tc_kernel<SD>, grid, TC_WARPS * 32, 0, a);
 }
 
 /* Handles the product when the shape and format allow (returns 1), else
@@ -370,7 +372,7 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     if (!prepared) return 1; /* failure recorded */
     const int gc = gs < TC_BLOCK_COLS ? gs : TC_BLOCK_COLS;
     const int64_t items = (int64_t)n_x * n_blocks;
-    gemv_tc_prepare_kernel<<<cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, c->stream>>>(
+    cuda_launch(c, gemv_tc_prepare_kernel, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, 
         prepared, x, x_stride, w->cols, n_blocks, n_x, gc);
     if (!cuda_launched(c, "gemv_tc_prepare")) return 1;
 

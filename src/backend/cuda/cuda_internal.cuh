@@ -78,6 +78,9 @@ struct cuda_ctx {
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
     int graphs_enabled;
+    /* programmatic dependent launch (Hopper and later; G4_CUDA_PDL=0 turns
+     * it off): see cuda_launch */
+    int pdl;
     int capturing;        /* between graph_begin and graph_end */
     int capture_spoiled;  /* a buffer had to grow while recording: drop the recording */
     unsigned generation;  /* bumped whenever a scratch buffer moves; recordings of older generations are stale */
@@ -98,6 +101,33 @@ void cuda_fail_op(cuda_ctx *c, const char *fmt, ...) __attribute__((format(print
 /* A device buffer of at least `bytes` for `slot` (NULL and a sticky failure
  * when the device is out of memory). */
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
+
+/* Programmatic dependent launch: a kernel started by cuda_launch may be
+ * scheduled while the kernel before it is still finishing its last blocks
+ * (hiding the launch gap of a decode step's many small kernels). Every such
+ * kernel calls pdl_wait() first, which returns once the previous kernel has
+ * completed and its writes are visible; nothing is read or written before. */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+template <typename... Params, typename... Args>
+static inline void cuda_launch(cuda_ctx *c, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                               Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 static inline unsigned cuda_blocks(size_t n, unsigned threads) {
     size_t b = (n + threads - 1) / threads;

@@ -133,6 +133,7 @@ __device__ __forceinline__ void gemv_store(float *out, const float *mul, size_t 
  * warps to keep enough loads in flight) still fill the GPU. */
 template <int F, int NT, int R, bool SPLIT, int MINB>
 __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
+    pdl_wait();
     constexpr int C = chunk_cols<F>();
     __shared__ float lut[16];
     if constexpr (F == FF_MXFP4) {
@@ -268,6 +269,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
 /* Any format, any alignment: element by element (odd shapes, 3/5/6/7-bit). */
 template <int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args a, dev_matrix m) {
+    pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + warp;
     const float *x = a.x, *mul = a.gelu_mul;
@@ -317,10 +319,10 @@ template <int F, int NT, int R, int MINB>
 static void launch_gemv_minb(cuda_ctx *c, const gemv_args &a, int n_slots) {
     if (gemv_split(c, a.rows, R, n_slots, is_affine<F>() || F == FF_MXFP4)) {
         dim3 grid(cuda_blocks((size_t)a.rows, R), (unsigned)n_slots);
-        gemv_kernel<F, NT, R, true, MINB><<<grid, GEMV_THREADS, 0, c->stream>>>(a);
+        cuda_launch(c, gemv_kernel<F, NT, R, true, MINB>, grid, GEMV_THREADS, 0, a);
     } else {
         dim3 grid(cuda_blocks((size_t)a.rows, GEMV_WARPS * R), (unsigned)n_slots);
-        gemv_kernel<F, NT, R, false, MINB><<<grid, GEMV_THREADS, 0, c->stream>>>(a);
+        cuda_launch(c, gemv_kernel<F, NT, R, false, MINB>, grid, GEMV_THREADS, 0, a);
     }
     cuda_launched(c, "gemv");
 }
@@ -362,7 +364,7 @@ static void launch_gemv_tokens(cuda_ctx *c, const gemv_args &a, int n_slots) {
 template <int NT>
 static void launch_gemv_generic(cuda_ctx *c, const gemv_args &a, const dev_matrix &m, int n_slots) {
     dim3 grid(cuda_blocks((size_t)a.rows, GEMV_WARPS), (unsigned)n_slots);
-    gemv_generic_kernel<NT><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(a, m);
+    cuda_launch(c, gemv_generic_kernel<NT>, grid, GEMV_WARPS * 32, 0, a, m);
     cuda_launched(c, "gemv_generic");
 }
 

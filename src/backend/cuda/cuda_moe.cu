@@ -19,6 +19,7 @@
  * per-expert scale; in double like the host. */
 __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float *expert_scale, int n,
                                  int n_experts, int k) {
+    pdl_wait();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (t >= n) return;
@@ -67,7 +68,7 @@ void cuda_moe_route(g4_backend *be, int32_t *ids, float *weights, const float *l
         cuda_fail_op(c, "moe_route: top-%d of %d experts unsupported (at most 1024 experts)", k, n_experts);
         return;
     }
-    moe_route_kernel<<<cuda_blocks((size_t)n, 4), 128, 0, c->stream>>>(ids, weights, logits, expert_scale, n,
+    cuda_launch(c, moe_route_kernel, cuda_blocks((size_t)n, 4), 128, 0, ids, weights, logits, expert_scale, n,
                                                                        n_experts, k);
     cuda_launched(c, "moe_route");
 }
@@ -112,6 +113,7 @@ __global__ void moe_sort_kernel(const int32_t *ids, int n_slots, int n_experts, 
  * row is spread over many blocks (one block per token took ~20 us). */
 __global__ void moe_combine_kernel(float *out, const float *y, const int32_t *ids, const float *weights, int k,
                                    int n_experts, int d) {
+    pdl_wait();
     const int t = blockIdx.y;
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= d) return;
@@ -193,6 +195,6 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
                   E, NULL);
     }
     dim3 grid(cuda_blocks((size_t)d, 128), (unsigned)n);
-    moe_combine_kernel<<<grid, 128, 0, c->stream>>>(out, y, ids, weights, k, E, (int)d);
+    cuda_launch(c, moe_combine_kernel, grid, 128, 0, out, y, ids, weights, k, E, (int)d);
     cuda_launched(c, "moe_combine");
 }

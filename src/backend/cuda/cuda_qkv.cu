@@ -47,6 +47,7 @@ static __device__ float head_inv_rms(const float *x, int dim, float eps) {
 }
 
 __global__ void qkv_prepare_kernel(qkv_args a, qkv_freqs f) {
+    pdl_wait();
     const int t = blockIdx.x, head = blockIdx.y, D = a.D, half = D / 2;
     const float *row = a.qkv + (size_t)t * a.stride;
     const float *src, *w;
@@ -140,6 +141,6 @@ void cuda_qkv_prepare(g4_backend *be, float *q, const float *qkv, const g4_qkv_p
     /* exactly as PyTorch (and the CPU backend) build them, in float32 */
     for (int j = 0; j < n_pairs; j++) f.inv_freq[j] = 1.0f / powf(p->theta, (float)(2 * j) / (float)D);
     dim3 grid((unsigned)n, (unsigned)heads);
-    qkv_prepare_kernel<<<grid, D >= 512 ? 256 : 128, 0, c->stream>>>(a, f);
+    cuda_launch(c, qkv_prepare_kernel, grid, D >= 512 ? 256 : 128, 0, a, f);
     cuda_launched(c, "qkv_prepare");
 }

@@ -189,6 +189,7 @@ __device__ selection block_select(Load load, int n, unsigned want) {
 __global__ void __launch_bounds__(TOP_THREADS)
     top_partial_kernel(const float *logits, int vocab, int chunk, int k, int n_blocks, float *cand_v,
                        int32_t *cand_i, float4 *part) {
+    pdl_wait();
     const int b = blockIdx.x, r = blockIdx.y;
     const float *x = logits + (size_t)r * vocab;
     const int lo = (int)min((long long)b * chunk, (long long)vocab), hi = min(lo + chunk, vocab), n = hi - lo;
@@ -275,6 +276,7 @@ __global__ void __launch_bounds__(TOP_THREADS)
 __global__ void __launch_bounds__(TOP_THREADS)
     top_merge_kernel(const float *logits, int vocab, int chunk, int k, int n_blocks, const float *cand_v,
                      const int32_t *cand_i, const float4 *part, int32_t *ids, float *values, double *lse) {
+    pdl_wait();
     __shared__ uint64_t keys[MERGE_MAX];
     __shared__ uint64_t sorted[G4_TOP_LOGITS_MAX_K];
     __shared__ unsigned s_n;
@@ -390,10 +392,10 @@ void cuda_top_logits(g4_backend *be, int32_t *ids, float *values, double *lse, c
     float4 *part = (float4 *)buf;
     float *cand_v = (float *)(buf + part_bytes);
     int32_t *cand_i = (int32_t *)(cand_v + cand_n);
-    top_partial_kernel<<<dim3((unsigned)n_blocks, (unsigned)rows), TOP_THREADS, 0, c->stream>>>(
+    cuda_launch(c, top_partial_kernel, dim3((unsigned)n_blocks, (unsigned)rows), TOP_THREADS, 0, 
         logits, vocab, chunk, k, n_blocks, cand_v, cand_i, part);
     if (!cuda_launched(c, "top_logits (blocks)")) return;
-    top_merge_kernel<<<(unsigned)rows, TOP_THREADS, 0, c->stream>>>(logits, vocab, chunk, k, n_blocks, cand_v,
+    cuda_launch(c, top_merge_kernel, (unsigned)rows, TOP_THREADS, 0, logits, vocab, chunk, k, n_blocks, cand_v,
                                                                     cand_i, part, ids, values, lse);
     cuda_launched(c, "top_logits (merge)");
 }
