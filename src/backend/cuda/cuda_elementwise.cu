@@ -172,11 +172,9 @@ void cuda_copy_rows(g4_backend *be, float *dst, int dst_stride, const float *src
 
 /* ---- RMSNorm ---- */
 
-/* 1 / sqrt(mean(x^2) + eps) of one row, by the whole block; the sum of
- * squares in double, as the host does. */
-__device__ float block_inv_rms(const float *xr, int dim, float eps) {
-    double ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
+/* 1 / sqrt(sum / dim + eps) from each thread's share of the sum of
+ * squares (double, as the host sums), by the whole block. */
+__device__ float block_inv_rms_of(double ss, int dim, float eps) {
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     __shared__ double part[32];
     __shared__ float inv_s;
@@ -188,10 +186,21 @@ __device__ float block_inv_rms(const float *xr, int dim, float eps) {
         inv_s = (float)(1.0 / sqrt(total / dim + (double)eps));
     }
     __syncthreads();
-    return inv_s;
+    const float inv = inv_s;
+    __syncthreads(); /* part and inv_s may be reused by a second call */
+    return inv;
 }
 
-/* One block per row. */
+/* The same over a row in memory: each thread sums elements threadIdx.x,
+ * + blockDim.x, ... in that order. */
+__device__ float block_inv_rms(const float *xr, int dim, float eps) {
+    double ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
+    return block_inv_rms_of(ss, dim, eps);
+}
+
+/* One block per row, rows longer than NORM_ROW_MAX_PER_THREAD values per
+ * thread (the register kernels below take the rest). */
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps) {
     pdl_wait();
     const size_t r = blockIdx.x;
@@ -228,12 +237,95 @@ __global__ void add_rmsnorm_kernel(float *h, const float *x, const float *w, int
         for (int i = threadIdx.x; i < dim; i += blockDim.x) nr[i] = __fmul_rn(hr[i], inv_h);
 }
 
+/* The same two kernels with the row held in registers (PER values per
+ * thread): every load is issued at the start, one memory round trip instead
+ * of one per pass, the same sums in the same order (identical results).
+ * Decode runs a few of these per layer on one row each, so their latency is
+ * what counts. */
+#define NORM_ROW_MAX_PER_THREAD 16
+
+template <int PER>
+__global__ void rmsnorm_row_kernel(float *out, const float *x, const float *w, int dim, float eps) {
+    pdl_wait();
+    const size_t r = blockIdx.x;
+    const float *xr = x + r * (size_t)dim;
+    float xv[PER], wv[PER];
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        xv[k] = i < dim ? xr[i] : 0.0f;
+        wv[k] = w && i < dim ? w[i] : 1.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        if (threadIdx.x + k * blockDim.x < dim) ss += (double)xv[k] * (double)xv[k];
+    const float inv = block_inv_rms_of(ss, dim, eps);
+    float *yr = out + r * (size_t)dim;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < dim) yr[i] = w ? __fmul_rn(__fmul_rn(xv[k], inv), wv[k]) : __fmul_rn(xv[k], inv);
+    }
+}
+
+template <int PER>
+__global__ void add_rmsnorm_row_kernel(float *h, const float *x, const float *w, int dim, float eps, float scale,
+                                       float *next, const float *next_w) {
+    pdl_wait();
+    const size_t r = blockIdx.x;
+    const float *xr = x + r * (size_t)dim;
+    float *hr = h + r * (size_t)dim;
+    float xv[PER], hv[PER], wv[PER], nw[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        const bool in = i < dim;
+        xv[k] = in ? xr[i] : 0.0f;
+        hv[k] = in ? hr[i] : 0.0f;
+        wv[k] = in ? w[i] : 0.0f;
+        nw[k] = in && next_w ? next_w[i] : 1.0f;
+    }
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        if (threadIdx.x + k * blockDim.x < dim) ss += (double)xv[k] * (double)xv[k];
+    const float inv = block_inv_rms_of(ss, dim, eps);
+    double ss_h = 0;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        const float v = __fadd_rn(hv[k], __fmul_rn(__fmul_rn(xv[k], inv), wv[k]));
+        hv[k] = scale != 1.0f ? __fmul_rn(v, scale) : v;
+        if (i < dim) {
+            hr[i] = hv[k];
+            ss_h += (double)hv[k] * (double)hv[k];
+        }
+    }
+    if (!next) return;
+    const float inv_h = block_inv_rms_of(ss_h, dim, eps);
+    float *nr = next + r * (size_t)dim;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < dim) nr[i] = next_w ? __fmul_rn(__fmul_rn(hv[k], inv_h), nw[k]) : __fmul_rn(hv[k], inv_h);
+    }
+}
+
 static int norm_threads(int dim) { return dim >= 2048 ? 512 : dim >= 512 ? 256 : dim >= 128 ? 128 : 32; }
 
 void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps) {
     cuda_ctx *c = cuda_of(be);
     if (rows <= 0 || dim <= 0) return;
-    cuda_launch(c, rmsnorm_kernel, rows, norm_threads(dim), 0, out, x, w, dim, eps);
+    const int threads = norm_threads(dim), per = (dim + threads - 1) / threads;
+    if (per <= 4)
+        cuda_launch(c, rmsnorm_row_kernel<4>, rows, threads, 0, out, x, w, dim, eps);
+    else if (per <= 8)
+        cuda_launch(c, rmsnorm_row_kernel<8>, rows, threads, 0, out, x, w, dim, eps);
+    else if (per <= NORM_ROW_MAX_PER_THREAD)
+        cuda_launch(c, rmsnorm_row_kernel<NORM_ROW_MAX_PER_THREAD>, rows, threads, 0, out, x, w, dim, eps);
+    else
+        cuda_launch(c, rmsnorm_kernel, rows, threads, 0, out, x, w, dim, eps);
     cuda_launched(c, "rmsnorm");
 }
 
@@ -241,7 +333,16 @@ void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, 
                       float scale, float *next_out, const float *next_w) {
     cuda_ctx *c = cuda_of(be);
     if (rows <= 0 || dim <= 0) return;
-    cuda_launch(c, add_rmsnorm_kernel, rows, norm_threads(dim), 0, h, x, w, dim, eps, scale, next_out, next_w);
+    const int threads = norm_threads(dim), per = (dim + threads - 1) / threads;
+    if (per <= 4)
+        cuda_launch(c, add_rmsnorm_row_kernel<4>, rows, threads, 0, h, x, w, dim, eps, scale, next_out, next_w);
+    else if (per <= 8)
+        cuda_launch(c, add_rmsnorm_row_kernel<8>, rows, threads, 0, h, x, w, dim, eps, scale, next_out, next_w);
+    else if (per <= NORM_ROW_MAX_PER_THREAD)
+        cuda_launch(c, add_rmsnorm_row_kernel<NORM_ROW_MAX_PER_THREAD>, rows, threads, 0, h, x, w, dim, eps, scale,
+                    next_out, next_w);
+    else
+        cuda_launch(c, add_rmsnorm_kernel, rows, threads, 0, h, x, w, dim, eps, scale, next_out, next_w);
     cuda_launched(c, "add_rmsnorm");
 }
 
