@@ -407,7 +407,11 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         const int64_t max_span = (int64_t)(sliding ? b->ring_blocks : b->full_table_stride) * b->block_size;
         int64_t len = (max_span + 63) / 64;
         len = (len + T - 1) / T * T;
-        if (len < 128) len = 128;
+        /* pieces of one key tile at least (G4_CUDA_ATTN_MIN_SPLIT overrides):
+         * a decode step's few heads need many blocks to hide the loads'
+         * latency (128-key pieces gave E2B's one KV head 8 blocks) */
+        const int64_t min_len = c->attn_min_split > 0 ? (c->attn_min_split + T - 1) / T * T : T;
+        if (len < min_len) len = min_len;
         split_len = (int)len;
         splits = (int)((max_span + len - 1) / len);
         if (splits < 1) splits = 1;

@@ -381,6 +381,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->gemv_tc = !tc || strcmp(tc, "0") != 0;
     const char *pdl = getenv("G4_CUDA_PDL");
     c->pdl = prop.major >= 9 && !(pdl && !strcmp(pdl, "0"));
+    const char *min_split = getenv("G4_CUDA_ATTN_MIN_SPLIT");
+    c->attn_min_split = min_split ? atoi(min_split) : 0;
     const char *graphs = getenv("G4_CUDA_GRAPHS");
     c->graphs_enabled = !graphs || strcmp(graphs, "0") != 0;
     c->pinned_bytes = 64u << 20;
