@@ -279,8 +279,15 @@ static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int
     const g4_text_config *tc = &m->config.text;
     const g4_text_layer *w = &m->text.layers[i];
     const int d = tc->hidden_size, P = tc->ple_dim, L = tc->n_layers;
-    be->ops->copy_rows(be, s->ple_i, P, s->ple_all + (size_t)i * P, L * P, n, P);
-    be->ops->matmul_gelu_mul(be, s->ple_g, s->h, n, &w->ple_gate, s->ple_i);
+    /* this layer's slice of the per-layer inputs, as rows of their own (one
+     * token: the slice already is one; no copy, one node fewer per layer in
+     * a recorded decode step) */
+    const float *ple_i = s->ple_all + (size_t)i * P;
+    if (n > 1) {
+        be->ops->copy_rows(be, s->ple_i, P, ple_i, L * P, n, P);
+        ple_i = s->ple_i;
+    }
+    be->ops->matmul_gelu_mul(be, s->ple_g, s->h, n, &w->ple_gate, ple_i);
     be->ops->matmul(be, s->t1, s->ple_g, n, &w->ple_proj);
     be->ops->add_rmsnorm(be, s->h, s->t1, w->ple_post_norm, n, d, tc->rms_eps, w->layer_scalar,
                          next_norm ? s->a : NULL, next_norm);
