@@ -129,6 +129,11 @@ typedef struct {
      * fused where the backend can (a gated MLP's gate projection). */
     void (*matmul_gelu_mul)(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
                             const float *mul);
+    /* A gated MLP's two projections as one matrix, w = gate rows then up
+     * rows (rows even, F = rows / 2): out[t][r] = gelu_tanh((W x[t])[r]) *
+     * (W x[t])[F + r] for r < F. Optional (NULL: run the two apart); the CUDA
+     * backend has it for matrices stacked by prepare_stacked. */
+    void (*matmul_gated)(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
     /* The same with smaller rounding error where the backend has a way (CPU:
      * float64 sums across runs of 32 columns). The vision tower uses it: its
      * float32 error is what the decoder amplifies most. */

@@ -22,6 +22,9 @@ typedef struct {
      * adjacently (q, k, v are then views of it); absent otherwise */
     g4_matrix qkv;
     g4_matrix gate, up, down;
+    /* gate and up stacked (gate rows then up rows) where the backend placed
+     * them adjacently (gate and up are then views of it); absent otherwise */
+    g4_matrix gate_up;
     /* per-layer embeddings (E2B/E4B) */
     g4_matrix ple_gate, ple_proj;
     float *ple_post_norm;

@@ -137,7 +137,14 @@ static g4_status prepare_layer(g4_weight_loader *L, g4_text_layer *w, int hf_exp
     else
         st = g4_loader_prepare_matrix(L, &w->q);
     if (st != G4_OK) return st;
-    g4_matrix *mats[] = {&w->o, &w->gate, &w->up, &w->down, &w->ple_gate, &w->ple_proj,
+    /* the MLP's gate and up the same way: one matmul_gated for the two */
+    g4_matrix *gate_up[] = {&w->gate, &w->up};
+    if (w->gate.data && w->up.data && w->gate.rows == w->up.rows)
+        g4_loader_prepare_stacked(L, gate_up, 2, &w->gate_up, &st);
+    else
+        for (int k = 0; k < 2 && st == G4_OK; k++) st = g4_loader_prepare_matrix(L, gate_up[k]);
+    if (st != G4_OK) return st;
+    g4_matrix *mats[] = {&w->o, &w->down, &w->ple_gate, &w->ple_proj,
                          &w->router, &w->expert_gate.all, &w->expert_down.all};
     for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) {
         st = g4_loader_prepare_matrix(L, mats[k]);

@@ -251,8 +251,12 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
     const g4_text_layer *w = &m->text.layers[i];
     const int d = tc->hidden_size;
     const size_t nd = (size_t)n * d;
-    be->ops->matmul(be, s->up, s->a, n, &w->up);
-    be->ops->matmul_gelu_mul(be, s->gate, s->a, n, &w->gate, s->up);
+    if (w->gate_up.data && be->ops->matmul_gated) {
+        be->ops->matmul_gated(be, s->gate, s->a, n, &w->gate_up);
+    } else {
+        be->ops->matmul(be, s->up, s->a, n, &w->up);
+        be->ops->matmul_gelu_mul(be, s->gate, s->a, n, &w->gate, s->up);
+    }
     be->ops->matmul(be, s->t1, s->gate, n, &w->down);
     if (tc->moe) {
         /* dense branch, then the routed experts beside it; the router sees

@@ -1333,6 +1333,51 @@ static void *concat_parts(g4_matrix *const *parts, int n, int which, size_t row_
 
 /* prepare_stacked of q, k (and v) at real shapes in several formats: the
  * stacked matrix and each part's view against the CPU on the host parts. */
+/* matmul_gated over one matrix of gate rows then up rows, against the CPU's
+ * matmul and gelu_mul: the paired GEMV (tensor-core and float32 kernels),
+ * the unpaired fallback (2-bit) and the prefill path */
+static void test_matmul_gated(void) {
+    const struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+        int64_t rows, cols;
+    } cases[] = {
+        {G4_WEIGHT_BF16, 0, 0, 0, 2 * 6144, 1536},                    /* E2B MLP */
+        {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 2 * 2112, 2816},    /* 26B dense MLP, mlx4 */
+        {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16, 2 * 2112, 2816},    /* the same at 8 bits */
+        {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 2 * 300, 2816},
+        {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16, 2 * 77, 96},         /* odd tiles */
+        {G4_WEIGHT_AFFINE, 2, 64, G4_DTYPE_BF16, 2 * 130, 512},      /* no pairs: the fallback */
+        {G4_WEIGHT_F16, 0, 0, 0, 2 * 33, 40},                        /* odd shape: the generic kernel */
+    };
+    const int ns[] = {1, 3, 8, 20};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        test_matrix t;
+        make_matrix(&t, cases[k].f, cases[k].bits, cases[k].group, cases[k].sdt, cases[k].rows, cases[k].cols);
+        const int64_t F = cases[k].rows / 2, cols = cases[k].cols;
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+            const int n = ns[j];
+            float *x = rand_floats((size_t)n * cols, 0.05f, 2.0f);
+            float *both = malloc((size_t)n * 2 * F * sizeof *both), *want = malloc((size_t)n * F * sizeof *want);
+            cpu->ops->matmul(cpu, both, x, n, &t.host);
+            for (int i = 0; i < n; i++)
+                cpu->ops->gelu_mul(cpu, want + (size_t)i * F, both + (size_t)i * 2 * F, both + (size_t)i * 2 * F + F,
+                                   (size_t)F);
+            float *dx = up(x, (size_t)n * cols * 4), *dout = poisoned((size_t)n * F);
+            gpu->ops->matmul_gated(gpu, dout, dx, n, &t.dev);
+            gpu->ops->synchronize(gpu);
+            float *got = down(dout, (size_t)n * F);
+            char what[128];
+            snprintf(what, sizeof what, "%s %lldx%lld n=%d", t.name, (long long)cases[k].rows, (long long)cols, n);
+            compare("matmul_gated", what, got, want, (size_t)n * F, n <= 8 ? TOL_REDUCE : TOL_SPLIT);
+            release(dx), release(dout);
+            free(x), free(both), free(want), free(got);
+        }
+        free_matrix(&t);
+    }
+}
+
 static void test_prepare_stacked(void) {
     const struct {
         g4_weight_format f;
@@ -1580,6 +1625,7 @@ int main(void) {
     test_attention();
     test_qkv_prepare();
     test_prepare_stacked();
+    test_matmul_gated();
     test_matmul();
     test_moe_experts();
     test_fast_prefill();

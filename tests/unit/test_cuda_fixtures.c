@@ -54,13 +54,17 @@ static void check_text(const char *name) {
     g4_model *m;
     if (!fixture_model_open(name, gpu, &ref, &m)) return;
     /* every layer with its own K/V runs one q|k|v matmul and qkv_prepare */
-    int with_kv = 0, merged = 0;
-    for (int i = 0; i < m->config.text.n_layers; i++) {
+    int with_kv = 0, merged = 0, gated = 0;
+    const int L = m->config.text.n_layers;
+    for (int i = 0; i < L; i++) {
         with_kv += m->config.text.layers[i].kv_donor < 0;
         merged += m->text.layers[i].qkv.data != NULL;
+        gated += m->text.layers[i].gate_up.data != NULL; /* and one matmul_gated for the MLP */
     }
-    printf("  %-10s q|k|v merged on %d of %d layers with their own K/V\n", name, merged, with_kv);
+    printf("  %-10s q|k|v merged on %d of %d layers with their own K/V, gate|up on %d of %d\n", name, merged,
+           with_kv, gated, L);
     CHECK(merged == with_kv, "%s: q|k|v merged on %d of %d layers", name, merged, with_kv);
+    CHECK(gated == L, "%s: gate|up stacked on %d of %d layers", name, gated, L);
     g4_status st = G4_OK;
     int n_all, n_prompt, n_greedy;
     int32_t *all = fixture_ref_ids(&ref, "text", "all_ids", &n_all);

@@ -227,6 +227,20 @@ static g4_status copy_stacked(g4_backend *be, g4_matrix *const *parts, int n, g4
     return G4_OK;
 }
 
+/* The gated MLP over stacked gate|up rows as the CPU would run it apart
+ * (matmul, then gelu_mul per token): lets the decoder's merged MLP branch run
+ * here. */
+static void cpu_matmul_gated(g4_backend *be, float *out, const float *x, int n, const g4_matrix *w) {
+    const int64_t F = w->rows / 2;
+    float *both = malloc((size_t)n * (size_t)w->rows * sizeof *both);
+    if (!both) return;
+    cpu->ops->matmul(be, both, x, n, w);
+    for (int t = 0; t < n; t++)
+        cpu->ops->gelu_mul(be, out + (size_t)t * F, both + (size_t)t * w->rows, both + (size_t)t * w->rows + F,
+                           (size_t)F);
+    free(both);
+}
+
 /* Logits of a prefill of all ids, then of a decode of them one by one. */
 static float *run_logits(g4_model *m, const int32_t *ids, int n) {
     const int V = m->config.text.vocab_size;
@@ -246,6 +260,7 @@ static float *run_logits(g4_model *m, const int32_t *ids, int n) {
 static void test_decoder(void) {
     g4_backend_ops stacking_ops = *cpu->ops;
     stacking_ops.prepare_stacked = copy_stacked;
+    stacking_ops.matmul_gated = cpu_matmul_gated;
     g4_backend stacking = {.ops = &stacking_ops, .impl = cpu->impl};
     const char *fixtures[] = {"dense",    "moe",       "e2b",      "realdims", "dense-mlx8",
                               "moe-mlx4", "moe-mxfp4", "e2b-mlx4", "unified"};
@@ -262,14 +277,17 @@ static void test_decoder(void) {
             continue;
         }
         const g4_text_config *tc = &merged->config.text;
-        int with_kv = 0, n_merged = 0, n_k_eq_v = 0;
+        int with_kv = 0, n_merged = 0, n_k_eq_v = 0, n_gated = 0;
         for (int i = 0; i < tc->n_layers; i++) {
             with_kv += tc->layers[i].kv_donor < 0;
             n_merged += merged->text.layers[i].qkv.data != NULL;
             n_k_eq_v += merged->text.layers[i].qkv.data != NULL && tc->layers[i].k_eq_v;
+            n_gated += merged->text.layers[i].gate_up.data != NULL;
         }
-        CHECK(n_merged == with_kv && n_stacked_calls - calls_before == with_kv,
-              "%s: %d of %d layers with their own K/V got a merged q|k|v", fixtures[f], n_merged, with_kv);
+        /* one stacking per q|k|v and one per gate|up */
+        CHECK(n_merged == with_kv && n_gated == tc->n_layers && n_stacked_calls - calls_before == with_kv + n_gated,
+              "%s: %d of %d layers with their own K/V got a merged q|k|v, %d of %d a stacked gate|up", fixtures[f],
+              n_merged, with_kv, n_gated, tc->n_layers);
         CHECK(merged->n_params == plain->n_params, "%s: parameters counted %llu, unmerged %llu", fixtures[f],
               (unsigned long long)merged->n_params, (unsigned long long)plain->n_params);
         int n_all;
@@ -290,8 +308,10 @@ static void test_decoder(void) {
                fixtures[f], n_merged, tc->n_layers, n_k_eq_v, n_all, prefill_same ? "identical" : "DIFFER",
                decode_same ? "identical" : "differ", decode_err);
         CHECK(prefill_same, "%s: prefill logits through the merged q|k|v path differ", fixtures[f]);
+        /* 4e-5: with gate|up stacked too, the tiny fixtures' logits amplify
+         * the reordered sums to 1.7e-5 (moe-mlx4); a wrong row is O(1) */
         if (four_bit)
-            CHECK(decode_err < 1e-5, "%s: decode logits through the merged path: rel_rms %.3e", fixtures[f],
+            CHECK(decode_err < 4e-5, "%s: decode logits through the merged path: rel_rms %.3e", fixtures[f],
                   decode_err);
         else
             CHECK(decode_same, "%s: decode logits through the merged q|k|v path differ", fixtures[f]);

@@ -290,6 +290,7 @@ static const g4_backend_ops cuda_ops = {
     .graph_free = cuda_graph_free,
     .matmul = cuda_matmul,
     .matmul_gelu_mul = cuda_matmul_gelu_mul,
+    .matmul_gated = cuda_matmul_gated,
     .matmul_precise = cuda_matmul, /* float32 accumulation already; GPU tolerance is bf16-sized */
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,

@@ -63,6 +63,23 @@ static unsigned grid_for(size_t n) {
     return b > 65536u ? 65536u : b;
 }
 
+/* out[t][r] = gelu_tanh(both[t][r]) * both[t][F + r] */
+__global__ void gated_rows_kernel(float *out, const float *both, size_t n, int64_t F) {
+    pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / (size_t)F, r = i % (size_t)F;
+        const float *row = both + t * 2 * (size_t)F;
+        out[i] = __fmul_rn(gelu_tanh(row[r]), row[F + r]);
+    }
+}
+
+void cuda_launch_gated_rows(cuda_ctx *c, float *out, const float *both, int n_tokens, int64_t F) {
+    const size_t n = (size_t)n_tokens * (size_t)F;
+    if (!n) return;
+    cuda_launch(c, gated_rows_kernel, grid_for(n), THREADS, 0, out, both, n, F);
+    cuda_launched(c, "gated_rows");
+}
+
 void cuda_launch_gelu_mul(cuda_ctx *c, float *out, const float *gate, const float *up, size_t n) {
     if (!n) return;
     cuda_launch(c, gelu_mul_kernel, grid_for(n), THREADS, 0, out, gate, up, n);

@@ -154,6 +154,7 @@ struct gemv_tc_args {
     int64_t n_tiles, rows_padded;
     float *partial;     /* [slot][part][rows_padded] when parts > 1 */
     int *counters;      /* [slot][tile]: parts finished; zero between calls */
+    int64_t pair;       /* > 0: gated pairs (see cuda_gemv): a tile is 8 gate rows and their up rows */
 };
 
 /* How group scales are stored; MXFP4 is the E8M0 case. */
@@ -196,7 +197,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, c = lane & 3;
     const int parts = a.parts, part = (int)(blockIdx.x % (unsigned)parts);
-    const int64_t tile = blockIdx.x / (unsigned)parts, row0 = tile * 16;
+    const int64_t tile = blockIdx.x / (unsigned)parts;
+    const bool paired = a.pair > 0;
+    const int64_t row0 = tile * (paired ? 8 : 16); /* first output row */
     const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
     const float *mul = a.gelu_mul;
     float *out = a.out;
@@ -213,8 +216,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
         xrow = slot / a.x_div;
         out += (size_t)slot * a.out_stride;
     }
-    const int64_t r_lo = row0 + g, r_hi = row0 + g + 8;
-    const bool ok_lo = r_lo < a.rows, ok_hi = r_hi < a.rows;
+    /* this lane's rows g and g + 8 of the tile (paired: gate row g, its up row) */
+    const int64_t r_lo = row0 + g, r_hi = paired ? row0 + g + a.pair : row0 + g + 8;
+    const bool ok_lo = r_lo < a.rows, ok_hi = paired ? ok_lo : r_hi < a.rows;
     /* group slots per 128-column block and this lane's roles */
     const int gc = a.group_size < TC_BLOCK_COLS ? a.group_size : TC_BLOCK_COLS;
     const int slots = TC_BLOCK_COLS / gc;
@@ -320,7 +324,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
     if (r < 16)
         for (int w = 0; w < TC_WARPS; w++) v += sum_warps[w][r];
     if (parts > 1) {
-        float *mine = a.partial + ((size_t)slot * parts + part) * a.rows_padded + row0;
+        float *mine = a.partial + ((size_t)slot * parts + part) * a.rows_padded + (size_t)tile * 16;
         if (r < 16) {
             mine[r] = v;
             __threadfence();
@@ -336,10 +340,18 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
         if (!last_part) return;
         __threadfence();
         if (r < 16) {
-            const float *all = a.partial + (size_t)slot * parts * a.rows_padded + row0 + r;
+            const float *all = a.partial + (size_t)slot * parts * a.rows_padded + (size_t)tile * 16 + r;
             v = 0.0f;
             for (int p = 0; p < parts; p++) v += __ldcg(all + (size_t)p * a.rows_padded);
         }
+    }
+    if (paired) {
+        /* rows 0..7 of the tile are gate sums, 8..15 the matching up sums */
+        __shared__ float tile_sums[16];
+        if (r < 16) tile_sums[r] = v;
+        __syncthreads();
+        if (r < 8 && row0 + r < a.rows) out[row0 + r] = __fmul_rn(gelu_tanh(tile_sums[r]), tile_sums[r + 8]);
+        return;
     }
     if (r < 16 && row0 + r < a.rows)
         out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
@@ -354,7 +366,7 @@ template <int SD> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int 
  * returns 0 and the caller runs the float32 GEMV. */
 int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
                  const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-                 int64_t row_offset, int n_experts, const float *gelu_mul) {
+                 int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair) {
     if (!c->gemv_tc || (!ids && n_tokens != 1)) return 0;
     const bool mx = w->format == G4_WEIGHT_MXFP4;
     if (!(w->format == G4_WEIGHT_AFFINE || mx) || w->bits != 4) return 0;
@@ -394,8 +406,9 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     a.row_offset = row_offset;
     a.x_div = x_div;
     a.n_experts = n_experts;
-    a.gelu_mul = gelu_mul;
-    const int64_t tiles = (w->rows + 15) / 16;
+    a.gelu_mul = pair > 0 ? NULL : gelu_mul;
+    a.pair = pair;
+    const int64_t tiles = (w->rows + (pair > 0 ? 7 : 15)) / (pair > 0 ? 8 : 16);
     /* Columns in 2, 4 or 8 parts until there are four waves of blocks (five
      * blocks per multiprocessor fit): a last partial wave then costs little.
      * Each warp keeps at least eight 128-column blocks (two rounds of loads:

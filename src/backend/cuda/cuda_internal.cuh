@@ -36,6 +36,7 @@ enum cuda_scratch_slot {
     SCRATCH_MOE_SORT,
     SCRATCH_GEMV_FRAGS,   /* activations as fp16 mma fragments (cuda_gemv_tc.cu) */
     SCRATCH_GEMV_PARTIAL, /* its partial sums when a row's columns are split over blocks */
+    SCRATCH_GATED,        /* matmul_gated's gate and up sums when they are not paired in the GEMV */
     SCRATCH_TOP_LOGITS, /* top_logits: per-block partials and candidate lists */
     SCRATCH_COUNT
 };
@@ -184,6 +185,8 @@ void cuda_chunked_attention(g4_backend *be, float *out, const float *q, const fl
                             const float *rel_k, const int32_t *valid, const g4_chunked_attn_params *p);
 /* out = gelu_tanh(gate) * up on the backend's stream (also used by MoE) */
 void cuda_launch_gelu_mul(cuda_ctx *c, float *out, const float *gate, const float *up, size_t n);
+/* out[t][r] = gelu_tanh(both[t][r]) * both[t][F + r] for r < F */
+void cuda_launch_gated_rows(cuda_ctx *c, float *out, const float *both, int n_tokens, int64_t F);
 
 /* recording (cuda_graph.cu) */
 int cuda_graph_begin(g4_backend *be);
@@ -193,6 +196,7 @@ void cuda_graph_free(g4_backend *be, void *graph);
 
 /* matrices (cuda_matmul.cu) */
 void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
+void cuda_matmul_gated(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
 void cuda_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
                           const float *mul);
 
@@ -201,16 +205,20 @@ void cuda_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_toke
  * expert ids[slot]'s rows [ids*expert_stride + row_offset, + rows) of w and
  * writes out row slot (slots with ids outside [0, n_experts) are skipped).
  * gelu_mul (NULL for none; laid out like out): out[i] = gelu_tanh(sum) *
- * gelu_mul[i]. */
-void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
-               const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-               int64_t row_offset, int n_experts, const float *gelu_mul);
+ * gelu_mul[i]. pair > 0: gated pairs instead, out[r] = gelu_tanh(sum of
+ * row r) * (sum of row r + pair) for w's rows r (the gate rows; their up
+ * rows lie pair rows further in the same buffer, scales alike). Returns 0,
+ * launching nothing, when pairs are asked for a format or shape the
+ * kernels cannot pair (then run them apart); else 1. */
+int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
+              const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
+              int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair);
 /* The same for one token (or one per slot) of 4-bit affine / MXFP4 weights
  * on tensor cores (cuda_gemv_tc.cu); returns 0, doing nothing, when the
  * format or shape is not one it handles. */
 int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
                  const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-                 int64_t row_offset, int n_experts, const float *gelu_mul);
+                 int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair);
 /* Whether the mma kernel below handles this matrix (format, alignment). */
 int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride);
 /* out[dst(m)][n] = sum_k W_e[n][k] x[src(m)][k] with bf16 tensor cores and

@@ -114,6 +114,9 @@ struct gemv_args {
     int64_t expert_stride, row_offset;
     int x_div, n_experts;
     const float *gelu_mul; /* epilogue: out = gelu_tanh(sum) * gelu_mul[same index], or NULL */
+    /* > 0: gated pairs, out[r] = gelu_tanh(row r's sum) * (row r + pair's sum)
+     * for the a.rows output rows (gate rows, their up rows pair further on) */
+    int64_t pair;
 };
 
 #define GEMV_WARPS 4
@@ -141,7 +144,20 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
         __syncthreads();
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row0 = SPLIT ? (int64_t)blockIdx.x * R : ((int64_t)blockIdx.x * GEMV_WARPS + warp) * R;
+    /* gated pairs (a.pair > 0, R even): a warp's first R/2 rows are gate rows,
+     * the rest their up rows a.pair further on */
+    constexpr int RH = R / 2;
+    const bool paired = R % 2 == 0 && a.pair > 0;
+    const int out_rows = paired ? RH : R;
+    const int64_t row0 = SPLIT ? (int64_t)blockIdx.x * out_rows : ((int64_t)blockIdx.x * GEMV_WARPS + warp) * out_rows;
+    int64_t prow[R];  /* the matrix row of each of the warp's R rows */
+    bool valid[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t o = paired && r >= RH ? row0 + r - RH : row0 + r; /* output row */
+        valid[r] = o < a.rows;
+        prow[r] = paired && r >= RH ? o + a.pair : o;
+    }
     constexpr int STRIDE = SPLIT ? GEMV_THREADS : 32; /* threads sharing a row's chunks */
     const int first = SPLIT ? (int)threadIdx.x : lane;
     const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
@@ -161,7 +177,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
         out += (size_t)slot * a.out_stride;
         n = 1;
     }
-    if (!SPLIT && row0 >= a.rows) return;
+    if (!SPLIT && !valid[0]) return;
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -176,8 +192,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const int ch = ch0 + STRIDE * u;
-                raw[u][r] = ch < n_chunks && row0 + r < a.rows
-                                ? load_stream16(data + (size_t)(row0 + r) * a.row_bytes + (size_t)ch * 16)
+                raw[u][r] = ch < n_chunks && valid[r]
+                                ? load_stream16(data + (size_t)prow[r] * a.row_bytes + (size_t)ch * 16)
                                 : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
@@ -190,13 +206,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     s[r] = b[r] = 0.0f;
-                    if (row0 + r < a.rows) {
-                        const uint8_t *sr = scales + (size_t)(row0 + r) * a.scale_row_bytes;
+                    if (valid[r]) {
+                        const uint8_t *sr = scales + (size_t)prow[r] * a.scale_row_bytes;
                         if constexpr (F == FF_MXFP4) {
                             s[r] = e8m0_value(sr[g]);
                         } else {
                             s[r] = load_group_param(sr, a.scale_dtype, g);
-                            b[r] = load_group_param(biases + (size_t)(row0 + r) * a.scale_row_bytes, a.scale_dtype, g);
+                            b[r] = load_group_param(biases + (size_t)prow[r] * a.scale_row_bytes, a.scale_dtype, g);
                         }
                     }
                 }
@@ -248,21 +264,38 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
                 if (lane == 0) part[warp][r][t] = v;
             }
         __syncthreads();
-        if (threadIdx.x < R * NT) {
+        if (threadIdx.x < out_rows * NT) {
             const int r = threadIdx.x / NT, t = threadIdx.x % NT;
-            float v = 0.0f;
+            float v = 0.0f, up = 0.0f;
 #pragma unroll
-            for (int w = 0; w < GEMV_WARPS; w++) v += part[w][r][t];
-            if (t < n && row0 + r < a.rows) gemv_store(out, mul, a.out_stride, t, row0 + r, v);
+            for (int w = 0; w < GEMV_WARPS; w++) {
+                v += part[w][r][t];
+                if (paired) up += part[w][r + RH][t];
+            }
+            if (t < n && valid[r]) {
+                if (paired)
+                    out[(size_t)t * a.out_stride + (size_t)(row0 + r)] = __fmul_rn(gelu_tanh(v), up);
+                else
+                    gemv_store(out, mul, a.out_stride, t, row0 + r, v);
+            }
         }
     } else {
+        float v[R][NT];
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float v = warp_sum(acc[r][t]);
-                if (lane == 0 && t < n && row0 + r < a.rows) gemv_store(out, mul, a.out_stride, t, row0 + r, v);
-            }
+            for (int t = 0; t < NT; t++) v[r][t] = warp_sum(acc[r][t]);
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= n || !valid[r]) continue;
+                    if (!paired)
+                        gemv_store(out, mul, a.out_stride, t, row0 + r, v[r][t]);
+                    else if (r < RH)
+                        out[(size_t)t * a.out_stride + (size_t)(row0 + r)] = __fmul_rn(gelu_tanh(v[r][t]), v[r + RH][t]);
+                }
     }
 }
 
@@ -317,11 +350,12 @@ static bool gemv_split(const cuda_ctx *c, int64_t rows, int rows_per_warp, int n
 
 template <int F, int NT, int R, int MINB>
 static void launch_gemv_minb(cuda_ctx *c, const gemv_args &a, int n_slots) {
-    if (gemv_split(c, a.rows, R, n_slots, is_affine<F>() || F == FF_MXFP4)) {
-        dim3 grid(cuda_blocks((size_t)a.rows, R), (unsigned)n_slots);
+    const int rp = a.pair > 0 ? R / 2 : R; /* output rows per warp */
+    if (gemv_split(c, a.rows, rp, n_slots, is_affine<F>() || F == FF_MXFP4)) {
+        dim3 grid(cuda_blocks((size_t)a.rows, rp), (unsigned)n_slots);
         cuda_launch(c, gemv_kernel<F, NT, R, true, MINB>, grid, GEMV_THREADS, 0, a);
     } else {
-        dim3 grid(cuda_blocks((size_t)a.rows, GEMV_WARPS * R), (unsigned)n_slots);
+        dim3 grid(cuda_blocks((size_t)a.rows, GEMV_WARPS * rp), (unsigned)n_slots);
         cuda_launch(c, gemv_kernel<F, NT, R, false, MINB>, grid, GEMV_THREADS, 0, a);
     }
     cuda_launched(c, "gemv");
@@ -370,16 +404,16 @@ static void launch_gemv_generic(cuda_ctx *c, const gemv_args &a, const dev_matri
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
-               const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-               int64_t row_offset, int n_experts, const float *gelu_mul) {
+int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
+              const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
+              int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair) {
     if (n_tokens > 8) {
         cuda_fail_op(c, "gemv: %d tokens (at most 8)", n_tokens);
-        return;
+        return 1;
     }
     if (cuda_gemv_tc(c, out, out_stride, x, x_stride, n_tokens, w, ids, n_slots, x_div, expert_stride, row_offset,
-                     n_experts, gelu_mul))
-        return;
+                     n_experts, gelu_mul, pair))
+        return 1;
     gemv_args a;
     a.data = (const uint8_t *)w->data;
     a.scales = (const uint8_t *)w->scales;
@@ -400,15 +434,17 @@ void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_
     a.row_offset = row_offset;
     a.x_div = x_div > 0 ? x_div : 1;
     a.n_experts = n_experts;
-    a.gelu_mul = gelu_mul;
+    a.gelu_mul = pair > 0 ? NULL : gelu_mul;
+    a.pair = pair;
     if (!ids) n_slots = 1;
-    if (a.rows <= 0 || n_slots <= 0) return;
+    if (a.rows <= 0 || n_slots <= 0) return 1;
     int f = fast_format_of(w);
     const int C = f == FF_NONE ? 0 : chunk_cols_of(f);
     int fast = f != FF_NONE && w->cols % C == 0 && w->row_bytes == (size_t)(w->cols / C) * 16 &&
                w->row_bytes % 16 == 0 && aligned16(w->data) && aligned16(x) && x_stride % 4 == 0;
     if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
         fast = w->group_size > 0 && w->group_size % C == 0 && (f != FF_MXFP4 || w->group_size == 32);
+    if (pair > 0 && (!fast || f == FF_AFF2)) return 0; /* gated pairs need an even number of rows per warp */
     if (!fast) {
         dev_matrix m = dev_matrix_of(w);
         if (a.n <= 1)
@@ -417,7 +453,7 @@ void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_
             launch_gemv_generic<4>(c, a, m, n_slots);
         else
             launch_gemv_generic<8>(c, a, m, n_slots);
-        return;
+        return 1;
     }
     switch (f) {
     case FF_F32: launch_gemv_tokens<FF_F32>(c, a, n_slots); break;
@@ -428,6 +464,7 @@ void cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_
     case FF_AFF8: launch_gemv_tokens<FF_AFF8>(c, a, n_slots); break;
     case FF_MXFP4: launch_gemv_tokens<FF_MXFP4>(c, a, n_slots); break;
     }
+    return 1;
 }
 
 /* ---- conversions for the tensor-core path ---- */
@@ -581,7 +618,7 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
         return;
     }
     if (n_tokens <= 8) {
-        cuda_gemv(c, out, (size_t)w->rows, x, (size_t)w->cols, n_tokens, w, NULL, 1, 1, 0, 0, 0, NULL);
+        cuda_gemv(c, out, (size_t)w->rows, x, (size_t)w->cols, n_tokens, w, NULL, 1, 1, 0, 0, 0, NULL, 0);
         return;
     }
     if (w->rows > INT32_MAX || w->cols > INT32_MAX) {
@@ -994,11 +1031,28 @@ void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, s
     }
 }
 
+void cuda_matmul_gated(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w) {
+    cuda_ctx *c = cuda_of(be);
+    const int64_t F = w->rows / 2;
+    if (w->rows % 2 || n_tokens <= 0) {
+        if (w->rows % 2) cuda_fail_op(c, "matmul_gated: %lld rows (gate and up rows: an even count)", (long long)w->rows);
+        return;
+    }
+    g4_matrix gate = g4_matrix_rows(w, 0, F);
+    if (n_tokens <= 8 && cuda_gemv(c, out, (size_t)F, x, (size_t)w->cols, n_tokens, &gate, NULL, 1, 1, 0, 0, 0, NULL, F))
+        return;
+    /* prefill, or a format the GEMV cannot pair: both halves, then gate them */
+    float *both = (float *)cuda_scratch(c, SCRATCH_GATED, (size_t)n_tokens * (size_t)w->rows * sizeof(float));
+    if (!both) return;
+    cuda_matmul(be, both, x, n_tokens, w);
+    cuda_launch_gated_rows(c, out, both, n_tokens, F);
+}
+
 void cuda_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
                           const float *mul) {
     cuda_ctx *c = cuda_of(be);
     if (n_tokens > 0 && n_tokens <= 8 && w->rows > 0 && w->cols > 0) {
-        cuda_gemv(c, out, (size_t)w->rows, x, (size_t)w->cols, n_tokens, w, NULL, 1, 1, 0, 0, 0, mul);
+        cuda_gemv(c, out, (size_t)w->rows, x, (size_t)w->cols, n_tokens, w, NULL, 1, 1, 0, 0, 0, mul, 0);
         return;
     }
     cuda_matmul(be, out, x, n_tokens, w);

@@ -185,14 +185,22 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
         cuda_mma_gemm(c, y, (size_t)d, g, (size_t)width, 1, n_slots, &wd, d, down->expert_stride, down->row_offset,
                       &groups);
     } else {
-        /* one GEMV per slot, its expert picked on the device */
-        cuda_gemv(c, u, (size_t)width, x, (size_t)d_in, 1, &wu, ids, n_slots, k, up->expert_stride, up->row_offset, E,
-                  NULL);
-        /* g = gelu(gate x) * u in the GEMV's epilogue */
-        cuda_gemv(c, g, (size_t)width, x, (size_t)d_in, 1, &wg, ids, n_slots, k, gate->expert_stride,
-                  gate->row_offset, E, u);
+        /* one GEMV per slot, its expert picked on the device; gate and up rows
+         * of one stacked tensor (HF's gate_up_proj) in one launch as pairs */
+        const int64_t pair = gate->all.data == up->all.data && gate->expert_stride == up->expert_stride &&
+                                     up->row_offset > gate->row_offset
+                                 ? up->row_offset - gate->row_offset
+                                 : 0;
+        if (!(pair > 0 && cuda_gemv(c, g, (size_t)width, x, (size_t)d_in, 1, &wg, ids, n_slots, k,
+                                    gate->expert_stride, gate->row_offset, E, NULL, pair))) {
+            cuda_gemv(c, u, (size_t)width, x, (size_t)d_in, 1, &wu, ids, n_slots, k, up->expert_stride,
+                      up->row_offset, E, NULL, 0);
+            /* g = gelu(gate x) * u in the GEMV's epilogue */
+            cuda_gemv(c, g, (size_t)width, x, (size_t)d_in, 1, &wg, ids, n_slots, k, gate->expert_stride,
+                      gate->row_offset, E, u, 0);
+        }
         cuda_gemv(c, y, (size_t)d, g, (size_t)width, 1, &wd, ids, n_slots, 1, down->expert_stride, down->row_offset,
-                  E, NULL);
+                  E, NULL, 0);
     }
     dim3 grid(cuda_blocks((size_t)d, 128), (unsigned)n);
     cuda_launch(c, moe_combine_kernel, grid, 128, 0, out, y, ids, weights, k, E, (int)d);
