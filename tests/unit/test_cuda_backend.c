@@ -959,7 +959,7 @@ static void check_top_logits(int rows, int vocab, int k, int ties, int nan_row) 
     }
     lse_ok &= worst <= 1e-6;
     char what[128];
-    snprintf(what, sizeof what, "%d x %d, k=%d%s%s", rows, vocab, k, ties == 1 ? ", quarters" : ties == 2 ? ", 90%% equal" : "",
+    snprintf(what, sizeof what, "%d x %d, k=%d%s%s", rows, vocab, k, ties == 1 ? ", quarters" : ties == 2 ? ", 90% equal" : "",
              nan_row >= 0 ? ", a NaN row" : "");
     printf("  %-12s %-52s ids %s, values %s, lse rel %.2e\n", "top_logits", what, ids_ok ? "equal" : "DIFFER",
            values_ok ? "bitwise" : "DIFFER", worst);
