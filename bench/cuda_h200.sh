@@ -3,6 +3,9 @@
 # run the CUDA tests, then benchmark synthetic full-size models. Logs go to
 # $OUT (default ./out). Run from the repository root:
 #   bench/cuda_h200.sh [tests|bench|all|quick] [bench configs as NAME:FORMAT ...]
+# Extras by environment: STREAMS=1,32 (aggregate decode of concurrent streams),
+# PROFILE_CONFIGS="e2b:bf16 31b:bf16" (per-kernel decode profiles),
+# MEMCHECK_FIXTURES, G4_SKIP_MEMCHECK=1, FAST_CONFIGS (bf16-product prefill).
 # G4_PREBUILT=path.tar.xz uses binaries built elsewhere (bin/, lib/ with the
 # shared libraries the GPU image may lack, COMMIT) instead of building there.
 # Each step has a time limit so that one hang cannot eat the whole lease.
@@ -113,4 +116,15 @@ if main:
 EOF
   grep -v "loaded in\|^$" "$OUT/bench.err" | head -20 | tee -a "$summary"
 fi
+# concurrent streams through the engine (STREAMS="1,32" for e2b bf16) and
+# where decode time goes per kernel (PROFILE_CONFIGS="e2b:bf16 26b-a4b:mlx4")
+if [ "$mode" != tests ] && [ -n "${STREAMS:-}" ]; then
+  timeout 120 "$GEMMA4" bench --device cuda --synthetic e2b --format bf16 -p 16 -n 128 -r 1 --streams "$STREAMS" \
+    2>&1 | grep "streams" | tee -a "$summary"
+fi
+for cfg in ${PROFILE_CONFIGS:-}; do
+  name=${cfg%%:*} fmt=${cfg##*:}
+  note "profile $name $fmt (bench/cuda_kernel_profile.sh, decode launches after 5000)"
+  timeout 150 bench/cuda_kernel_profile.sh "$GEMMA4" "$name" "$fmt" 5000 600 2>&1 | head -16 | tee -a "$summary"
+done
 note "total: $(( $(date +%s) - t0 )) s"
