@@ -2,9 +2,12 @@
 # One call on the GPU machine: build with CUDA (or unpack prebuilt binaries),
 # run the CUDA tests, then benchmark synthetic full-size models. Logs go to
 # $OUT (default ./out). Run from the repository root:
-#   bench/cuda_h200.sh [tests|bench|all|quick] [bench configs as NAME:FORMAT ...]
+#   bench/cuda_h200.sh [tests|bench|all|quick|extras] [bench configs as NAME:FORMAT ...]
+# (extras: only what the variables below ask for)
 # Extras by environment: STREAMS=1,32 (aggregate decode of concurrent streams),
-# PROFILE_CONFIGS="e2b:bf16 31b:bf16" (per-kernel decode profiles),
+# PROFILE_CONFIGS="e2b:bf16 31b:bf16" (per-kernel decode profiles, Nsight Compute), NSYS_CONFIGS (the same
+# inside the recorded graphs, Nsight Systems), KNOBS (decode under G4_CUDA_* settings, see below), SPEED=1
+# (the op test's speed section),
 # MEMCHECK_FIXTURES, G4_SKIP_MEMCHECK=1, FAST_CONFIGS (bf16-product prefill).
 # G4_PREBUILT=path.tar.xz uses binaries built elsewhere (bin/, lib/ with the
 # shared libraries the GPU image may lack, COMMIT) instead of building there.
@@ -59,7 +62,7 @@ run_step() { # name limit command...
   grep -E '^FAIL|failed:' "$OUT/$name.log" | head -20 | tee -a "$summary"
 }
 
-if [ "$mode" != bench ]; then
+if [ "$mode" != bench ] && [ "$mode" != extras ]; then
   run_step test_cuda_backend 300 "$TESTS/test_cuda_backend"
   sed -n '/^| op |/,$p' "$OUT/test_cuda_backend.log" | tee -a "$summary"
   grep -E "^  (gemv|gemm|attention) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
@@ -72,7 +75,7 @@ if [ "$mode" != bench ]; then
   fi
 fi
 
-if [ "$mode" != tests ]; then
+if [ "$mode" != tests ] && [ "$mode" != extras ]; then
   : > "$OUT/bench.jsonl"
   : > "$OUT/bench.err"
   for cfg in "${configs[@]}"; do
@@ -122,6 +125,40 @@ if [ "$mode" != tests ] && [ -n "${STREAMS:-}" ]; then
   timeout 120 "$GEMMA4" bench --device cuda --synthetic e2b --format bf16 -p 16 -n 128 -r 1 --streams "$STREAMS" \
     2>&1 | grep "streams" | tee -a "$summary"
 fi
+# the op test's speed section alone (SPEED=1)
+if [ -n "${SPEED:-}" ]; then
+  G4_ONLY_SPEED=1 run_step speed 240 "$TESTS/test_cuda_backend"
+  grep -E "^  " "$OUT/speed.log" | tee -a "$summary"
+fi
+# decode under experimental knobs: KNOBS="31b:bf16:G4_CUDA_GEMV_SPLIT=1 31b:bf16:-" (NAME:FORMAT:VAR=V,VAR=V
+# or - for none; tg128 only, one run)
+for k in ${KNOBS:-}; do
+  name=${k%%:*} rest=${k#*:}; fmt=${rest%%:*} vars=${rest#*:}
+  envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
+  r=$(timeout 150 env "${envs[@]}" "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 16 -n 128 \
+      -r 1 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['tg_tps']:.1f}\")")
+  note "knobs $name $fmt $vars: tg128 ${r:-failed} t/s"
+done
+# per-kernel decode time inside the recorded graphs (Nsight Systems), NSYS_CONFIGS="31b:bf16"
+for cfg in ${NSYS_CONFIGS:-}; do
+  name=${cfg%%:*} fmt=${cfg##*:}
+  command -v nsys > /dev/null || { note "nsys: not installed"; break; }
+  timeout 200 nsys profile -t cuda --cuda-graph-trace=node -f true -o "/tmp/nsys-$name-$fmt" "$GEMMA4" bench \
+    --device cuda --synthetic "$name" --format "$fmt" -p 16 -n 64 -r 1 > "$OUT/nsys-$name-$fmt.log" 2>&1
+  timeout 120 nsys stats -q --report cuda_gpu_kern_sum --format csv "/tmp/nsys-$name-$fmt.nsys-rep" \
+    > "$OUT/nsys-$name-$fmt.csv" 2>> "$OUT/nsys-$name-$fmt.log"
+  note "nsys $name $fmt (kernel, share of GPU time, instances, mean ns):"
+  python3 - "$OUT/nsys-$name-$fmt.csv" <<'EOF2' | tee -a "$summary"
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+try:
+    h = rows.index(next(r for r in rows if "Time (%)" in r[0] or "Time(%)" in r[0]))
+except StopIteration:
+    print("  (no kernel table)"); sys.exit()
+for r in rows[h + 1:h + 25]:
+    print(f"  {r[0]:>6}%  {r[2]:>7}  {float(r[3]):>10.0f}  {r[-1][:90]}")
+EOF2
+done
 for cfg in ${PROFILE_CONFIGS:-}; do
   name=${cfg%%:*} fmt=${cfg##*:}
   note "profile $name $fmt (bench/cuda_kernel_profile.sh, decode launches after 5000)"

@@ -76,6 +76,8 @@ struct cuda_ctx {
     int gemv_split; /* G4_CUDA_GEMV_SPLIT=0/1 forces the column split off/on; -1: by shape (gemv_split) */
     int gemv_minb;  /* G4_CUDA_GEMV_MINB (0/5/6), -1 by format: see launch_gemv */
     int gemv_tc;    /* one-token 4-bit GEMV on tensor cores (cuda_gemv_tc.cu); G4_CUDA_GEMV_TC=0 turns it off */
+    int gemv_unroll;      /* G4_CUDA_GEMV_UNROLL=4: bf16 one-token GEMV with 4 chunks per thread in flight (default 2) */
+    int gemv_l2_prefetch; /* G4_CUDA_GEMV_L2PF=1: GEMV weight loads with the L2 256-byte prefetch hint */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
     int graphs_enabled;
@@ -341,6 +343,15 @@ __device__ __forceinline__ uint4 load_stream16(const void *p) {
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
+    return v;
+}
+
+/* the same, asking L2 to fetch the whole 256-byte line pair around it */
+__device__ __forceinline__ uint4 load_stream16_l2(const void *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
     return v;
 }
 
