@@ -386,6 +386,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->gemv_l2_prefetch = l2pf && !strcmp(l2pf, "1");
     const char *pdl = getenv("G4_CUDA_PDL");
     c->pdl = prop.major >= 9 && !(pdl && !strcmp(pdl, "0"));
+    const char *prefetch = getenv("G4_CUDA_PREFETCH");
+    c->weight_prefetch = c->pdl && !(prefetch && !strcmp(prefetch, "0"));
     const char *min_split = getenv("G4_CUDA_ATTN_MIN_SPLIT");
     c->attn_min_split = min_split ? atoi(min_split) : 0;
     const char *graphs = getenv("G4_CUDA_GRAPHS");

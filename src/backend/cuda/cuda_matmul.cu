@@ -115,6 +115,7 @@ struct gemv_args {
     int x_div, n_experts;
     const float *gelu_mul; /* epilogue: out = gelu_tanh(sum) * gelu_mul[same index], or NULL */
     int l2_prefetch;       /* weight loads ask L2 for the next 256 bytes too (G4_CUDA_GEMV_L2PF) */
+    int prefetch;          /* the block's weight rows go to L2 before pdl_wait (not with ids: chosen by then) */
     /* > 0: gated pairs, out[r] = gelu_tanh(row r's sum) * (row r + pair's sum)
      * for the a.rows output rows (gate rows, their up rows pair further on) */
     int64_t pair;
@@ -135,8 +136,31 @@ __device__ __forceinline__ void gemv_store(float *out, const float *mul, size_t 
  * over the columns (partial sums meet in shared memory): four times the
  * blocks, so that the small matrices of a decode step (a few MB, too few
  * warps to keep enough loads in flight) still fill the GPU. */
+/* Output rows [r0, r0 + n) of the weights (and their scales and biases)
+ * into L2 by one warp; `shift` moves to the up rows of gated pairs. */
+__device__ __forceinline__ void prefetch_rows(const gemv_args &a, int64_t r0, int64_t n, int64_t shift, int lane) {
+    if (r0 >= a.rows || n <= 0) return;
+    if (r0 + n > a.rows) n = a.rows - r0;
+    r0 += shift;
+    prefetch_l2_warp(a.data + (size_t)r0 * a.row_bytes, (size_t)n * a.row_bytes, lane);
+    const size_t sb = (size_t)n * a.scale_row_bytes, s0 = (size_t)r0 * a.scale_row_bytes;
+    /* group parameters: a few lines, any alignment */
+    for (size_t off = (size_t)lane * 128; a.scales && off < sb; off += 32 * 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a.scales + s0 + off));
+        if (a.biases) asm volatile("prefetch.global.L2 [%0];" ::"l"(a.biases + s0 + off));
+    }
+}
+
 template <int F, int NT, int R, bool SPLIT, int MINB, int U>
 __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
+    if (a.prefetch && threadIdx.x < 32) {
+        /* this block's rows (see row0 below), gate and up halves when paired */
+        constexpr int RB = SPLIT ? R : R * GEMV_WARPS;
+        const bool pr = R % 2 == 0 && a.pair > 0;
+        const int64_t n = pr ? RB / 2 : RB, r0 = (int64_t)blockIdx.x * n;
+        prefetch_rows(a, r0, n, 0, threadIdx.x);
+        if (pr) prefetch_rows(a, r0, n, a.pair, threadIdx.x);
+    }
     pdl_wait();
     constexpr int C = chunk_cols<F>();
     __shared__ float lut[16];
@@ -339,21 +363,24 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args
 }
 
 /* Split the columns over the block (see gemv_kernel) when whole-warp rows
- * would give fewer than four blocks per multiprocessor (bf16: the split
- * measured as fast or faster at every E2B shape), or for quantised formats,
- * whose decoding keeps the GPU busy with fewer warps, fewer than one
- * (measured on the H200: affine4 1536x6144 17.4 -> 10.2 us split, but
- * 6144x1536 9.2 -> 12.5 us). */
-static bool gemv_split(const cuda_ctx *c, int64_t rows, int rows_per_warp, int n_slots, bool quantised) {
+ * would give fewer than four blocks per multiprocessor, for quantised
+ * formats (whose decoding keeps the GPU busy with fewer warps) fewer than
+ * one (measured on the H200: affine4 1536x6144 17.4 -> 10.2 us split, but
+ * 6144x1536 9.2 -> 12.5 us). One token of bf16/f16/f32 rows of 512 columns
+ * or more always splits: measured as fast or faster at every E2B and 31B
+ * shape (31B bf16: 21504x5376 60.7 -> 53.1 us, gate|up 43008x5376 106.8 ->
+ * 102.5 us; E2B 1536x6144 12.7 -> 6.1 us), slower only at 1536x256. */
+static bool gemv_split(const cuda_ctx *c, const gemv_args &a, int rows_per_warp, int n_slots, bool quantised) {
     if (c->gemv_split >= 0) return c->gemv_split != 0;
-    const int64_t blocks = (rows + GEMV_WARPS * rows_per_warp - 1) / (GEMV_WARPS * rows_per_warp) * n_slots;
+    if (!quantised && a.n == 1 && a.cols >= 512) return true;
+    const int64_t blocks = (a.rows + GEMV_WARPS * rows_per_warp - 1) / (GEMV_WARPS * rows_per_warp) * n_slots;
     return blocks < (quantised ? 1 : 4) * (int64_t)c->sm_count;
 }
 
 template <int F, int NT, int R, int MINB, int U>
 static void launch_gemv_unroll(cuda_ctx *c, const gemv_args &a, int n_slots) {
     const int rp = a.pair > 0 ? R / 2 : R; /* output rows per warp */
-    if (gemv_split(c, a.rows, rp, n_slots, is_affine<F>() || F == FF_MXFP4)) {
+    if (gemv_split(c, a, rp, n_slots, is_affine<F>() || F == FF_MXFP4)) {
         dim3 grid(cuda_blocks((size_t)a.rows, rp), (unsigned)n_slots);
         cuda_launch(c, gemv_kernel<F, NT, R, true, MINB, U>, grid, GEMV_THREADS, 0, a);
     } else {
@@ -448,6 +475,7 @@ int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t
     a.gelu_mul = pair > 0 ? NULL : gelu_mul;
     a.pair = pair;
     a.l2_prefetch = c->gemv_l2_prefetch;
+    a.prefetch = c->weight_prefetch && !ids;
     if (!ids) n_slots = 1;
     if (a.rows <= 0 || n_slots <= 0) return 1;
     int f = fast_format_of(w);
