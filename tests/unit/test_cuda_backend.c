@@ -1151,7 +1151,7 @@ static void run_attention(void *p) {
     gpu->ops->attention(gpu, a->out, a->q, a->kv, &a->b, 0, a->heads, 1.0f);
 }
 
-/* One-token GEMV over the small matrices of an E2B decode step with the
+/* One-token GEMV over the matrices of an E2B and a 31B decode step with the
  * column split forced off and on (G4_CUDA_GEMV_SPLIT), each also checked
  * against the CPU: which one the shape heuristic should pick. */
 static void gemv_split_speed(double bw) {
@@ -1161,8 +1161,10 @@ static void gemv_split_speed(double bw) {
         if (g4_backend_cuda_create(0, &variant[v]) != G4_OK) variant[v] = NULL;
     }
     unsetenv("G4_CUDA_GEMV_SPLIT");
+    /* E2B's, then the 31B's q|k|v, gate|up, o and down */
     const int64_t shapes[][2] = {{2048, 1536}, {256, 1536}, {1536, 2048}, {6144, 1536}, {12288, 1536}, {1536, 6144},
-                                 {1536, 256}, {262144, 1536}};
+                                 {1536, 256}, {262144, 1536}, {16384, 5376}, {43008, 5376}, {5376, 8192},
+                                 {5376, 21504}};
     struct {
         g4_weight_format f;
         int bits, group;
@@ -1193,56 +1195,6 @@ static void gemv_split_speed(double bw) {
             free_matrix(&t);
         }
     for (int v = 0; v < 2; v++)
-        if (variant[v]) g4_backend_destroy(variant[v]);
-}
-
-/* One-token bf16 GEMV over the 31B decode step's shapes (q|k|v stacked,
- * gate|up stacked, o, down) under the kernel's experimental knobs, each
- * variant also checked against the CPU: which should be the default. */
-static void gemv_bf16_variant_speed(double bw) {
-    static const char *const names[] = {"default", "split", "unroll4", "l2pf", "unroll4+l2pf", "split+l2pf"};
-    static const char *const env[][3] = {{NULL, NULL, NULL}, {"1", NULL, NULL}, {NULL, "4", NULL},
-                                         {NULL, NULL, "1"},   {NULL, "4", "1"},   {"1", NULL, "1"}};
-    enum { N_VARIANTS = 6 };
-    g4_backend *variant[N_VARIANTS];
-    const char *keys[3] = {"G4_CUDA_GEMV_SPLIT", "G4_CUDA_GEMV_UNROLL", "G4_CUDA_GEMV_L2PF"};
-    for (int v = 0; v < N_VARIANTS; v++) {
-        for (int k = 0; k < 3; k++) {
-            if (env[v][k])
-                setenv(keys[k], env[v][k], 1);
-            else
-                unsetenv(keys[k]);
-        }
-        if (g4_backend_cuda_create(0, &variant[v]) != G4_OK) variant[v] = NULL;
-    }
-    for (int k = 0; k < 3; k++) unsetenv(keys[k]);
-    const int64_t shapes[][2] = {{16384, 5376}, {43008, 5376}, {5376, 8192}, {5376, 21504}, {21504, 5376}};
-    printf("  one-token bf16 GEMV variants (us):");
-    for (int v = 0; v < N_VARIANTS; v++) printf(" %s", names[v]);
-    printf("\n");
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        const int64_t rows = shapes[s][0], cols = shapes[s][1];
-        test_matrix t;
-        make_matrix(&t, G4_WEIGHT_BF16, 0, 0, 0, rows, cols);
-        float *x = rand_floats((size_t)cols, 0.05f, 2.0f);
-        float *dx = up(x, (size_t)cols * 4), *dout = poisoned((size_t)rows);
-        const double bytes = (double)g4_matrix_bytes(&t.host);
-        printf("  gemv bf16 %6lldx%-6lld", (long long)rows, (long long)cols);
-        for (int v = 0; v < N_VARIANTS; v++) {
-            if (!variant[v]) continue;
-            matmul_arg a = {variant[v], &t.dev, dx, dout, 1};
-            const double us = time_op(variant[v], run_matmul, &a, 30) * 1e6;
-            printf(" %7.1f (%3.0f%%)", us, 100 * bytes / us / 1e3 / bw);
-            char tag[32];
-            snprintf(tag, sizeof tag, "%s ", names[v]);
-            check_matmul_on(variant[v], tag, &t.host, &t.dev, t.name, 1, TOL_SPLIT);
-        }
-        printf("\n");
-        release(dx), release(dout);
-        free(x);
-        free_matrix(&t);
-    }
-    for (int v = 0; v < N_VARIANTS; v++)
         if (variant[v]) g4_backend_destroy(variant[v]);
 }
 
@@ -1309,7 +1261,6 @@ static void speed(void) {
     release(dx), release(dout);
     free(x);
     gemv_split_speed(bw);
-    gemv_bf16_variant_speed(bw);
     /* top_logits over the 262144-logit LM head: what a decode step adds to copy back candidates */
     {
         const int V = 262144, ks[] = {1, 40, 64, 1024};

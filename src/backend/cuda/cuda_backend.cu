@@ -380,14 +380,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->gemv_minb = minb ? atoi(minb) : -1;
     const char *tc = getenv("G4_CUDA_GEMV_TC");
     c->gemv_tc = !tc || strcmp(tc, "0") != 0;
-    const char *unroll = getenv("G4_CUDA_GEMV_UNROLL");
-    c->gemv_unroll = unroll && !strcmp(unroll, "4") ? 4 : 2;
-    const char *l2pf = getenv("G4_CUDA_GEMV_L2PF");
-    c->gemv_l2_prefetch = l2pf && !strcmp(l2pf, "1");
     const char *pdl = getenv("G4_CUDA_PDL");
     c->pdl = prop.major >= 9 && !(pdl && !strcmp(pdl, "0"));
-    const char *prefetch = getenv("G4_CUDA_PREFETCH");
-    c->weight_prefetch = c->pdl && !(prefetch && !strcmp(prefetch, "0"));
     const char *min_split = getenv("G4_CUDA_ATTN_MIN_SPLIT");
     c->attn_min_split = min_split ? atoi(min_split) : 0;
     const char *graphs = getenv("G4_CUDA_GRAPHS");

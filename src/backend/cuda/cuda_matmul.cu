@@ -114,8 +114,6 @@ struct gemv_args {
     int64_t expert_stride, row_offset;
     int x_div, n_experts;
     const float *gelu_mul; /* epilogue: out = gelu_tanh(sum) * gelu_mul[same index], or NULL */
-    int l2_prefetch;       /* weight loads ask L2 for the next 256 bytes too (G4_CUDA_GEMV_L2PF) */
-    int prefetch;          /* the block's weight rows go to L2 before pdl_wait (not with ids: chosen by then) */
     /* > 0: gated pairs, out[r] = gelu_tanh(row r's sum) * (row r + pair's sum)
      * for the a.rows output rows (gate rows, their up rows pair further on) */
     int64_t pair;
@@ -136,31 +134,8 @@ __device__ __forceinline__ void gemv_store(float *out, const float *mul, size_t 
  * over the columns (partial sums meet in shared memory): four times the
  * blocks, so that the small matrices of a decode step (a few MB, too few
  * warps to keep enough loads in flight) still fill the GPU. */
-/* Output rows [r0, r0 + n) of the weights (and their scales and biases)
- * into L2 by one warp; `shift` moves to the up rows of gated pairs. */
-__device__ __forceinline__ void prefetch_rows(const gemv_args &a, int64_t r0, int64_t n, int64_t shift, int lane) {
-    if (r0 >= a.rows || n <= 0) return;
-    if (r0 + n > a.rows) n = a.rows - r0;
-    r0 += shift;
-    prefetch_l2_warp(a.data + (size_t)r0 * a.row_bytes, (size_t)n * a.row_bytes, lane);
-    const size_t sb = (size_t)n * a.scale_row_bytes, s0 = (size_t)r0 * a.scale_row_bytes;
-    /* group parameters: a few lines, any alignment */
-    for (size_t off = (size_t)lane * 128; a.scales && off < sb; off += 32 * 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(a.scales + s0 + off));
-        if (a.biases) asm volatile("prefetch.global.L2 [%0];" ::"l"(a.biases + s0 + off));
-    }
-}
-
-template <int F, int NT, int R, bool SPLIT, int MINB, int U>
+template <int F, int NT, int R, bool SPLIT, int MINB>
 __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
-    if (a.prefetch && threadIdx.x < 32) {
-        /* this block's rows (see row0 below), gate and up halves when paired */
-        constexpr int RB = SPLIT ? R : R * GEMV_WARPS;
-        const bool pr = R % 2 == 0 && a.pair > 0;
-        const int64_t n = pr ? RB / 2 : RB, r0 = (int64_t)blockIdx.x * n;
-        prefetch_rows(a, r0, n, 0, threadIdx.x);
-        if (pr) prefetch_rows(a, r0, n, a.pair, threadIdx.x);
-    }
     pdl_wait();
     constexpr int C = chunk_cols<F>();
     __shared__ float lut[16];
@@ -209,21 +184,22 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     const int n_chunks = (int)(a.cols / C);
-    /* U chunks per thread per pass: U times the bytes in flight */
-    const bool l2pf = a.l2_prefetch != 0;
-    for (int ch0 = first; ch0 < n_chunks; ch0 += U * STRIDE) {
-        uint4 raw[U][R];
+    /* two chunks per thread per pass: twice the bytes in flight (four, or
+     * the L2 256-byte prefetch hint on these loads, measured slower on the
+     * 31B's bf16 shapes) */
+    for (int ch0 = first; ch0 < n_chunks; ch0 += 2 * STRIDE) {
+        uint4 raw[2][R];
 #pragma unroll
-        for (int u = 0; u < U; u++)
+        for (int u = 0; u < 2; u++)
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const int ch = ch0 + STRIDE * u;
-                const uint8_t *src = data + (size_t)prow[r] * a.row_bytes + (size_t)ch * 16;
-                raw[u][r] = ch < n_chunks && valid[r] ? (l2pf ? load_stream16_l2(src) : load_stream16(src))
-                                                      : make_uint4(0, 0, 0, 0);
+                raw[u][r] = ch < n_chunks && valid[r]
+                                ? load_stream16(data + (size_t)prow[r] * a.row_bytes + (size_t)ch * 16)
+                                : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < 2; u++) {
             const int ch = ch0 + STRIDE * u;
             if (ch >= n_chunks) break;
             float s[R], b[R];
@@ -377,26 +353,17 @@ static bool gemv_split(const cuda_ctx *c, const gemv_args &a, int rows_per_warp,
     return blocks < (quantised ? 1 : 4) * (int64_t)c->sm_count;
 }
 
-template <int F, int NT, int R, int MINB, int U>
-static void launch_gemv_unroll(cuda_ctx *c, const gemv_args &a, int n_slots) {
+template <int F, int NT, int R, int MINB>
+static void launch_gemv_minb(cuda_ctx *c, const gemv_args &a, int n_slots) {
     const int rp = a.pair > 0 ? R / 2 : R; /* output rows per warp */
     if (gemv_split(c, a, rp, n_slots, is_affine<F>() || F == FF_MXFP4)) {
         dim3 grid(cuda_blocks((size_t)a.rows, rp), (unsigned)n_slots);
-        cuda_launch(c, gemv_kernel<F, NT, R, true, MINB, U>, grid, GEMV_THREADS, 0, a);
+        cuda_launch(c, gemv_kernel<F, NT, R, true, MINB>, grid, GEMV_THREADS, 0, a);
     } else {
         dim3 grid(cuda_blocks((size_t)a.rows, GEMV_WARPS * rp), (unsigned)n_slots);
-        cuda_launch(c, gemv_kernel<F, NT, R, false, MINB, U>, grid, GEMV_THREADS, 0, a);
+        cuda_launch(c, gemv_kernel<F, NT, R, false, MINB>, grid, GEMV_THREADS, 0, a);
     }
     cuda_launched(c, "gemv");
-}
-
-/* bf16, one token: G4_CUDA_GEMV_UNROLL=4 keeps four chunks per thread in
- * flight instead of two (an experiment on the 31B's bandwidth-bound GEMVs). */
-template <int F, int NT, int R, int MINB>
-static void launch_gemv_minb(cuda_ctx *c, const gemv_args &a, int n_slots) {
-    if constexpr (F == FF_BF16 && NT == 1)
-        if (c->gemv_unroll == 4) return launch_gemv_unroll<F, NT, R, MINB, 4>(c, a, n_slots);
-    launch_gemv_unroll<F, NT, R, MINB, 2>(c, a, n_slots);
 }
 
 /* One token of a quantised format is compiled for at least 5 (4-bit) or 6
@@ -474,8 +441,6 @@ int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t
     a.n_experts = n_experts;
     a.gelu_mul = pair > 0 ? NULL : gelu_mul;
     a.pair = pair;
-    a.l2_prefetch = c->gemv_l2_prefetch;
-    a.prefetch = c->weight_prefetch && !ids;
     if (!ids) n_slots = 1;
     if (a.rows <= 0 || n_slots <= 0) return 1;
     int f = fast_format_of(w);
