@@ -1,4 +1,5 @@
-/* One-token GEMV for 4-bit weights (MLX affine, MXFP4) on tensor cores.
+/* GEMV for 4-bit weights (MLX affine, MXFP4) on tensor cores: one token
+ * (dense, or one per MoE slot) or 2..8 tokens of dense weights.
  *
  * Why: the float32 GEMV in cuda_matmul.cu spends ~4 instructions per 4-bit
  * weight (extract, convert, fma, plus its share of activation loads) and
@@ -29,7 +30,8 @@
  * different groups, so B's eight columns are n = 2 p + h: activation part h
  * (hi, lo) of the columns in group slot p of the block, zero elsewhere.
  * Output column n = 2p + h then lands in lane c = p of each quad: that lane
- * applies group p's scale.
+ * applies group p's scale. Several tokens reuse each block's decoded A
+ * fragments for every token (see gemv_tc_tokens_kernel).
  *
  * G4_CUDA_GEMV_TC=0 turns this path off (the float32 GEMV runs instead). */
 #include <stdlib.h>
@@ -357,9 +359,212 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
         out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
 }
 
-template <int SD> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
+/* ---- several tokens (2..8) of dense weights ----
+ *
+ * The weights of a block are loaded and decoded once (32 registers of A
+ * fragments) and multiplied with every token's B fragments. The mma's eight
+ * output columns are n = 2 (t * slots + p) + h: token t of the mma's
+ * 4 / slots tokens, group slot p, part h. Groups of 128 columns thus serve
+ * four tokens per mma, of 64 two, of 32 one (a group slot per column pair
+ * is what keeps the groups' sums apart). Output lane c of a quad gets token
+ * c / slots and group slot c % slots: every quad lane scales a sum. */
+
+/* blocks of weights in flight per warp: two (four made the kernel spill,
+ * with each block's decoded A fragments held for all tokens) */
+#define TC_TOKENS_PREFETCH 2
+
+template <int SD, int NT>
+__global__ void __launch_bounds__(TC_WARPS * 32, 4) gemv_tc_tokens_kernel(gemv_tc_args a, int n) {
+    pdl_wait();
+    constexpr bool MX = SD == TC_SCALE_E8M0;
+    constexpr int PF = TC_TOKENS_PREFETCH;
+    __shared__ uint4 ring[TC_WARPS][PF][NT][TC_BLOCK_UINT4];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, c = lane & 3;
+    const int parts = a.parts, part = (int)(blockIdx.x % (unsigned)parts);
+    const int64_t tile = blockIdx.x / (unsigned)parts;
+    const bool paired = a.pair > 0;
+    const int64_t row0 = tile * (paired ? 8 : 16);
+    const int64_t r_lo = row0 + g, r_hi = paired ? row0 + g + a.pair : row0 + g + 8;
+    const bool ok_lo = r_lo < a.rows, ok_hi = paired ? ok_lo : r_hi < a.rows;
+    const int gc = a.group_size < TC_BLOCK_COLS ? a.group_size : TC_BLOCK_COLS;
+    const int slots = TC_BLOCK_COLS / gc; /* 4, 2 or 1 */
+    const int per_mma = 4 / slots;        /* tokens per mma */
+    /* as a B lane: column g / 2 = (token, slot), part g % 2; it supplies its
+     * own columns' activations when their slot is that column's */
+    const int my_slot = c * 32 / gc;
+    const int b_col = g >> 1, b_tok = b_col / slots;
+    const bool b_slot = b_col % slots == my_slot;
+    const int b_index = (c * 2 + (g & 1)) * 4;
+    /* as an output lane: columns 2c, 2c + 1 are token c / slots, slot c % slots */
+    const int o_slot = c % slots, o_tok = c / slots;
+    const uint8_t *w_lo = a.data + (size_t)(ok_lo ? r_lo : 0) * a.row_bytes + 16 * c;
+    const uint8_t *w_hi = a.data + (size_t)(ok_hi ? r_hi : 0) * a.row_bytes + 16 * c;
+    const uint8_t *s_lo = a.scales + (size_t)(ok_lo ? r_lo : 0) * a.scale_row_bytes;
+    const uint8_t *s_hi = a.scales + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes;
+    const uint8_t *b_lo = a.biases ? a.biases + (size_t)(ok_lo ? r_lo : 0) * a.scale_row_bytes : NULL;
+    const uint8_t *b_hi = a.biases ? a.biases + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes : NULL;
+    const int64_t cols = a.cols;
+    const int per_part = (a.n_blocks + parts - 1) / parts;
+    const int part_first = part * per_part, part_last = min(a.n_blocks, part_first + per_part);
+    const int per = (part_last - part_first + TC_WARPS - 1) / TC_WARPS;
+    const int first = part_first + warp * per, last = min(part_last, first + per);
+    /* acc[j]: this lane's rows for token j * per_mma + o_tok, slot o_slot */
+    float acc_lo[NT], acc_hi[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc_lo[j] = acc_hi[j] = 0.0f;
+    for (int blk0 = first; blk0 < last; blk0 += PF) {
+        uint4 wl[PF], wh[PF];
+        float sl[PF], sh[PF], bl[PF], bh[PF];
+#pragma unroll
+        for (int k = 0; k < PF; k++) {
+            const int blk = blk0 + k;
+            if (blk < last)
+                for (int t = 0; t < n; t++) {
+                    const uint4 *src = a.prepared + ((size_t)t * a.n_blocks + blk) * TC_BLOCK_UINT4;
+                    cp_async16(&ring[warp][k][t][lane], src + lane);
+                    if (lane < TC_BLOCK_UINT4 - 32) cp_async16(&ring[warp][k][t][32 + lane], src + 32 + lane);
+                }
+            const bool in = blk < last && (int64_t)blk * TC_BLOCK_COLS + 32 * c < cols;
+            const size_t off = (size_t)blk * 64;
+            wl[k] = in && ok_lo ? load_stream16(w_lo + off) : make_uint4(0, 0, 0, 0);
+            wh[k] = in && ok_hi ? load_stream16(w_hi + off) : make_uint4(0, 0, 0, 0);
+            sl[k] = sh[k] = bl[k] = bh[k] = 0.0f;
+            if (blk < last && (int64_t)blk * TC_BLOCK_COLS + o_slot * gc < cols) {
+                const int grp = blk * slots + o_slot;
+                sl[k] = group_param<SD>(s_lo, grp);
+                sh[k] = group_param<SD>(s_hi, grp);
+                if (!MX && b_lo) {
+                    bl[k] = group_param<SD>(b_lo, grp);
+                    bh[k] = group_param<SD>(b_hi, grp);
+                }
+            }
+        }
+        cp_async_wait_all();
+        __syncwarp();
+#pragma unroll
+        for (int k = 0; k < PF; k++) {
+            const int blk = blk0 + k;
+            if (blk >= last) break;
+            /* the block's A fragments, decoded once for all tokens */
+            uint32_t a0[4][4], a1[4][4];
+            const uint32_t wlw[4] = {wl[k].x, wl[k].y, wl[k].z, wl[k].w};
+            const uint32_t whw[4] = {wh[k].x, wh[k].y, wh[k].z, wh[k].w};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                uint32_t pl[4], ph[4];
+                decode_word<MX>(wlw[u], pl);
+                decode_word<MX>(whw[u], ph);
+                a0[u][0] = pl[0], a0[u][1] = ph[0], a0[u][2] = pl[1], a0[u][3] = ph[1];
+                a1[u][0] = pl[2], a1[u][1] = ph[2], a1[u][2] = pl[3], a1[u][3] = ph[3];
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (j * per_mma >= n) break;
+                const int bt = j * per_mma + b_tok;
+                const bool b_active = b_slot && bt < n;
+                const uint4 *xf = &ring[warp][k][b_active ? bt : 0][b_index];
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const uint4 xb = b_active ? xf[u] : make_uint4(0, 0, 0, 0);
+                    const uint32_t b0[2] = {xb.x, xb.y}, b1[2] = {xb.z, xb.w};
+                    mma_16816(d, a0[u], b0);
+                    mma_16816(MX ? d : e, a1[u], b1);
+                }
+                const int ot = j * per_mma + o_tok;
+                if (ot < n) {
+                    const float *sums = reinterpret_cast<const float *>(&ring[warp][k][ot][32]);
+                    const float up = sums[4] * (MX ? 16384.0f : 1048576.0f);
+                    const float vlo = MX ? d[0] + d[1] : (d[0] + d[1]) * 16.0f + (e[0] + e[1]);
+                    const float vhi = MX ? d[2] + d[3] : (d[2] + d[3]) * 16.0f + (e[2] + e[3]);
+                    acc_lo[j] = fmaf(sl[k], vlo * up, acc_lo[j]);
+                    acc_hi[j] = fmaf(sh[k], vhi * up, acc_hi[j]);
+                    if (!MX) {
+                        acc_lo[j] = fmaf(bl[k], sums[o_slot], acc_lo[j]);
+                        acc_hi[j] = fmaf(bh[k], sums[o_slot], acc_hi[j]);
+                    }
+                }
+            }
+        }
+        __syncwarp(); /* the ring is refilled next pass */
+    }
+    /* a token's group slots sit in neighbouring quad lanes: add them, then
+     * the warps' column ranges */
+    __shared__ float sum_warps[TC_WARPS][NT][16];
+    __shared__ int last_part;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        if (j * per_mma >= n) break;
+        float lo = acc_lo[j], hi = acc_hi[j];
+        if (slots >= 2) {
+            lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+            hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+        }
+        if (slots == 4) {
+            lo += __shfl_xor_sync(0xffffffffu, lo, 2);
+            hi += __shfl_xor_sync(0xffffffffu, hi, 2);
+        }
+        const int ot = j * per_mma + o_tok;
+        if (o_slot == 0 && ot < n) {
+            sum_warps[warp][ot][g] = lo;
+            sum_warps[warp][ot][g + 8] = hi;
+        }
+    }
+    __syncthreads();
+    /* one thread per (token, row of the tile) */
+    const int t = threadIdx.x >> 4, r = threadIdx.x & 15;
+    const bool mine_ok = t < n;
+    float v = 0.0f;
+    if (mine_ok)
+        for (int w = 0; w < TC_WARPS; w++) v += sum_warps[w][t][r];
+    if (parts > 1) {
+        float *mine = a.partial + ((size_t)t * parts + part) * a.rows_padded + (size_t)tile * 16;
+        if (mine_ok) {
+            mine[r] = v;
+            __threadfence();
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int *count = a.counters + tile;
+            const int before = atomicAdd(count, 1);
+            last_part = before == parts - 1;
+            if (last_part) *count = 0;
+        }
+        __syncthreads();
+        if (!last_part) return;
+        __threadfence();
+        if (mine_ok) {
+            const float *all = a.partial + (size_t)t * parts * a.rows_padded + (size_t)tile * 16 + r;
+            v = 0.0f;
+            for (int p = 0; p < parts; p++) v += __ldcg(all + (size_t)p * a.rows_padded);
+        }
+    }
+    float *out = a.out + (size_t)(mine_ok ? t : 0) * a.out_stride; /* token t's row */
+    if (paired) {
+        __shared__ float tile_sums[NT][16];
+        if (mine_ok) tile_sums[t][r] = v;
+        __syncthreads();
+        if (mine_ok && r < 8 && row0 + r < a.rows) out[row0 + r] = __fmul_rn(gelu_tanh(tile_sums[t][r]), tile_sums[t][r + 8]);
+        return;
+    }
+    if (mine_ok && row0 + r < a.rows) {
+        const float *mul = a.gelu_mul ? a.gelu_mul + (size_t)t * a.out_stride : NULL; /* laid out like out */
+        out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
+    }
+}
+
+/* n_tokens > 1 only without ids (dense weights); otherwise one token (per slot) */
+template <int SD> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int n_tokens) {
     dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
-    cuda_launch(c, gemv_tc_kernel<SD>, grid, TC_WARPS * 32, 0, a);
+    if (n_tokens <= 1)
+        cuda_launch(c, gemv_tc_kernel<SD>, grid, TC_WARPS * 32, 0, a);
+    else if (n_tokens <= 2)
+        cuda_launch(c, gemv_tc_tokens_kernel<SD, 2>, grid, TC_WARPS * 32, 0, a, n_tokens);
+    else if (n_tokens <= 4)
+        cuda_launch(c, gemv_tc_tokens_kernel<SD, 4>, grid, TC_WARPS * 32, 0, a, n_tokens);
+    else
+        cuda_launch(c, gemv_tc_tokens_kernel<SD, 8>, grid, TC_WARPS * 32, 0, a, n_tokens);
 }
 
 /* Handles the product when the shape and format allow (returns 1), else
@@ -367,7 +572,7 @@ template <int SD> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int 
 int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
                  const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
                  int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair) {
-    if (!c->gemv_tc || (!ids && n_tokens != 1)) return 0;
+    if (!c->gemv_tc || (!ids && (n_tokens < 1 || n_tokens > 8))) return 0;
     const bool mx = w->format == G4_WEIGHT_MXFP4;
     if (!(w->format == G4_WEIGHT_AFFINE || mx) || w->bits != 4) return 0;
     const int gs = w->group_size;
@@ -376,8 +581,9 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
         w->row_bytes % 16 != 0)
         return 0;
     if (!ids) n_slots = 1;
+    if (ids) n_tokens = 1; /* one token per slot */
     if (x_div <= 0) x_div = 1;
-    const int n_x = ids ? (n_slots + x_div - 1) / x_div : 1;
+    const int n_x = ids ? (n_slots + x_div - 1) / x_div : n_tokens;
     const int n_blocks = (int)((w->cols + TC_BLOCK_COLS - 1) / TC_BLOCK_COLS);
     uint4 *prepared =
         (uint4 *)cuda_scratch(c, SCRATCH_GEMV_FRAGS, (size_t)n_x * n_blocks * TC_BLOCK_UINT4 * sizeof(uint4));
@@ -413,8 +619,9 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
      * blocks per multiprocessor fit): a last partial wave then costs little.
      * Each warp keeps at least eight 128-column blocks (two rounds of loads:
      * measured faster than more, shorter warps at 21504 x 5376). */
+    const int per_sm = n_tokens > 1 ? 4 : 5; /* the kernels' launch bounds */
     int parts = 1;
-    while (parts < 8 && tiles * n_slots * parts < 4 * 5 * (int64_t)c->sm_count &&
+    while (parts < 8 && tiles * n_slots * parts < 4 * per_sm * (int64_t)c->sm_count &&
            n_blocks >= 8 * TC_WARPS * parts * 2 && tiles * n_slots <= TC_MAX_COUNTERS)
         parts *= 2;
     a.parts = parts;
@@ -423,15 +630,17 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     a.partial = NULL;
     a.counters = c->gemv_counters;
     if (parts > 1) {
-        a.partial = (float *)cuda_scratch(c, SCRATCH_GEMV_PARTIAL, (size_t)n_slots * parts * tiles * 16 * sizeof(float));
+        /* [slot][part][row], or [token][part][row] for several tokens */
+        a.partial = (float *)cuda_scratch(c, SCRATCH_GEMV_PARTIAL,
+                                          (size_t)n_slots * n_tokens * parts * tiles * 16 * sizeof(float));
         if (!a.partial) return 1;
     }
     const int sd = mx ? TC_SCALE_E8M0 : dev_matrix_of(w).scale_dtype; /* 0 bf16, 1 f16, 2 f32 */
     switch (sd) {
-    case TC_SCALE_BF16: launch_tc<TC_SCALE_BF16>(c, a, n_slots); break;
-    case TC_SCALE_F16: launch_tc<TC_SCALE_F16>(c, a, n_slots); break;
-    case TC_SCALE_F32: launch_tc<TC_SCALE_F32>(c, a, n_slots); break;
-    default: launch_tc<TC_SCALE_E8M0>(c, a, n_slots); break;
+    case TC_SCALE_BF16: launch_tc<TC_SCALE_BF16>(c, a, n_slots, n_tokens); break;
+    case TC_SCALE_F16: launch_tc<TC_SCALE_F16>(c, a, n_slots, n_tokens); break;
+    case TC_SCALE_F32: launch_tc<TC_SCALE_F32>(c, a, n_slots, n_tokens); break;
+    default: launch_tc<TC_SCALE_E8M0>(c, a, n_slots, n_tokens); break;
     }
     cuda_launched(c, "gemv_tc");
     return 1;
