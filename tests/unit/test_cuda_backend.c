@@ -437,8 +437,10 @@ static void test_matmul_gelu_mul(void) {
         int64_t rows, cols;
     } cases[] = {{G4_WEIGHT_BF16, 0, 0, 0, 6144, 1536},          {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 256, 1536},
                  {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 96, 2048}, {G4_WEIGHT_AFFINE, 3, 32, G4_DTYPE_F16, 50, 96},
-                 {G4_WEIGHT_BF16, 0, 0, 0, 20000, 256}};
-    const int ns[] = {1, 3, 20};
+                 {G4_WEIGHT_BF16, 0, 0, 0, 20000, 256},          {G4_WEIGHT_AFFINE, 4, 128, G4_DTYPE_F32, 40, 21504},
+                 {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16, 77, 160},  {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16, 77, 2816},
+                 {G4_WEIGHT_AFFINE, 8, 128, G4_DTYPE_F32, 40, 21504}};
+    const int ns[] = {1, 3, 8, 20};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         test_matrix t;
         make_matrix(&t, cases[k].f, cases[k].bits, cases[k].group, cases[k].sdt, cases[k].rows, cases[k].cols);
@@ -1085,8 +1087,61 @@ static void test_moe_experts(void) {
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 5, TOL_SPLIT);
     check_moe(gpu, "MLX", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, ns, 5, TOL_SPLIT);
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4, ns, 5, TOL_SPLIT);
+    /* 8 bits at 26B-A4B widths and groups of 32 (tensor-core GEMV per slot, decode sizes) */
+    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 32, 32, 704, 2816, 8, ns, 3, TOL_SPLIT);
+    /* gate and up rows of one quantised tensor: gated pairs per slot */
+    check_moe(gpu, "stacked", 1, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4, ns, 3, TOL_SPLIT);
+    check_moe(gpu, "stacked", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, ns, 3, TOL_SPLIT);
     /* fixture-like odd widths: the generic per-slot path at every size */
     check_moe(gpu, "HF odd", 1, G4_WEIGHT_BF16, 0, 0, 8, 24, 72, 2, ns, 5, TOL_SPLIT);
+}
+
+/* The tensor-core GEMV (cuda_gemv_tc.cu): 1..8 tokens of 4-bit and 8-bit
+ * affine (every group size and scale type) and MXFP4, at real shapes, odd
+ * shapes (rows not a multiple of 16, columns not of 128) and wide rows
+ * (columns split over several blocks); the gelu_mul epilogue, gated pairs
+ * and MoE slots are in test_matmul_gelu_mul, test_matmul_gated and
+ * test_moe_experts. */
+static void test_gemv_tc(void) {
+    const int tokens[] = {1, 2, 3, 5, 8};
+    struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+    } formats[] = {
+        {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_BF16},  {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16},
+        {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F32},   {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16},
+        {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_F16},   {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_F32},
+        {G4_WEIGHT_AFFINE, 4, 128, G4_DTYPE_BF16}, {G4_WEIGHT_AFFINE, 4, 128, G4_DTYPE_F16},
+        {G4_WEIGHT_AFFINE, 4, 128, G4_DTYPE_F32},  {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8},
+        {G4_WEIGHT_AFFINE, 8, 32, G4_DTYPE_BF16},  {G4_WEIGHT_AFFINE, 8, 32, G4_DTYPE_F16},
+        {G4_WEIGHT_AFFINE, 8, 32, G4_DTYPE_F32},   {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16},
+        {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_F16},   {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_F32},
+        {G4_WEIGHT_AFFINE, 8, 128, G4_DTYPE_BF16}, {G4_WEIGHT_AFFINE, 8, 128, G4_DTYPE_F16},
+        {G4_WEIGHT_AFFINE, 8, 128, G4_DTYPE_F32},
+    };
+    const size_t n_formats = sizeof formats / sizeof formats[0];
+    /* E2B q_proj, and odd shapes: 77 and 333 rows, 96 / 160 / 192 / 384 columns */
+    const int64_t shapes[][2] = {{2048, 1536}, {77, 96}, {333, 160}, {45, 192}, {19, 384}};
+    for (size_t k = 0; k < n_formats; k++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (shapes[s][1] % formats[k].group != 0) continue; /* not a valid matrix */
+            test_matrix t;
+            make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, shapes[s][0], shapes[s][1]);
+            check_matmul(&t, tokens, 5);
+            free_matrix(&t);
+        }
+    /* a 31B MLP-sized matrix and wide rows (72 x 21504: columns in parts) */
+    const int64_t big[][2] = {{21504, 5376}, {72, 21504}};
+    for (size_t k = 0; k < n_formats; k++)
+        for (size_t s = 0; s < 2; s++) {
+            /* the large shape for a few formats only: the CPU reference is slow */
+            if (s == 0 && !(k == 0 || k == 3 || k == 8 || k == 9 || k == 10 || k == 13 || k == 18)) continue;
+            test_matrix t;
+            make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, big[s][0], big[s][1]);
+            check_matmul(&t, tokens, 5);
+            free_matrix(&t);
+        }
 }
 
 /* The plain bf16 prefill mode (G4_CUDA_PREFILL=bf16): one product per tile. */
@@ -1234,8 +1289,8 @@ static void speed(void) {
         test_matrix t;
         make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, rows, cols);
         const double bytes = (double)g4_matrix_bytes(&t.host);
-        const int ns[] = {1, 8, 512};
-        for (int i = 0; i < 3; i++) {
+        const int ns[] = {1, 2, 4, 8, 512};
+        for (int i = 0; i < 5; i++) {
             matmul_arg a = {gpu, &t.dev, dx, dout, ns[i]};
             double s = time_op(gpu, run_matmul, &a, ns[i] == 512 ? 5 : 20);
             if (ns[i] <= 8) {
@@ -1247,13 +1302,13 @@ static void speed(void) {
                 printf("  gemm %-18s %lldx%lld n=%-3d %8.1f us  %6.1f TFLOP/s\n", t.name, (long long)rows,
                        (long long)cols, ns[i], s * 1e6, 2.0 * rows * cols * ns[i] / s / 1e12);
         }
-        if (f32 && formats[k].bits == 4) {
-            matmul_arg a = {f32, &t.dev, dx, dout, 1};
+        for (int n = 1; f32 && formats[k].bits >= 4 && n <= 8; n *= 8) {
+            matmul_arg a = {f32, &t.dev, dx, dout, n};
             double s = time_op(f32, run_matmul, &a, 20);
-            printf("  gemv %-18s %lldx%lld n=1   %8.1f us  %6.0f GB/s (%.0f%% of copy), float32 GEMV (G4_CUDA_GEMV_TC=0)\n",
-                   t.name, (long long)rows, (long long)cols, s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
+            printf("  gemv %-18s %lldx%lld n=%-3d %8.1f us  %6.0f GB/s (%.0f%% of copy), float32 GEMV (G4_CUDA_GEMV_TC=0)\n",
+                   t.name, (long long)rows, (long long)cols, n, s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
             /* the variant must also be right */
-            check_matmul_on(f32, "f32 gemv ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+            if (n == 1) check_matmul_on(f32, "f32 gemv ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
         }
         free_matrix(&t);
     }
@@ -1350,10 +1405,14 @@ static void test_matmul_gated(void) {
         {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16, 2 * 2112, 2816},    /* the same at 8 bits */
         {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 2 * 300, 2816},
         {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16, 2 * 77, 96},         /* odd tiles */
+        {G4_WEIGHT_AFFINE, 4, 128, G4_DTYPE_F32, 2 * 40, 21504},     /* wide rows: columns in parts */
+        {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 2 * 19, 160},          /* odd tiles, columns not of 128 */
+        {G4_WEIGHT_AFFINE, 8, 128, G4_DTYPE_F16, 2 * 40, 21504},     /* 8 bits, columns in parts */
+        {G4_WEIGHT_AFFINE, 8, 32, G4_DTYPE_F32, 2 * 19, 160},        /* 8 bits, odd tiles */
         {G4_WEIGHT_AFFINE, 2, 64, G4_DTYPE_BF16, 2 * 130, 512},      /* no pairs: the fallback */
         {G4_WEIGHT_F16, 0, 0, 0, 2 * 33, 40},                        /* odd shape: the generic kernel */
     };
-    const int ns[] = {1, 3, 8, 20};
+    const int ns[] = {1, 2, 3, 5, 8, 20};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         test_matrix t;
         make_matrix(&t, cases[k].f, cases[k].bits, cases[k].group, cases[k].sdt, cases[k].rows, cases[k].cols);
@@ -1606,6 +1665,13 @@ int main(void) {
     CHECK(st == G4_OK, "CPU backend: %s", g4_error_message());
     if (st != G4_OK) return test_finish();
     printf("CUDA device: %s\n", g4_cuda_device_name(gpu));
+    if (getenv("G4_ONLY_GEMV_TC")) { /* the tensor-core GEMV's cases alone */
+        test_gemv_tc();
+        CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());
+        g4_backend_destroy(gpu);
+        g4_backend_destroy(cpu);
+        return test_finish();
+    }
     if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone */
         speed();
         g4_backend_destroy(gpu);
@@ -1630,6 +1696,7 @@ int main(void) {
     test_matmul_gated();
     test_matmul();
     test_moe_experts();
+    test_gemv_tc();
     test_fast_prefill();
     if (!getenv("G4_SKIP_SPEED")) speed();
     CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());

@@ -1,4 +1,6 @@
-/* One-token GEMV for 4-bit weights (MLX affine, MXFP4) on tensor cores.
+/* GEMV for 4-bit weights (MLX affine, MXFP4) and 8-bit MLX affine weights
+ * on tensor cores: one token (dense, or one per MoE slot) or 2..8 tokens of
+ * dense weights.
  *
  * Why: the float32 GEMV in cuda_matmul.cu spends ~4 instructions per 4-bit
  * weight (extract, convert, fma, plus its share of activation loads) and
@@ -29,7 +31,9 @@
  * different groups, so B's eight columns are n = 2 p + h: activation part h
  * (hi, lo) of the columns in group slot p of the block, zero elsewhere.
  * Output column n = 2p + h then lands in lane c = p of each quad: that lane
- * applies group p's scale.
+ * applies group p's scale. Several tokens reuse each block's decoded A
+ * fragments for every token; 8-bit codes take 64-column blocks (see
+ * gemv_tc_tokens_kernel).
  *
  * G4_CUDA_GEMV_TC=0 turns this path off (the float32 GEMV runs instead). */
 #include <stdlib.h>
@@ -357,9 +361,340 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
         out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
 }
 
-template <int SD> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
+/* ---- several tokens (2..8) of dense weights; 8-bit affine weights ----
+ *
+ * The weights of a block are loaded and decoded once and multiplied with
+ * every token's B fragments. The mma's eight output columns are
+ * n = 2 (t * slots + p) + h: token t of the mma's 4 / slots tokens, group
+ * slot p of the block, part h. Groups covering a whole block thus serve
+ * four tokens per mma, half a block two, a quarter one (a group slot per
+ * column pair is what keeps the groups' sums apart). Output lane c of a
+ * quad gets token c / slots, group slot c % slots.
+ *
+ * 8-bit codes: a byte q in the low bits of an fp16 half is the subnormal
+ * q 2^-24, so a mask takes bytes 0 and 2 of a word as one fp16 pair and a
+ * shift and the mask bytes 1 and 3 (decode_word8): one word, four k of an
+ * mma. A quad lane's 16 bytes are then 16 columns and a block 64 columns
+ * (64 bytes of a row, as for 4 bits); gemv_tc_prepare8_kernel writes the
+ * activations in that order. Groups of 128 columns span two blocks: each
+ * block adds its share with the group's scale and bias. */
+
+/* 8-bit blocks: 64 columns; per activation row and block 16 uint4 of B
+ * fragments (index (c * 2 + h) * 2 + v: quad lane c, part h, code words
+ * 2v and 2v + 1) then the same 8 floats as TC_BLOCK_UINT4's. */
+#define TC8_BLOCK_COLS 64
+#define TC8_BLOCK_UINT4 18
+
+/* One warp per 64-column block; each lane reads two columns. */
+__global__ void gemv_tc_prepare8_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
+                                        int n_rows, int group_cols) {
+    pdl_wait();
+    __shared__ float xs[TC_WARPS][TC8_BLOCK_COLS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
+    if (item >= (int64_t)n_blocks * n_rows) return;
+    const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
+    const float *xr = x + (size_t)row * x_stride;
+    const int64_t col0 = (int64_t)blk * TC8_BLOCK_COLS;
+    float sum = 0.0f, peak = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int64_t col = col0 + 2 * lane + i;
+        const float v = col < cols ? xr[col] : 0.0f;
+        xs[warp][2 * lane + i] = v;
+        sum += v;
+        peak = fmaxf(peak, fabsf(v));
+    }
+    const int seg = group_cols / 2; /* lanes per group slot: 16 or 32 */
+    for (int o = 1; o < seg; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    peak = warp_max(peak);
+    int e = 0; /* as in gemv_tc_prepare_kernel */
+    if (peak > 0.0f && peak <= 3.4e38f) {
+        frexpf(peak, &e);
+        e -= 15;
+    }
+    const float down = ldexpf(1.0f, -e);
+    uint4 *frags = prepared + item * TC8_BLOCK_UINT4;
+    float *srow = reinterpret_cast<float *>(frags + 16);
+    if (lane < 8) srow[lane] = lane == 4 ? ldexpf(1.0f, e) : 0.0f;
+    __syncwarp();
+    if (lane % seg == 0) srow[lane / seg] = sum;
+    if (lane >= 16) return;
+    /* this lane's uint4: quad lane c, part h, words 2v and 2v + 1 of the
+     * lane's 16 columns; per word the pairs of bytes (0, 2) and (1, 3) */
+    const int c = lane >> 2, h = (lane >> 1) & 1, v = lane & 1;
+    uint32_t out[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int k = 16 * c + 4 * (2 * v + (j >> 1)) + (j & 1);
+        const float a = xs[warp][k] * down, b = xs[warp][k + 2] * down;
+        __half2 p = __floats2half2_rn(a, b);
+        if (h == 1) {
+            const float2 hf = __half22float2(p);
+            p = __floats2half2_rn(a - hf.x, b - hf.y);
+        }
+        out[j] = *reinterpret_cast<uint32_t *>(&p);
+    }
+    frags[lane] = make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+/* A word of four 8-bit codes as two fp16 pairs: (code 0, code 2), (code 1,
+ * code 3), each code q the subnormal q 2^-24 (the caller multiplies by 2^24). */
+__device__ __forceinline__ void decode_word8(uint32_t w, uint32_t *p) {
+    p[0] = w & 0x00FF00FFu;
+    p[1] = (w >> 8) & 0x00FF00FFu;
+}
+
+/* blocks of weights in flight per warp: three for one token, two for more
+ * (more made the kernels spill at their launch bounds) */
+template <int NT> __host__ __device__ constexpr int tc_tokens_prefetch() { return NT == 1 ? 3 : 2; }
+/* blocks per multiprocessor the kernel is compiled for */
+template <int NT> __host__ __device__ constexpr int tc_tokens_min_blocks() { return NT == 1 ? 5 : 4; }
+
+/* NT tokens at most (n of them: dense weights), or NT = 1 and one token per
+ * MoE slot (a.ids; blockIdx.y is the slot). Partial sums and the
+ * semaphore reduction as in gemv_tc_kernel, per token. */
+template <int SD, int BITS, int NT>
+__global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gemv_tc_tokens_kernel(gemv_tc_args a, int n) {
+    pdl_wait();
+    constexpr bool MX = SD == TC_SCALE_E8M0;
+    constexpr int PF = tc_tokens_prefetch<NT>();
+    constexpr int BC = BITS == 4 ? TC_BLOCK_COLS : TC8_BLOCK_COLS;    /* columns per block */
+    constexpr int BU = BITS == 4 ? TC_BLOCK_UINT4 : TC8_BLOCK_UINT4;  /* prepared uint4 per block */
+    constexpr int FRAGS = BU - 2;                                      /* of them B fragments */
+    __shared__ uint4 ring[TC_WARPS][PF][NT][BU];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, c = lane & 3;
+    const int parts = a.parts, part = (int)(blockIdx.x % (unsigned)parts);
+    const int64_t tile = blockIdx.x / (unsigned)parts;
+    const bool paired = a.pair > 0;
+    const int64_t row0 = tile * (paired ? 8 : 16);
+    const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
+    const float *mul = a.gelu_mul;
+    float *out = a.out;
+    int xrow = 0;
+    const int slot = blockIdx.y;
+    if (a.ids) {
+        const int e = a.ids[slot];
+        if (e < 0 || e >= a.n_experts) return;
+        const int64_t base = (int64_t)e * a.expert_stride + a.row_offset;
+        if (mul) mul += (size_t)slot * a.out_stride;
+        data += (size_t)base * a.row_bytes;
+        scales += (size_t)base * a.scale_row_bytes;
+        if (biases) biases += (size_t)base * a.scale_row_bytes;
+        xrow = slot / a.x_div;
+        out += (size_t)slot * a.out_stride;
+    }
+    const int64_t r_lo = row0 + g, r_hi = paired ? row0 + g + a.pair : row0 + g + 8;
+    const bool ok_lo = r_lo < a.rows, ok_hi = paired ? ok_lo : r_hi < a.rows;
+    const int gs = a.group_size;
+    const int gc = gs < BC ? gs : BC;     /* columns of a group slot */
+    const int slots = BC / gc;            /* 4, 2 or 1 */
+    const int per_mma = 4 / slots;        /* tokens per mma */
+    const int gs_log2 = __ffs(gs) - 1;    /* group sizes are powers of two */
+    /* as a B lane: column g / 2 = (token, slot), part g % 2; it supplies its
+     * own columns' activations when their slot is that column's */
+    const int my_slot = c * (BC / 4) / gc;
+    const int b_col = g >> 1, b_tok = b_col / slots;
+    const bool b_slot = b_col % slots == my_slot;
+    const int b_index = (c * 2 + (g & 1)) * (FRAGS / 8);
+    /* as an output lane: columns 2c, 2c + 1 are token c / slots, slot c % slots */
+    const int o_slot = c % slots, o_tok = c / slots;
+    const uint8_t *w_lo = data + (size_t)(ok_lo ? r_lo : 0) * a.row_bytes + 16 * c;
+    const uint8_t *w_hi = data + (size_t)(ok_hi ? r_hi : 0) * a.row_bytes + 16 * c;
+    const uint8_t *s_lo = scales + (size_t)(ok_lo ? r_lo : 0) * a.scale_row_bytes;
+    const uint8_t *s_hi = scales + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes;
+    const uint8_t *b_lo = biases ? biases + (size_t)(ok_lo ? r_lo : 0) * a.scale_row_bytes : NULL;
+    const uint8_t *b_hi = biases ? biases + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes : NULL;
+    const uint4 *prepared = a.prepared + (size_t)xrow * a.n_blocks * BU; /* token t: t * n_blocks * BU further */
+    const int64_t cols = a.cols;
+    const int per_part = (a.n_blocks + parts - 1) / parts;
+    const int part_first = part * per_part, part_last = min(a.n_blocks, part_first + per_part);
+    const int per = (part_last - part_first + TC_WARPS - 1) / TC_WARPS;
+    const int first = part_first + warp * per, last = min(part_last, first + per);
+    /* acc[j]: this lane's rows for token j * per_mma + o_tok, slot o_slot */
+    float acc_lo[NT], acc_hi[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc_lo[j] = acc_hi[j] = 0.0f;
+    for (int blk0 = first; blk0 < last; blk0 += PF) {
+        uint4 wl[PF], wh[PF];
+        float sl[PF], sh[PF], bl[PF], bh[PF];
+#pragma unroll
+        for (int k = 0; k < PF; k++) {
+            const int blk = blk0 + k;
+            if (blk < last)
+                for (int t = 0; t < n; t++) {
+                    const uint4 *src = prepared + ((size_t)t * a.n_blocks + blk) * BU;
+                    if (lane < BU) cp_async16(&ring[warp][k][t][lane], src + lane);
+                    if (lane + 32 < BU) cp_async16(&ring[warp][k][t][32 + lane], src + 32 + lane);
+                }
+            const bool in = blk < last && (int64_t)blk * BC + (BC / 4) * c < cols;
+            const size_t off = (size_t)blk * 64; /* 64 bytes of a row per block */
+            wl[k] = in && ok_lo ? load_stream16(w_lo + off) : make_uint4(0, 0, 0, 0);
+            wh[k] = in && ok_hi ? load_stream16(w_hi + off) : make_uint4(0, 0, 0, 0);
+            sl[k] = sh[k] = bl[k] = bh[k] = 0.0f;
+            const int64_t slot_col = (int64_t)blk * BC + o_slot * gc;
+            if (blk < last && slot_col < cols) {
+                const int grp = (int)(slot_col >> gs_log2);
+                sl[k] = group_param<SD>(s_lo, grp);
+                sh[k] = group_param<SD>(s_hi, grp);
+                if (!MX && b_lo) {
+                    bl[k] = group_param<SD>(b_lo, grp);
+                    bh[k] = group_param<SD>(b_hi, grp);
+                }
+            }
+        }
+        cp_async_wait_all();
+        __syncwarp();
+#pragma unroll
+        for (int k = 0; k < PF; k++) {
+            const int blk = blk0 + k;
+            if (blk >= last) break;
+            /* the block's A fragments, decoded once for all tokens: 4 bits
+             * a0 (pairs 0, 2) and a1 (pairs 1, 3) per word; 8 bits a0 per word */
+            uint32_t a0[4][4], a1[4][4];
+            const uint32_t wlw[4] = {wl[k].x, wl[k].y, wl[k].z, wl[k].w};
+            const uint32_t whw[4] = {wh[k].x, wh[k].y, wh[k].z, wh[k].w};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if constexpr (BITS == 4) {
+                    uint32_t pl[4], ph[4];
+                    decode_word<MX>(wlw[u], pl);
+                    decode_word<MX>(whw[u], ph);
+                    a0[u][0] = pl[0], a0[u][1] = ph[0], a0[u][2] = pl[1], a0[u][3] = ph[1];
+                    a1[u][0] = pl[2], a1[u][1] = ph[2], a1[u][2] = pl[3], a1[u][3] = ph[3];
+                } else {
+                    uint32_t pl[2], ph[2];
+                    decode_word8(wlw[u], pl);
+                    decode_word8(whw[u], ph);
+                    a0[u][0] = pl[0], a0[u][1] = ph[0], a0[u][2] = pl[1], a0[u][3] = ph[1];
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (j * per_mma >= n) break;
+                const int bt = j * per_mma + b_tok;
+                const bool b_active = b_slot && bt < n;
+                const uint4 *xf = &ring[warp][k][b_active ? bt : 0][b_index];
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                if constexpr (BITS == 4) {
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        const uint4 xb = b_active ? xf[u] : make_uint4(0, 0, 0, 0);
+                        const uint32_t b0[2] = {xb.x, xb.y}, b1[2] = {xb.z, xb.w};
+                        mma_16816(d, a0[u], b0);
+                        mma_16816(MX ? d : e, a1[u], b1);
+                    }
+                } else {
+#pragma unroll
+                    for (int v = 0; v < 2; v++) {
+                        const uint4 xb = b_active ? xf[v] : make_uint4(0, 0, 0, 0);
+                        const uint32_t b0[2] = {xb.x, xb.y}, b1[2] = {xb.z, xb.w};
+                        mma_16816(d, a0[2 * v], b0);
+                        mma_16816(d, a0[2 * v + 1], b1);
+                    }
+                }
+                const int ot = j * per_mma + o_tok;
+                if (ot < n) {
+                    const float *sums = reinterpret_cast<const float *>(&ring[warp][k][ot][FRAGS]);
+                    /* the block's power of two, and the codes' own */
+                    const float up = sums[4] * (BITS == 8 ? 16777216.0f : MX ? 16384.0f : 1048576.0f);
+                    const bool one = MX || BITS == 8; /* all products in one unit */
+                    const float vlo = one ? d[0] + d[1] : (d[0] + d[1]) * 16.0f + (e[0] + e[1]);
+                    const float vhi = one ? d[2] + d[3] : (d[2] + d[3]) * 16.0f + (e[2] + e[3]);
+                    acc_lo[j] = fmaf(sl[k], vlo * up, acc_lo[j]);
+                    acc_hi[j] = fmaf(sh[k], vhi * up, acc_hi[j]);
+                    if (!MX) {
+                        acc_lo[j] = fmaf(bl[k], sums[o_slot], acc_lo[j]);
+                        acc_hi[j] = fmaf(bh[k], sums[o_slot], acc_hi[j]);
+                    }
+                }
+            }
+        }
+        __syncwarp(); /* the ring is refilled next pass */
+    }
+    /* a token's group slots sit in neighbouring quad lanes: add them, then
+     * the warps' column ranges */
+    __shared__ float sum_warps[TC_WARPS][NT][16];
+    __shared__ int last_part;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        if (j * per_mma >= n) break;
+        float lo = acc_lo[j], hi = acc_hi[j];
+        if (slots >= 2) {
+            lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+            hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+        }
+        if (slots == 4) {
+            lo += __shfl_xor_sync(0xffffffffu, lo, 2);
+            hi += __shfl_xor_sync(0xffffffffu, hi, 2);
+        }
+        const int ot = j * per_mma + o_tok;
+        if (o_slot == 0 && ot < n) {
+            sum_warps[warp][ot][g] = lo;
+            sum_warps[warp][ot][g + 8] = hi;
+        }
+    }
+    __syncthreads();
+    /* one thread per (token, row of the tile) */
+    const int t = threadIdx.x >> 4, r = threadIdx.x & 15;
+    const bool mine_ok = t < n;
+    float v = 0.0f;
+    if (mine_ok)
+        for (int w = 0; w < TC_WARPS; w++) v += sum_warps[w][t][r];
+    if (parts > 1) {
+        /* [slot][token][part][row]: slot > 0 only with ids, token > 0 only without */
+        const size_t st = (size_t)slot * NT + t;
+        float *mine = a.partial + (st * parts + part) * a.rows_padded + (size_t)tile * 16;
+        if (mine_ok) {
+            mine[r] = v;
+            __threadfence();
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int *count = a.counters + (size_t)slot * a.n_tiles + tile;
+            const int before = atomicAdd(count, 1);
+            last_part = before == parts - 1;
+            if (last_part) *count = 0; /* every part has arrived: ready for the next call */
+        }
+        __syncthreads();
+        if (!last_part) return;
+        __threadfence();
+        if (mine_ok) {
+            const float *all = a.partial + st * parts * a.rows_padded + (size_t)tile * 16 + r;
+            v = 0.0f;
+            for (int p = 0; p < parts; p++) v += __ldcg(all + (size_t)p * a.rows_padded);
+        }
+    }
+    /* token t's rows of out (and of gelu_mul, laid out like out) */
+    out += (size_t)(mine_ok ? t : 0) * a.out_stride;
+    if (mul) mul += (size_t)(mine_ok ? t : 0) * a.out_stride;
+    if (paired) {
+        __shared__ float tile_sums[NT][16];
+        if (mine_ok) tile_sums[t][r] = v;
+        __syncthreads();
+        if (mine_ok && r < 8 && row0 + r < a.rows) out[row0 + r] = __fmul_rn(gelu_tanh(tile_sums[t][r]), tile_sums[t][r + 8]);
+        return;
+    }
+    if (mine_ok && row0 + r < a.rows) out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
+}
+
+/* 4 bits: gemv_tc_kernel for one token (or one per slot), the tokens
+ * kernel for more; 8 bits: the tokens kernel always. n_tokens > 1 only
+ * without ids (dense weights). */
+template <int SD, int BITS> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int n_tokens) {
     dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
-    cuda_launch(c, gemv_tc_kernel<SD>, grid, TC_WARPS * 32, 0, a);
+    if (n_tokens <= 1) {
+        if constexpr (BITS == 4)
+            cuda_launch(c, gemv_tc_kernel<SD>, grid, TC_WARPS * 32, 0, a);
+        else
+            cuda_launch(c, gemv_tc_tokens_kernel<SD, 8, 1>, grid, TC_WARPS * 32, 0, a, 1);
+    } else if (n_tokens <= 2)
+        cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 2>, grid, TC_WARPS * 32, 0, a, n_tokens);
+    else if (n_tokens <= 4)
+        cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 4>, grid, TC_WARPS * 32, 0, a, n_tokens);
+    else
+        cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 8>, grid, TC_WARPS * 32, 0, a, n_tokens);
 }
 
 /* Handles the product when the shape and format allow (returns 1), else
@@ -367,25 +702,34 @@ template <int SD> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int 
 int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
                  const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
                  int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair) {
-    if (!c->gemv_tc || (!ids && n_tokens != 1)) return 0;
+    if (!c->gemv_tc || (!ids && (n_tokens < 1 || n_tokens > 8))) return 0;
     const bool mx = w->format == G4_WEIGHT_MXFP4;
-    if (!(w->format == G4_WEIGHT_AFFINE || mx) || w->bits != 4) return 0;
+    const int bits = w->bits;
+    if (mx ? bits != 4 : !(w->format == G4_WEIGHT_AFFINE && (bits == 4 || bits == 8))) return 0;
     const int gs = w->group_size;
     if (mx ? gs != 32 : !(gs == 32 || gs == 64 || gs == 128)) return 0;
-    if (w->cols % 32 != 0 || w->cols % gs != 0 || w->row_bytes != (size_t)w->cols / 2 || ((uintptr_t)w->data & 15u) != 0 ||
-        w->row_bytes % 16 != 0)
+    if (w->cols % 32 != 0 || w->cols % gs != 0 || w->row_bytes != (size_t)w->cols * bits / 8 ||
+        ((uintptr_t)w->data & 15u) != 0 || w->row_bytes % 16 != 0)
         return 0;
     if (!ids) n_slots = 1;
+    if (ids) n_tokens = 1; /* one token per slot */
     if (x_div <= 0) x_div = 1;
-    const int n_x = ids ? (n_slots + x_div - 1) / x_div : 1;
-    const int n_blocks = (int)((w->cols + TC_BLOCK_COLS - 1) / TC_BLOCK_COLS);
+    const int n_x = ids ? (n_slots + x_div - 1) / x_div : n_tokens;
+    /* blocks of 64 bytes of a row: 128 columns of 4 bits, 64 of 8 */
+    const int block_cols = bits == 8 ? TC8_BLOCK_COLS : TC_BLOCK_COLS;
+    const int block_uint4 = bits == 8 ? TC8_BLOCK_UINT4 : TC_BLOCK_UINT4;
+    const int n_blocks = (int)((w->cols + block_cols - 1) / block_cols);
     uint4 *prepared =
-        (uint4 *)cuda_scratch(c, SCRATCH_GEMV_FRAGS, (size_t)n_x * n_blocks * TC_BLOCK_UINT4 * sizeof(uint4));
+        (uint4 *)cuda_scratch(c, SCRATCH_GEMV_FRAGS, (size_t)n_x * n_blocks * block_uint4 * sizeof(uint4));
     if (!prepared) return 1; /* failure recorded */
-    const int gc = gs < TC_BLOCK_COLS ? gs : TC_BLOCK_COLS;
+    const int gc = gs < block_cols ? gs : block_cols;
     const int64_t items = (int64_t)n_x * n_blocks;
-    cuda_launch(c, gemv_tc_prepare_kernel, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, 
-        prepared, x, x_stride, w->cols, n_blocks, n_x, gc);
+    if (bits == 8)
+        cuda_launch(c, gemv_tc_prepare8_kernel, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
+                    x_stride, w->cols, n_blocks, n_x, gc);
+    else
+        cuda_launch(c, gemv_tc_prepare_kernel, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
+                    x_stride, w->cols, n_blocks, n_x, gc);
     if (!cuda_launched(c, "gemv_tc_prepare")) return 1;
 
     gemv_tc_args a;
@@ -410,11 +754,13 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     a.pair = pair;
     const int64_t tiles = (w->rows + (pair > 0 ? 7 : 15)) / (pair > 0 ? 8 : 16);
     /* Columns in 2, 4 or 8 parts until there are four waves of blocks (five
-     * blocks per multiprocessor fit): a last partial wave then costs little.
-     * Each warp keeps at least eight 128-column blocks (two rounds of loads:
-     * measured faster than more, shorter warps at 21504 x 5376). */
+     * blocks per multiprocessor fit, four for several tokens): a last partial
+     * wave then costs little. Each warp keeps at least eight blocks (two
+     * rounds of loads: measured faster than more, shorter warps at
+     * 21504 x 5376, 4 bits). */
+    const int per_sm = n_tokens == 1 ? 5 : 4; /* the kernels' launch bounds */
     int parts = 1;
-    while (parts < 8 && tiles * n_slots * parts < 4 * 5 * (int64_t)c->sm_count &&
+    while (parts < 8 && tiles * n_slots * parts < 4 * per_sm * (int64_t)c->sm_count &&
            n_blocks >= 8 * TC_WARPS * parts * 2 && tiles * n_slots <= TC_MAX_COUNTERS)
         parts *= 2;
     a.parts = parts;
@@ -423,15 +769,25 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     a.partial = NULL;
     a.counters = c->gemv_counters;
     if (parts > 1) {
-        a.partial = (float *)cuda_scratch(c, SCRATCH_GEMV_PARTIAL, (size_t)n_slots * parts * tiles * 16 * sizeof(float));
+        /* [slot][part][row], or [token][part][row] for several tokens */
+        a.partial = (float *)cuda_scratch(c, SCRATCH_GEMV_PARTIAL,
+                                          (size_t)n_slots * n_tokens * parts * tiles * 16 * sizeof(float));
         if (!a.partial) return 1;
     }
     const int sd = mx ? TC_SCALE_E8M0 : dev_matrix_of(w).scale_dtype; /* 0 bf16, 1 f16, 2 f32 */
-    switch (sd) {
-    case TC_SCALE_BF16: launch_tc<TC_SCALE_BF16>(c, a, n_slots); break;
-    case TC_SCALE_F16: launch_tc<TC_SCALE_F16>(c, a, n_slots); break;
-    case TC_SCALE_F32: launch_tc<TC_SCALE_F32>(c, a, n_slots); break;
-    default: launch_tc<TC_SCALE_E8M0>(c, a, n_slots); break;
+    if (bits == 8) {
+        switch (sd) {
+        case TC_SCALE_BF16: launch_tc<TC_SCALE_BF16, 8>(c, a, n_slots, n_tokens); break;
+        case TC_SCALE_F16: launch_tc<TC_SCALE_F16, 8>(c, a, n_slots, n_tokens); break;
+        default: launch_tc<TC_SCALE_F32, 8>(c, a, n_slots, n_tokens); break;
+        }
+    } else {
+        switch (sd) {
+        case TC_SCALE_BF16: launch_tc<TC_SCALE_BF16, 4>(c, a, n_slots, n_tokens); break;
+        case TC_SCALE_F16: launch_tc<TC_SCALE_F16, 4>(c, a, n_slots, n_tokens); break;
+        case TC_SCALE_F32: launch_tc<TC_SCALE_F32, 4>(c, a, n_slots, n_tokens); break;
+        default: launch_tc<TC_SCALE_E8M0, 4>(c, a, n_slots, n_tokens); break;
+        }
     }
     cuda_launched(c, "gemv_tc");
     return 1;

@@ -75,7 +75,7 @@ struct cuda_ctx {
     int gemv_rows4; /* G4_CUDA_GEMV_ROWS4=1: see launch_gemv_tokens */
     int gemv_split; /* G4_CUDA_GEMV_SPLIT=0/1 forces the column split off/on; -1: by shape (gemv_split) */
     int gemv_minb;  /* G4_CUDA_GEMV_MINB (0/5/6), -1 by format: see launch_gemv */
-    int gemv_tc;    /* one-token 4-bit GEMV on tensor cores (cuda_gemv_tc.cu); G4_CUDA_GEMV_TC=0 turns it off */
+    int gemv_tc;    /* 4/8-bit GEMV (up to 8 tokens) on tensor cores (cuda_gemv_tc.cu); G4_CUDA_GEMV_TC=0 turns it off */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
     int graphs_enabled;
@@ -217,8 +217,8 @@ void cuda_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_toke
 int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
               const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
               int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair);
-/* The same for one token (or one per slot) of 4-bit affine / MXFP4 weights
- * on tensor cores (cuda_gemv_tc.cu); returns 0, doing nothing, when the
+/* The same for one token per slot, or up to 8 tokens of dense weights, of
+ * 4-bit affine / MXFP4 / 8-bit affine weights on tensor cores (cuda_gemv_tc.cu); returns 0, doing nothing, when the
  * format or shape is not one it handles. */
 int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
                  const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
