@@ -713,6 +713,10 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
         return 0;
     if (!ids) n_slots = 1;
     if (ids) n_tokens = 1; /* one token per slot */
+    /* One token of 8-bit weights: the float32 GEMV measured faster (21504 x
+     * 5376 g64: 55.5 us against 71.6 here); G4_CUDA_GEMV_TC8_ONE=1 uses this
+     * path anyway. From two tokens on this one wins (80 us vs ~300 at 2-8). */
+    if (bits == 8 && n_tokens == 1 && !c->gemv_tc8_one) return 0;
     if (x_div <= 0) x_div = 1;
     const int n_x = ids ? (n_slots + x_div - 1) / x_div : n_tokens;
     /* blocks of 64 bytes of a row: 128 columns of 4 bits, 64 of 8 */
@@ -761,7 +765,7 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     const int per_sm = n_tokens == 1 ? 5 : 4; /* the kernels' launch bounds */
     int parts = 1;
     while (parts < 8 && tiles * n_slots * parts < 4 * per_sm * (int64_t)c->sm_count &&
-           n_blocks >= 8 * TC_WARPS * parts * 2 && tiles * n_slots <= TC_MAX_COUNTERS)
+           n_blocks >= c->gemv_tc_min_blocks * TC_WARPS * parts * 2 && tiles * n_slots <= TC_MAX_COUNTERS)
         parts *= 2;
     a.parts = parts;
     a.n_tiles = tiles;

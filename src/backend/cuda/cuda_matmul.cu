@@ -390,6 +390,10 @@ static void launch_gemv_tokens(cuda_ctx *c, const gemv_args &a, int n_slots) {
      * format (each activation load serves twice the weights; an experiment) */
     if (a.n <= 1 && c->gemv_rows4 && (is_affine<F>() || F == FF_MXFP4) && F != FF_AFF2)
         launch_gemv<F, 1, 4>(c, a, n_slots);
+    else if (F == FF_BF16 && a.n <= 1 && c->gemv_bf16_rows == 2)
+        launch_gemv<F, 1, 2>(c, a, n_slots);
+    else if (F == FF_BF16 && a.n <= 1 && c->gemv_bf16_rows == 1 && a.pair <= 0)
+        launch_gemv<F, 1, 1>(c, a, n_slots);
     else if (a.n <= 1)
         launch_gemv<F, 1, R>(c, a, n_slots);
     else if (a.n <= 2)
