@@ -1269,45 +1269,6 @@ static void gemv_split_speed(double bw) {
         if (variant[v]) g4_backend_destroy(variant[v]);
 }
 
-/* One-token GEMV at the 31B's (and two E2B) shapes under three values of
- * a G4_CUDA_* setting (the default first), each checked against the CPU:
- * which value the default should be. */
-static void gemv_setting_speed(double bw, const char *setting, const char *const values[3], g4_weight_format f,
-                               int bits, int group) {
-    g4_backend *variant[3];
-    for (int v = 0; v < 3; v++) {
-        setenv(setting, values[v], 1);
-        if (g4_backend_cuda_create(0, &variant[v]) != G4_OK) variant[v] = NULL;
-    }
-    unsetenv(setting);
-    const int64_t shapes[][2] = {{16384, 5376}, {43008, 5376}, {5376, 8192}, {5376, 21504}, {1536, 6144}, {1536, 2048}};
-    printf("  one-token GEMV, %s = %s / %s / %s\n", setting, values[0], values[1], values[2]);
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        test_matrix t;
-        make_matrix(&t, f, bits, group, G4_DTYPE_BF16, shapes[s][0], shapes[s][1]);
-        float *x = rand_floats((size_t)shapes[s][1], 0.05f, 2.0f);
-        float *dx = up(x, (size_t)shapes[s][1] * 4), *dout = poisoned((size_t)shapes[s][0]);
-        const double bytes = (double)g4_matrix_bytes(&t.host);
-        double us[3] = {0, 0, 0};
-        for (int v = 0; v < 3; v++) {
-            if (!variant[v]) continue;
-            matmul_arg a = {variant[v], &t.dev, dx, dout, 1};
-            us[v] = time_op(variant[v], run_matmul, &a, 30) * 1e6;
-            char tag[48];
-            snprintf(tag, sizeof tag, "%s=%s ", setting, values[v]);
-            check_matmul_on(variant[v], tag, &t.host, &t.dev, t.name, 1, TOL_SPLIT);
-        }
-        printf("  gemv %-18s %6lldx%-6lld %6.1f / %6.1f / %6.1f us  (%3.0f / %3.0f / %3.0f%% of copy)\n", t.name,
-               (long long)shapes[s][0], (long long)shapes[s][1], us[0], us[1], us[2], 100 * bytes / us[0] / 1e3 / bw,
-               100 * bytes / us[1] / 1e3 / bw, 100 * bytes / us[2] / 1e3 / bw);
-        release(dx), release(dout);
-        free(x);
-        free_matrix(&t);
-    }
-    for (int v = 0; v < 3; v++)
-        if (variant[v]) g4_backend_destroy(variant[v]);
-}
-
 typedef struct {
     float *x;
     int32_t *ids;
@@ -1371,9 +1332,6 @@ static void speed(void) {
     release(dx), release(dout);
     free(x);
     gemv_split_speed(bw);
-    const char *const bf16_rows[3] = {"4", "2", "1"}, *const tc_min_blocks[3] = {"8", "4", "2"};
-    gemv_setting_speed(bw, "G4_CUDA_GEMV_BF16_ROWS", bf16_rows, G4_WEIGHT_BF16, 0, 0);
-    gemv_setting_speed(bw, "G4_CUDA_GEMV_TC_MIN_BLOCKS", tc_min_blocks, G4_WEIGHT_AFFINE, 4, 64);
     /* top_logits over the 262144-logit LM head: what a decode step adds to copy back candidates */
     {
         const int V = 262144, ks[] = {1, 40, 64, 1024};

@@ -380,10 +380,6 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->gemv_minb = minb ? atoi(minb) : -1;
     const char *tc = getenv("G4_CUDA_GEMV_TC");
     c->gemv_tc = !tc || strcmp(tc, "0") != 0;
-    const char *bf16_rows = getenv("G4_CUDA_GEMV_BF16_ROWS");
-    c->gemv_bf16_rows = bf16_rows ? atoi(bf16_rows) : 4;
-    const char *tc_min = getenv("G4_CUDA_GEMV_TC_MIN_BLOCKS");
-    c->gemv_tc_min_blocks = tc_min && atoi(tc_min) > 0 ? atoi(tc_min) : 8;
     const char *tc8 = getenv("G4_CUDA_GEMV_TC8_ONE");
     c->gemv_tc8_one = tc8 && !strcmp(tc8, "1");
     const char *pdl = getenv("G4_CUDA_PDL");

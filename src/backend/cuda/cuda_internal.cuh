@@ -76,8 +76,6 @@ struct cuda_ctx {
     int gemv_split; /* G4_CUDA_GEMV_SPLIT=0/1 forces the column split off/on; -1: by shape (gemv_split) */
     int gemv_minb;  /* G4_CUDA_GEMV_MINB (0/5/6), -1 by format: see launch_gemv */
     int gemv_tc;    /* 4/8-bit GEMV (up to 8 tokens) on tensor cores (cuda_gemv_tc.cu); G4_CUDA_GEMV_TC=0 turns it off */
-    int gemv_bf16_rows; /* G4_CUDA_GEMV_BF16_ROWS=1/2: rows per warp (block when split) of the one-token bf16 GEMV (default 4) */
-    int gemv_tc_min_blocks; /* G4_CUDA_GEMV_TC_MIN_BLOCKS: fewest column blocks per warp when splitting columns (8) */
     int gemv_tc8_one; /* G4_CUDA_GEMV_TC8_ONE=1: one token of 8-bit weights on tensor cores too (slower, see cuda_gemv_tc) */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */

@@ -390,10 +390,12 @@ static void launch_gemv_tokens(cuda_ctx *c, const gemv_args &a, int n_slots) {
      * format (each activation load serves twice the weights; an experiment) */
     if (a.n <= 1 && c->gemv_rows4 && (is_affine<F>() || F == FF_MXFP4) && F != FF_AFF2)
         launch_gemv<F, 1, 4>(c, a, n_slots);
-    else if (F == FF_BF16 && a.n <= 1 && c->gemv_bf16_rows == 2)
+    else if (F == FF_BF16 && a.n <= 1)
+        /* two rows per warp (per block when split): measured faster than
+         * four or one at every 31B and E2B shape (31B down 5376x21504 61.4
+         * -> 55.8 us, o 5376x8192 24.7 -> 22.7 us: twice the blocks, whole
+         * waves) */
         launch_gemv<F, 1, 2>(c, a, n_slots);
-    else if (F == FF_BF16 && a.n <= 1 && c->gemv_bf16_rows == 1 && a.pair <= 0)
-        launch_gemv<F, 1, 1>(c, a, n_slots);
     else if (a.n <= 1)
         launch_gemv<F, 1, R>(c, a, n_slots);
     else if (a.n <= 2)
