@@ -250,7 +250,6 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
     const g4_text_config *tc = &m->config.text;
     const g4_text_layer *w = &m->text.layers[i];
     const int d = tc->hidden_size;
-    const size_t nd = (size_t)n * d;
     if (w->gate_up.data && be->ops->matmul_gated) {
         be->ops->matmul_gated(be, s->gate, s->a, n, &w->gate_up);
     } else {
@@ -270,8 +269,9 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
         be->ops->rmsnorm(be, s->x2, s->h, w->pre_ffn_norm2, n, d, tc->rms_eps);
         be->ops->moe_experts(be, s->moe_out, s->x2, n, s->moe_ids, s->moe_w, tc->top_k_experts, &w->expert_gate,
                              &w->expert_up, &w->expert_down);
-        be->ops->rmsnorm(be, s->moe_out, s->moe_out, w->post_ffn_norm2, n, d, tc->rms_eps);
-        be->ops->add(be, s->t1, s->t1, s->moe_out, nd);
+        /* t1 += rmsnorm(moe_out) * post_ffn_norm2: one kernel, the same
+         * values as the norm then the add */
+        be->ops->add_rmsnorm(be, s->t1, s->moe_out, w->post_ffn_norm2, n, d, tc->rms_eps, 1.0f, NULL, NULL);
     }
     be->ops->add_rmsnorm(be, s->h, s->t1, w->post_ffn_norm, n, d, tc->rms_eps, scale, next_norm ? s->a : NULL,
                          next_norm);

@@ -811,6 +811,8 @@ static void shuffle(int32_t *v, int n) {
     }
 }
 
+static g4_backend *merge_kernel_be; /* G4_CUDA_ATTN_MERGE=kernel, for check_attention */
+
 static void check_attention(const attn_case *ac) {
     const int Hq = ac->n_heads, Hkv = ac->n_kv, D = ac->head_dim, bs = ac->block_size, S = ac->n_seqs;
     int max_len = 0;
@@ -883,6 +885,19 @@ static void check_attention(const attn_case *ac) {
     char what[160];
     snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d", ac->label, n, Hq, Hkv, D);
     compare("attention", what, got, want, nq, TOL_REDUCE);
+    /* split decode merged by its own kernel (G4_CUDA_ATTN_MERGE=kernel):
+     * the same arithmetic, so the same bits as merging in the kernel */
+    if (merge_kernel_be) {
+        gpu->ops->synchronize(gpu);
+        float *dout2 = poisoned(nq);
+        merge_kernel_be->ops->attention(merge_kernel_be, dout2, dq, kg, &db, ac->sliding, Hq, scale);
+        merge_kernel_be->ops->synchronize(merge_kernel_be);
+        float *got2 = down(dout2, nq);
+        CHECK(memcmp(got, got2, nq * 4) == 0, "attention %s: merge kernel gives other bits than the in-kernel merge",
+              what);
+        release(dout2);
+        free(got2);
+    }
     release(dq), release(dout);
     for (int i = 0; i < 5; i++) release(bufs[i]);
     cpu->ops->kv_free(cpu, kc);
@@ -892,6 +907,10 @@ static void check_attention(const attn_case *ac) {
 }
 
 static void test_attention(void) {
+    setenv("G4_CUDA_ATTN_MERGE", "kernel", 1);
+    if (g4_backend_cuda_create(0, &merge_kernel_be) != G4_OK) merge_kernel_be = NULL;
+    unsetenv("G4_CUDA_ATTN_MERGE");
+    CHECK(merge_kernel_be != NULL, "CUDA backend with G4_CUDA_ATTN_MERGE=kernel: %s", g4_error_message());
     const attn_case cases[] = {
         /* decode: one token of each of 6 sequences of different lengths */
         {"decode full E2B-global", 8, 1, 512, 16, 0, 1 << 30, 6, {1, 17, 300, 64, 999, 128}, 0, 64, 0, 0},
@@ -915,6 +934,8 @@ static void test_attention(void) {
         {"odd head_dim 18 (scalar loads)", 2, 1, 18, 16, 0, 1 << 30, 1, {20}, 1, 20, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
+    if (merge_kernel_be) g4_backend_destroy(merge_kernel_be);
+    merge_kernel_be = NULL;
 }
 
 /* ---- top_logits (sampling support) ---- */
@@ -1217,9 +1238,12 @@ typedef struct {
     int heads;
 } attn_arg;
 
+static g4_backend *attn_be; /* the backend run_attention times (gpu unless set) */
+
 static void run_attention(void *p) {
     attn_arg *a = p;
-    gpu->ops->attention(gpu, a->out, a->q, a->kv, &a->b, 0, a->heads, 1.0f);
+    g4_backend *be = attn_be ? attn_be : gpu;
+    be->ops->attention(be, a->out, a->q, a->kv, &a->b, 0, a->heads, 1.0f);
 }
 
 /* One-token GEMV over the matrices of an E2B and a 31B decode step with the
@@ -1280,6 +1304,57 @@ typedef struct {
 static void run_top_logits(void *p) {
     top_arg *a = p;
     gpu->ops->top_logits(gpu, a->ids, a->values, a->lse, a->x, a->rows, a->vocab, a->k);
+}
+
+/* One token's decode attention over `len` keys of a table of `capacity`
+ * positions, merged in the kernel (default) and by the merge kernel. */
+static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity) {
+    const int bs = 16, blocks = capacity / bs;
+    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D);
+    int32_t *table = malloc((size_t)blocks * 4), pos = len - 1, seq = 0, range[4] = {0, len - 1, 0, len - 1};
+    for (int i = 0; i < blocks; i++) table[i] = i;
+    attn_arg a;
+    a.kv = kv;
+    a.heads = Hq;
+    a.q = poisoned((size_t)Hq * D);
+    a.out = poisoned((size_t)Hq * D);
+    float *qh = rand_floats((size_t)Hq * D, 0.01f, 1.0f);
+    gpu->ops->to_device(gpu, a.q, qh, (size_t)Hq * D * 4);
+    a.b = (g4_attn_batch){.n_tokens = 1, .pos = up(&pos, 4), .seq = up(&seq, 4), .kv_range = up(range, 16),
+                          .full_tables = up(table, (size_t)blocks * 4), .full_table_stride = blocks,
+                          .sliding_tables = up(table, 4), .ring_blocks = 1, .block_size = bs};
+    /* random keys and values (never time on zeros) */
+    int32_t *all_pos = malloc((size_t)len * 4), *all_seq = calloc((size_t)len, 4);
+    for (int i = 0; i < len; i++) all_pos[i] = i;
+    float *k = rand_floats((size_t)len * Hkv * D, 0.01f, 1.0f), *v = rand_floats((size_t)len * Hkv * D, 0.01f, 1.0f);
+    g4_attn_batch fill = a.b;
+    fill.n_tokens = len;
+    fill.pos = up(all_pos, (size_t)len * 4);
+    fill.seq = up(all_seq, (size_t)len * 4);
+    float *dk = up(k, (size_t)len * Hkv * D * 4), *dv = up(v, (size_t)len * Hkv * D * 4);
+    gpu->ops->kv_store(gpu, kv, dk, dv, &fill, 0);
+    release(dk), release(dv), release((void *)fill.pos), release((void *)fill.seq);
+    free(k), free(v), free(all_pos), free(all_seq);
+    const double s = time_op(gpu, run_attention, &a, 50);
+    double s_kernel = 0.0;
+    setenv("G4_CUDA_ATTN_MERGE", "kernel", 1);
+    g4_backend *merge_be = NULL;
+    if (g4_backend_cuda_create(0, &merge_be) != G4_OK) merge_be = NULL;
+    unsetenv("G4_CUDA_ATTN_MERGE");
+    if (merge_be) {
+        attn_be = merge_be;
+        s_kernel = time_op(merge_be, run_attention, &a, 50);
+        attn_be = gpu;
+        g4_backend_destroy(merge_be);
+    }
+    const double bytes = 2.0 * len * Hkv * D * 4;
+    printf("  attention decode %d/%d heads x %d, %d keys (table of %d): %7.1f us (%.0f GB/s of float32 K/V); "
+           "separate merge kernel %7.1f us\n",
+           Hq, Hkv, D, len, capacity, s * 1e6, bytes / s / 1e9, s_kernel * 1e6);
+    gpu->ops->kv_free(gpu, kv);
+    release(a.q), release(a.out), release((void *)a.b.pos), release((void *)a.b.seq), release((void *)a.b.kv_range),
+        release((void *)a.b.full_tables), release((void *)a.b.sliding_tables);
+    free(table), free(qh);
 }
 
 static void speed(void) {
@@ -1348,45 +1423,11 @@ static void speed(void) {
         release(dx), release(dv), release(di), release(dl);
         free(x);
     }
-    /* decode attention: 32 heads over 8 KV heads of 256, 4096 positions */
-    {
-        const int Hq = 32, Hkv = 8, D = 256, bs = 16, len = 4096, blocks = len / bs;
-        void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D);
-        int32_t *table = malloc((size_t)blocks * 4), pos = len - 1, seq = 0, range[4] = {0, len - 1, 0, len - 1};
-        for (int i = 0; i < blocks; i++) table[i] = i;
-        attn_arg a;
-        a.kv = kv;
-        a.heads = Hq;
-        a.q = poisoned((size_t)Hq * D);
-        a.out = poisoned((size_t)Hq * D);
-        float *qh = rand_floats((size_t)Hq * D, 0.01f, 1.0f);
-        gpu->ops->to_device(gpu, a.q, qh, (size_t)Hq * D * 4);
-        a.b = (g4_attn_batch){.n_tokens = 1, .pos = up(&pos, 4), .seq = up(&seq, 4), .kv_range = up(range, 16),
-                              .full_tables = up(table, (size_t)blocks * 4), .full_table_stride = blocks,
-                              .sliding_tables = up(table, 4), .ring_blocks = 1, .block_size = bs};
-        /* random keys and values (never time on zeros) */
-        int32_t *all_pos = malloc((size_t)len * 4), *all_seq = calloc((size_t)len, 4);
-        for (int i = 0; i < len; i++) all_pos[i] = i;
-        float *k = rand_floats((size_t)len * Hkv * D, 0.01f, 1.0f), *v = rand_floats((size_t)len * Hkv * D, 0.01f, 1.0f);
-        g4_attn_batch fill = a.b;
-        fill.n_tokens = len;
-        fill.pos = up(all_pos, (size_t)len * 4);
-        fill.seq = up(all_seq, (size_t)len * 4);
-        float *dk = up(k, (size_t)len * Hkv * D * 4), *dv = up(v, (size_t)len * Hkv * D * 4);
-        gpu->ops->kv_store(gpu, kv, dk, dv, &fill, 0);
-        release(dk), release(dv), release((void *)fill.pos), release((void *)fill.seq);
-        free(k), free(v), free(all_pos), free(all_seq);
-        double s = time_op(gpu, run_attention, &a, 50);
-        const double bytes = 2.0 * len * Hkv * D * 4;
-        printf("  attention decode 32/8 heads x 256, 4096 keys: %8.1f us  %6.0f GB/s of float32 K/V\n", s * 1e6,
-               bytes / s / 1e9);
-        gpu->ops->kv_free(gpu, kv);
-        release(a.q), release(a.out), release((void *)a.b.pos), release((void *)a.b.seq), release((void *)a.b.kv_range),
-            release((void *)a.b.full_tables), release((void *)a.b.sliding_tables);
-        free(table), free(qh);
-    }
+    /* decode attention: the 31B-like long context, E2B's layers at a bench's context */
+    attention_decode_speed(32, 8, 256, 4096, 4096);
+    attention_decode_speed(8, 1, 256, 600, 2048);
+    attention_decode_speed(8, 1, 512, 600, 2048);
 }
-
 
 /* ---- the merged attention input: stacked q|k|v weights, qkv_prepare ---- */
 

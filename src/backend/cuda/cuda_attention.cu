@@ -107,7 +107,52 @@ struct attn_params {
     int split_len; /* positions per split, counted from the run's first key */
     float scale;
     float *part_acc, *part_ml;
+    /* non-NULL: the last split of each (tile, KV head) to finish merges the
+     * tile's rows itself (no attention_merge_kernel); zero between calls */
+    int *counters;
 };
+
+#define ATTN_MAX_SPLITS 64
+
+/* The merged result of one (token, head) from its splits' partial softmaxes
+ * (at most ATTN_MAX_SPLITS), computed by the `step` threads of a warp
+ * (WARP) or of the block: `first` is the caller's index among them, `e`
+ * their shared scratch of ATTN_MAX_SPLITS floats. The same arithmetic in the
+ * same order wherever it runs: a result does not depend on which kernel
+ * merged it. */
+template <bool WARP>
+__device__ __forceinline__ void merge_splits(float *out, const float *part_acc, const float *part_ml, size_t th,
+                                             int splits, int D, int first, int step, float *e) {
+    const float *ml = part_ml + th * splits * 2;
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++)
+        if (__ldcg(ml + 2 * s + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * s));
+    float L = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        const float l = __ldcg(ml + 2 * s + 1);
+        if (l > 0.0f) L += l * expf(__ldcg(ml + 2 * s) - M);
+    }
+    /* each split's factor once (0 for empty splits) */
+    for (int s = first; s < splits; s += step) {
+        const float l = __ldcg(ml + 2 * s + 1);
+        e[s] = l > 0.0f ? expf(__ldcg(ml + 2 * s) - M) : 0.0f;
+    }
+    if constexpr (WARP)
+        __syncwarp();
+    else
+        __syncthreads();
+    for (int d = first; d < D; d += step) {
+        float v = 0.0f;
+        if (L > 0.0f) {
+            for (int s = 0; s < splits; s++)
+                if (__ldcg(ml + 2 * s + 1) > 0.0f) v += __ldcg(part_acc + (th * splits + s) * D + d) * e[s];
+            v /= L;
+        }
+        out[th * D + d] = v;
+    }
+    if constexpr (WARP)
+        __syncwarp(); /* e is reused for the warp's next row */
+}
 
 #define ATTN_THREADS 256
 #define ATTN_WARPS 8
@@ -321,28 +366,34 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
         }
         run_start = run_end;
     }
+    if (p.splits == 1 || !p.counters) return;
+    /* in-kernel merge: the last of the tile's splits to arrive merges its
+     * rows (every block of a decode tile has rows, so every split counts) */
+    __shared__ int last_split;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        int *count = p.counters + (size_t)tile * p.n_kv + kvh;
+        last_split = atomicAdd(count, 1) == p.splits - 1;
+        if (last_split) *count = 0; /* all arrived: ready for the next call */
+    }
+    __syncthreads();
+    if (!last_split) return;
+    __threadfence();
+    __shared__ float factors[ATTN_WARPS][ATTN_MAX_SPLITS];
+    for (int lr = warp; lr < p.rows_per_tile; lr += ATTN_WARPS) {
+        const int gr = first_row + lr;
+        if (gr >= total_rows) break;
+        const size_t th = (size_t)(gr / p.G) * p.n_heads + kvh * p.G + gr % p.G;
+        merge_splits<true>(p.out, p.part_acc, p.part_ml, th, p.splits, D, lane, 32, factors[warp]);
+    }
 }
 
 /* Merges the split partial softmaxes of one (token, head). */
 __global__ void attention_merge_kernel(float *out, const float *part_acc, const float *part_ml, int splits, int D) {
     pdl_wait();
-    const size_t th = blockIdx.x;
-    const float *ml = part_ml + th * splits * 2;
-    float M = -INFINITY;
-    for (int s = 0; s < splits; s++)
-        if (ml[2 * s + 1] > 0.0f) M = fmaxf(M, ml[2 * s]);
-    float L = 0.0f;
-    for (int s = 0; s < splits; s++)
-        if (ml[2 * s + 1] > 0.0f) L += ml[2 * s + 1] * expf(ml[2 * s] - M);
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float v = 0.0f;
-        if (L > 0.0f) {
-            for (int s = 0; s < splits; s++)
-                if (ml[2 * s + 1] > 0.0f) v += part_acc[(th * splits + s) * D + d] * expf(ml[2 * s] - M);
-            v /= L;
-        }
-        out[th * D + d] = v;
-    }
+    __shared__ float factors[ATTN_MAX_SPLITS];
+    merge_splits<false>(out, part_acc, part_ml, blockIdx.x, splits, D, threadIdx.x, blockDim.x, factors);
 }
 
 template <int DMAX, int RPT>
@@ -420,7 +471,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         if (len < min_len) len = min_len;
         len = (len + T - 1) / T * T;
         split_len = (int)len;
-        splits = (int)((max_span + len - 1) / len);
+        splits = (int)((max_span + len - 1) / len); /* at most ATTN_MAX_SPLITS: len >= max_span / 64 */
         if (splits < 1) splits = 1;
     }
     attn_params p;
@@ -442,6 +493,9 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     p.split_len = split_len;
     p.scale = scale;
     p.part_acc = p.part_ml = NULL;
+    /* merged in the kernel (G4_CUDA_ATTN_MERGE=kernel: by its own kernel) */
+    const bool fused_merge = c->attn_fused_merge && (int64_t)tiles * Hkv <= ATTN_MAX_COUNTERS;
+    p.counters = fused_merge ? c->attn_counters : NULL;
     if (splits > 1) {
         const size_t th = (size_t)n * n_heads * splits;
         float *part = (float *)cuda_scratch(c, SCRATCH_ATTN_PART, th * ((size_t)D + 2) * sizeof(float));
@@ -461,7 +515,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     case 256: launch_attention_rpt<256>(c, p, rpt, tiles, smem); break;
     default: launch_attention_rpt<512>(c, p, rpt, tiles, smem); break;
     }
-    if (splits > 1) {
+    if (splits > 1 && !fused_merge) {
         cuda_launch(c, attention_merge_kernel, n * n_heads, 128, 0, out, p.part_acc, p.part_ml, splits, D);
         cuda_launched(c, "attention_merge");
     }
