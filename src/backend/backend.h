@@ -108,6 +108,12 @@ typedef struct {
     g4_status (*prepare_stacked)(g4_backend *be, g4_matrix *const *parts, int n, g4_matrix *stacked);
     /* Waits for queued work (no-op on CPU). */
     void (*synchronize)(g4_backend *be);
+    /* Optional (NULL where ops cannot fail, as on CPU): ops return nothing,
+     * so a backend that can fail (a CUDA launch, an out-of-memory scratch
+     * buffer) keeps its first failure; this returns it as an error (G4_OK
+     * when none). Work still queued may fail later: call after a copy to the
+     * host to cover everything before it. */
+    g4_status (*status)(g4_backend *be);
 
     /* Recording (optional: NULL where the backend has none, as on CPU). Ops
      * issued between graph_begin and graph_end are recorded, not run;

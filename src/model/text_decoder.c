@@ -475,6 +475,8 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
         memcpy(b->cand_ids, ids, R * k * sizeof *ids);
         memcpy(b->cand_values, values, R * k * sizeof *values);
     }
+    /* a failed backend op leaves garbage behind: never return it as results */
+    if (st == G4_OK && be->ops->status) st = be->ops->status(be);
     return st;
 }
 
@@ -482,5 +484,5 @@ g4_status g4_text_scratch_logits(g4_text_scratch *s, int row, float *logits) {
     if (row < 0 || row >= s->last_logit_rows)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "logit row %d: the last batch produced %d", row, s->last_logit_rows);
     s->be->ops->to_host(s->be, logits, s->logits + (size_t)row * s->vocab, (size_t)s->vocab * sizeof(float));
-    return G4_OK;
+    return s->be->ops->status ? s->be->ops->status(s->be) : G4_OK;
 }

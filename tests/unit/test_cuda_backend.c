@@ -1710,6 +1710,32 @@ static void test_qkv_prepare(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_qkv_prepare(&cases[i]);
 }
 
+/* A failed op (here attention with 3 query heads over 2 KV heads) is kept
+ * and reported by the status op, naming what failed: the decoder turns it
+ * into an error instead of returning garbage. */
+static void test_failure_status(void) {
+    g4_backend *be = NULL;
+    if (g4_backend_cuda_create(0, &be) != G4_OK) {
+        CHECK(0, "CUDA backend: %s", g4_error_message());
+        return;
+    }
+    CHECK(be->ops->status && be->ops->status(be) == G4_OK, "a fresh CUDA backend reports no failure");
+    void *kv = be->ops->kv_alloc(be, 1, 16, 2, 64);
+    int32_t pos = 0, seq = 0, range[4] = {0, 0, 0, 0}, table = 0;
+    g4_attn_batch b = {.n_tokens = 1, .pos = up(&pos, 4), .seq = up(&seq, 4), .kv_range = up(range, 16),
+                       .full_tables = up(&table, 4), .full_table_stride = 1, .sliding_tables = up(&table, 4),
+                       .ring_blocks = 1, .block_size = 16};
+    float *q = poisoned(3 * 64), *out = poisoned(3 * 64);
+    be->ops->attention(be, out, q, kv, &b, 0, 3, 1.0f);
+    const g4_status st = be->ops->status(be);
+    CHECK(st != G4_OK && strstr(g4_error_message(), "attention") != NULL,
+          "a failed attention is reported by the status op (got %d: %s)", (int)st, g4_error_message());
+    release(q), release(out), release((void *)b.pos), release((void *)b.seq), release((void *)b.kv_range),
+        release((void *)b.full_tables), release((void *)b.sliding_tables);
+    be->ops->kv_free(be, kv);
+    g4_backend_destroy(be);
+}
+
 int main(void) {
     g4_status st = g4_backend_cuda_create(0, &gpu);
     if (st == G4_ERR_UNSUPPORTED) {
@@ -1735,6 +1761,7 @@ int main(void) {
         g4_backend_destroy(cpu);
         return test_finish();
     }
+    test_failure_status();
     test_elementwise();
     test_rmsnorm();
     test_add_rmsnorm();

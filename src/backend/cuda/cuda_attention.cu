@@ -400,9 +400,13 @@ template <int DMAX, int RPT>
 static void launch_attention(cuda_ctx *c, const attn_params &p, int tiles, size_t smem) {
     static int configured; /* the opt-in above 48 KB, once per kernel */
     if (!configured) {
+        /* dynamic shared memory may use what the kernel's static arrays leave */
+        cudaFuncAttributes fa;
+        if (!cuda_check(c, cudaFuncGetAttributes(&fa, attention_kernel<DMAX, RPT>), "cudaFuncGetAttributes")) return;
+        const int dyn_max = (int)(c->smem_optin - fa.sharedSizeBytes);
         if (!cuda_check(c,
                         cudaFuncSetAttribute(attention_kernel<DMAX, RPT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem > 48 * 1024 ? (int)c->smem_optin : 48 * 1024),
+                                             (int)smem > 48 * 1024 ? dyn_max : 48 * 1024),
                         "cudaFuncSetAttribute"))
             return;
         configured = (int)smem > 48 * 1024;
@@ -505,7 +509,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     }
     const size_t smem = ((size_t)ATTN_WARPS * rpt * D + (size_t)T * (D | 1) + (size_t)T * D + 1) * sizeof(float) +
                         (size_t)T * sizeof(int64_t) + 8;
-    if (smem > c->smem_optin) {
+    if (smem + sizeof(float) * ATTN_WARPS * ATTN_MAX_SPLITS > c->smem_optin) { /* with the static merge factors */
         cuda_fail_op(c, "attention: %zu bytes of shared memory needed, %zu available", smem, c->smem_optin);
         return;
     }

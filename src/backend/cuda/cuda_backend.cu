@@ -16,8 +16,17 @@ extern "C" {
 /* ---- errors ---- */
 
 static void record_failure(cuda_ctx *c, const char *msg) {
-    if (c->failed == G4_OK) g4_log(G4_LOG_ERROR, "cuda: %s", msg);
-    if (c->failed == G4_OK) c->failed = G4_ERR_INTERNAL;
+    if (c->failed != G4_OK) return;
+    g4_log(G4_LOG_ERROR, "cuda: %s", msg);
+    c->failed = G4_ERR_INTERNAL;
+    snprintf(c->failure, sizeof c->failure, "%s", msg);
+}
+
+/* The op table's status: the first failure since creation, as an error. */
+static g4_status cuda_status_op(g4_backend *be) {
+    const cuda_ctx *c = cuda_of(be);
+    if (c->failed == G4_OK) return G4_OK;
+    return g4_fail(c->failed, "CUDA: %s", c->failure);
 }
 
 int cuda_check(cuda_ctx *c, cudaError_t e, const char *what) {
@@ -285,6 +294,7 @@ static const g4_backend_ops cuda_ops = {
     .prepare_matrix = cuda_prepare_matrix,
     .prepare_stacked = cuda_prepare_stacked,
     .synchronize = cuda_synchronize,
+    .status = cuda_status_op,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
@@ -433,7 +443,7 @@ extern "C" g4_status g4_cuda_status(g4_backend *be) {
     if (!g4_backend_is_cuda(be)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "not a CUDA backend");
     cuda_ctx *c = cuda_of(be);
     cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
-    if (c->failed != G4_OK) return g4_fail(c->failed, "a CUDA operation failed earlier (see the log)");
+    if (c->failed != G4_OK) return g4_fail(c->failed, "a CUDA operation failed earlier: %s", c->failure);
     return G4_OK;
 }
 

@@ -93,6 +93,7 @@ struct cuda_ctx {
     unsigned generation;  /* bumped whenever a scratch buffer moves; recordings of older generations are stale */
     long graph_launches;
     g4_status failed;   /* sticky first failure */
+    char failure[256];  /* and its message */
 };
 
 static inline cuda_ctx *cuda_of(g4_backend *be) { return (cuda_ctx *)be->impl; }
