@@ -124,19 +124,22 @@ template <bool WARP>
 __device__ __forceinline__ void merge_splits(float *out, const float *part_acc, const float *part_ml, size_t th,
                                              int splits, int D, int first, int step, float *e) {
     const float *ml = part_ml + th * splits * 2;
+    /* the splits that saw keys (a decode's capacity has many empty ones) */
     float M = -INFINITY;
+    unsigned long long live = 0;
     for (int s = 0; s < splits; s++)
-        if (__ldcg(ml + 2 * s + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * s));
+        if (__ldcg(ml + 2 * s + 1) > 0.0f) {
+            M = fmaxf(M, __ldcg(ml + 2 * s));
+            live |= 1ull << s;
+        }
     float L = 0.0f;
-    for (int s = 0; s < splits; s++) {
-        const float l = __ldcg(ml + 2 * s + 1);
-        if (l > 0.0f) L += l * expf(__ldcg(ml + 2 * s) - M);
+    for (unsigned long long m = live; m; m &= m - 1) {
+        const int s = __ffsll((long long)m) - 1;
+        L += __ldcg(ml + 2 * s + 1) * expf(__ldcg(ml + 2 * s) - M);
     }
-    /* each split's factor once (0 for empty splits) */
-    for (int s = first; s < splits; s += step) {
-        const float l = __ldcg(ml + 2 * s + 1);
-        e[s] = l > 0.0f ? expf(__ldcg(ml + 2 * s) - M) : 0.0f;
-    }
+    /* each live split's factor once */
+    for (int s = first; s < splits; s += step)
+        if (live >> s & 1) e[s] = expf(__ldcg(ml + 2 * s) - M);
     if constexpr (WARP)
         __syncwarp();
     else
@@ -144,8 +147,10 @@ __device__ __forceinline__ void merge_splits(float *out, const float *part_acc, 
     for (int d = first; d < D; d += step) {
         float v = 0.0f;
         if (L > 0.0f) {
-            for (int s = 0; s < splits; s++)
-                if (__ldcg(ml + 2 * s + 1) > 0.0f) v += __ldcg(part_acc + (th * splits + s) * D + d) * e[s];
+            for (unsigned long long m = live; m; m &= m - 1) {
+                const int s = __ffsll((long long)m) - 1;
+                v += __ldcg(part_acc + (th * splits + s) * D + d) * e[s];
+            }
             v /= L;
         }
         out[th * D + d] = v;
