@@ -811,8 +811,6 @@ static void shuffle(int32_t *v, int n) {
     }
 }
 
-static g4_backend *merge_kernel_be; /* G4_CUDA_ATTN_MERGE=kernel, for check_attention */
-
 static void check_attention(const attn_case *ac) {
     const int Hq = ac->n_heads, Hkv = ac->n_kv, D = ac->head_dim, bs = ac->block_size, S = ac->n_seqs;
     int max_len = 0;
@@ -885,19 +883,6 @@ static void check_attention(const attn_case *ac) {
     char what[160];
     snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d", ac->label, n, Hq, Hkv, D);
     compare("attention", what, got, want, nq, TOL_REDUCE);
-    /* split decode merged by its own kernel (G4_CUDA_ATTN_MERGE=kernel):
-     * the same arithmetic, so the same bits as merging in the kernel */
-    if (merge_kernel_be) {
-        gpu->ops->synchronize(gpu);
-        float *dout2 = poisoned(nq);
-        merge_kernel_be->ops->attention(merge_kernel_be, dout2, dq, kg, &db, ac->sliding, Hq, scale);
-        merge_kernel_be->ops->synchronize(merge_kernel_be);
-        float *got2 = down(dout2, nq);
-        CHECK(memcmp(got, got2, nq * 4) == 0, "attention %s: merge kernel gives other bits than the in-kernel merge",
-              what);
-        release(dout2);
-        free(got2);
-    }
     release(dq), release(dout);
     for (int i = 0; i < 5; i++) release(bufs[i]);
     cpu->ops->kv_free(cpu, kc);
@@ -907,10 +892,6 @@ static void check_attention(const attn_case *ac) {
 }
 
 static void test_attention(void) {
-    setenv("G4_CUDA_ATTN_MERGE", "kernel", 1);
-    if (g4_backend_cuda_create(0, &merge_kernel_be) != G4_OK) merge_kernel_be = NULL;
-    unsetenv("G4_CUDA_ATTN_MERGE");
-    CHECK(merge_kernel_be != NULL, "CUDA backend with G4_CUDA_ATTN_MERGE=kernel: %s", g4_error_message());
     const attn_case cases[] = {
         /* decode: one token of each of 6 sequences of different lengths */
         {"decode full E2B-global", 8, 1, 512, 16, 0, 1 << 30, 6, {1, 17, 300, 64, 999, 128}, 0, 64, 0, 0},
@@ -934,8 +915,6 @@ static void test_attention(void) {
         {"odd head_dim 18 (scalar loads)", 2, 1, 18, 16, 0, 1 << 30, 1, {20}, 1, 20, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
-    if (merge_kernel_be) g4_backend_destroy(merge_kernel_be);
-    merge_kernel_be = NULL;
 }
 
 /* ---- top_logits (sampling support) ---- */
@@ -1238,12 +1217,9 @@ typedef struct {
     int heads;
 } attn_arg;
 
-static g4_backend *attn_be; /* the backend run_attention times (gpu unless set) */
-
 static void run_attention(void *p) {
     attn_arg *a = p;
-    g4_backend *be = attn_be ? attn_be : gpu;
-    be->ops->attention(be, a->out, a->q, a->kv, &a->b, 0, a->heads, 1.0f);
+    gpu->ops->attention(gpu, a->out, a->q, a->kv, &a->b, 0, a->heads, 1.0f);
 }
 
 /* One-token GEMV over the matrices of an E2B and a 31B decode step with the
@@ -1307,7 +1283,7 @@ static void run_top_logits(void *p) {
 }
 
 /* One token's decode attention over `len` keys of a table of `capacity`
- * positions, merged in the kernel (default) and by the merge kernel. */
+ * positions. */
 static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity) {
     const int bs = 16, blocks = capacity / bs;
     void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D);
@@ -1336,21 +1312,9 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
     release(dk), release(dv), release((void *)fill.pos), release((void *)fill.seq);
     free(k), free(v), free(all_pos), free(all_seq);
     const double s = time_op(gpu, run_attention, &a, 50);
-    double s_kernel = 0.0;
-    setenv("G4_CUDA_ATTN_MERGE", "kernel", 1);
-    g4_backend *merge_be = NULL;
-    if (g4_backend_cuda_create(0, &merge_be) != G4_OK) merge_be = NULL;
-    unsetenv("G4_CUDA_ATTN_MERGE");
-    if (merge_be) {
-        attn_be = merge_be;
-        s_kernel = time_op(merge_be, run_attention, &a, 50);
-        attn_be = gpu;
-        g4_backend_destroy(merge_be);
-    }
     const double bytes = 2.0 * len * Hkv * D * 4;
-    printf("  attention decode %d/%d heads x %d, %d keys (table of %d): %7.1f us (%.0f GB/s of float32 K/V); "
-           "separate merge kernel %7.1f us\n",
-           Hq, Hkv, D, len, capacity, s * 1e6, bytes / s / 1e9, s_kernel * 1e6);
+    printf("  attention decode %d/%d heads x %d, %d keys (table of %d): %7.1f us (%.0f GB/s of float32 K/V)\n", Hq, Hkv,
+           D, len, capacity, s * 1e6, bytes / s / 1e9);
     gpu->ops->kv_free(gpu, kv);
     release(a.q), release(a.out), release((void *)a.b.pos), release((void *)a.b.seq), release((void *)a.b.kv_range),
         release((void *)a.b.full_tables), release((void *)a.b.sliding_tables);

@@ -90,7 +90,6 @@ static void cuda_destroy(g4_backend *be) {
     }
     if (c->blas_workspace) cudaFree(c->blas_workspace);
     if (c->gemv_counters) cudaFree(c->gemv_counters);
-    if (c->attn_counters) cudaFree(c->attn_counters);
     if (c->blas) c->blas_api->destroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
@@ -395,8 +394,6 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->gemv_tc8_one = tc8 && !strcmp(tc8, "1");
     const char *pdl = getenv("G4_CUDA_PDL");
     c->pdl = prop.major >= 9 && !(pdl && !strcmp(pdl, "0"));
-    const char *merge = getenv("G4_CUDA_ATTN_MERGE");
-    c->attn_fused_merge = !(merge && !strcmp(merge, "kernel"));
     const char *min_split = getenv("G4_CUDA_ATTN_MIN_SPLIT");
     c->attn_min_split = min_split ? atoi(min_split) : 0;
     const char *graphs = getenv("G4_CUDA_GRAPHS");
@@ -413,8 +410,6 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     /* zeroed once here (never while a graph is being recorded); each use leaves them zero */
     ok = ok && cuda_check(c, cudaMalloc(&c->gemv_counters, TC_MAX_COUNTERS * sizeof(int)), "cudaMalloc") &&
          cuda_check(c, cudaMemset(c->gemv_counters, 0, TC_MAX_COUNTERS * sizeof(int)), "cudaMemset");
-    ok = ok && cuda_check(c, cudaMalloc(&c->attn_counters, ATTN_MAX_COUNTERS * sizeof(int)), "cudaMalloc") &&
-         cuda_check(c, cudaMemset(c->attn_counters, 0, ATTN_MAX_COUNTERS * sizeof(int)), "cudaMemset");
     ok = ok && cuda_check_blas(c, c->blas_api->create(&c->blas), "cublasCreate") &&
          cuda_check_blas(c, c->blas_api->set_stream(c->blas, c->stream), "cublasSetStream") &&
          cuda_check_blas(c, c->blas_api->set_workspace(c->blas, c->blas_workspace, c->blas_workspace_bytes),

@@ -25,8 +25,6 @@ extern "C" {
  * orders every use, so one buffer per purpose suffices). */
 /* tiles x slots of one tensor-core GEMV call that can split their columns */
 #define TC_MAX_COUNTERS (1 << 20)
-/* (tile, KV head) counters of split decode attention's in-kernel merge */
-#define ATTN_MAX_COUNTERS 65536
 
 enum cuda_scratch_slot {
     SCRATCH_X_BF16 = 0,  /* activations rounded to bf16 for tensor cores */
@@ -80,13 +78,11 @@ struct cuda_ctx {
     int gemv_tc;    /* 4/8-bit GEMV (up to 8 tokens) on tensor cores (cuda_gemv_tc.cu); G4_CUDA_GEMV_TC=0 turns it off */
     int gemv_tc8_one; /* G4_CUDA_GEMV_TC8_ONE=1: one token of 8-bit weights on tensor cores too (slower, see cuda_gemv_tc) */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
-    int *attn_counters; /* ATTN_MAX_COUNTERS, likewise for split decode attention (cuda_attention.cu) */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
     int graphs_enabled;
     /* programmatic dependent launch (Hopper and later; G4_CUDA_PDL=0 turns
      * it off): see cuda_launch */
     int pdl;
-    int attn_fused_merge; /* split decode attention merges in the kernel (G4_CUDA_ATTN_MERGE=kernel: separately) */
     int attn_min_split; /* G4_CUDA_ATTN_MIN_SPLIT: shortest key piece of split decode attention (0: one tile) */
     int capturing;        /* between graph_begin and graph_end */
     int capture_spoiled;  /* a buffer had to grow while recording: drop the recording */
