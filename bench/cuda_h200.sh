@@ -65,7 +65,7 @@ run_step() { # name limit command...
 if [ "$mode" != bench ] && [ "$mode" != extras ]; then
   run_step test_cuda_backend 300 "$TESTS/test_cuda_backend"
   sed -n '/^| op |/,$p' "$OUT/test_cuda_backend.log" | tee -a "$summary"
-  grep -E "^  (gemv|gemm|attention) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
+  grep -E "^  (gemv|gemm|attention|moe) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
   run_step test_cuda_fixtures 300 "$TESTS/test_cuda_fixtures"
   grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
   if [ -z "${G4_SKIP_MEMCHECK:-}" ] && command -v compute-sanitizer > /dev/null; then

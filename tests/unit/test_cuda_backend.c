@@ -1013,71 +1013,95 @@ static void test_moe_route(void) {
 
 /* Stacked experts: HF (gate_up [E, 2I, d] bf16, down [E, d, I]) or MLX
  * (separate gate, up, down in a quantised format). */
+/* Experts' gate, up and down weights on host and device: HF layout (gate
+ * and up stacked in one tensor, hf) or MLX (separate tensors). */
+typedef struct {
+    int hf;
+    test_matrix gu, gm, um, dm;
+    g4_expert_matrix hg, hu, hd; /* host views */
+    g4_expert_matrix dg, du, dd; /* device views */
+} moe_weights;
+
+static void moe_weights_make(moe_weights *m, int hf, g4_weight_format f, int bits, int group, int E, int width, int d) {
+    memset(m, 0, sizeof *m);
+    m->hf = hf;
+    m->hg.n_experts = E;
+    m->hg.rows_per_expert = width;
+    m->hu = m->hg;
+    m->hd = m->hg;
+    m->hd.rows_per_expert = d;
+    m->hd.expert_stride = d;
+    make_matrix(&m->dm, f, bits, group, G4_DTYPE_BF16, (int64_t)E * d, width);
+    m->hd.all = m->dm.host;
+    if (hf) {
+        make_matrix(&m->gu, f, bits, group, G4_DTYPE_BF16, (int64_t)E * 2 * width, d);
+        m->hg.all = m->hu.all = m->gu.host;
+        m->hg.expert_stride = m->hu.expert_stride = 2 * width;
+        m->hu.row_offset = width;
+    } else {
+        make_matrix(&m->gm, f, bits, group, G4_DTYPE_BF16, (int64_t)E * width, d);
+        make_matrix(&m->um, f, bits, group, G4_DTYPE_BF16, (int64_t)E * width, d);
+        m->hg.all = m->gm.host;
+        m->hu.all = m->um.host;
+        m->hg.expert_stride = m->hu.expert_stride = width;
+    }
+    m->dg = m->hg, m->du = m->hu, m->dd = m->hd;
+    m->dd.all = m->dm.dev;
+    if (hf)
+        m->dg.all = m->du.all = m->gu.dev;
+    else
+        m->dg.all = m->gm.dev, m->du.all = m->um.dev;
+}
+
+static void moe_weights_free(moe_weights *m) {
+    free_matrix(&m->dm);
+    if (m->hf)
+        free_matrix(&m->gu);
+    else
+        free_matrix(&m->gm), free_matrix(&m->um);
+}
+
+/* Each of n tokens picks k distinct experts (every fifth token experts
+ * 0..k-1, so that some tokens share them). */
+static int32_t *moe_random_ids(int n, int k, int E) {
+    int32_t *ids = malloc((size_t)n * k * 4);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = t % 5 == 0 ? j : rand_int(E);
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= ids[(size_t)t * k + i] == e;
+            } while (dup);
+            ids[(size_t)t * k + j] = e;
+        }
+    return ids;
+}
+
 static void check_moe(g4_backend *be, const char *label, int hf, g4_weight_format f, int bits, int group, int E,
                       int width, int d, int k, const int *ns, int count, double grouped_tol) {
-    test_matrix gu, gm, um, dm;
-    g4_expert_matrix hg, hu, hd, dg, du, dd;
-    memset(&hg, 0, sizeof hg);
-    hg.n_experts = E;
-    hg.rows_per_expert = width;
-    hu = hg;
-    hd = hg;
-    hd.rows_per_expert = d;
-    hd.expert_stride = d;
-    make_matrix(&dm, f, bits, group, G4_DTYPE_BF16, (int64_t)E * d, width);
-    hd.all = dm.host;
-    if (hf) {
-        make_matrix(&gu, f, bits, group, G4_DTYPE_BF16, (int64_t)E * 2 * width, d);
-        hg.all = hu.all = gu.host;
-        hg.expert_stride = hu.expert_stride = 2 * width;
-        hu.row_offset = width;
-    } else {
-        make_matrix(&gm, f, bits, group, G4_DTYPE_BF16, (int64_t)E * width, d);
-        make_matrix(&um, f, bits, group, G4_DTYPE_BF16, (int64_t)E * width, d);
-        hg.all = gm.host;
-        hu.all = um.host;
-        hg.expert_stride = hu.expert_stride = width;
-    }
-    dg = hg, du = hu, dd = hd;
-    dd.all = dm.dev;
-    if (hf)
-        dg.all = du.all = gu.dev;
-    else
-        dg.all = gm.dev, du.all = um.dev;
+    moe_weights m;
+    moe_weights_make(&m, hf, f, bits, group, E, width, d);
     for (int c = 0; c < count; c++) {
         const int n = ns[c];
         float *x = rand_floats((size_t)n * d, 0.05f, 2.0f), *w = rand_floats((size_t)n * k, 0.05f, 0.5f);
-        int32_t *ids = malloc((size_t)n * k * 4);
-        for (int t = 0; t < n; t++)
-            for (int j = 0; j < k; j++) {
-                int e, dup;
-                do {
-                    e = t % 5 == 0 ? j : rand_int(E); /* some tokens share experts 0..k-1 */
-                    dup = 0;
-                    for (int i = 0; i < j; i++) dup |= ids[(size_t)t * k + i] == e;
-                } while (dup);
-                ids[(size_t)t * k + j] = e;
-            }
+        int32_t *ids = moe_random_ids(n, k, E);
         float *want = malloc((size_t)n * d * 4);
-        cpu->ops->moe_experts(cpu, want, x, n, ids, w, k, &hg, &hu, &hd);
+        cpu->ops->moe_experts(cpu, want, x, n, ids, w, k, &m.hg, &m.hu, &m.hd);
         float *dx = up(x, (size_t)n * d * 4), *dw = up(w, (size_t)n * k * 4), *dout = poisoned((size_t)n * d);
         int32_t *dids = up(ids, (size_t)n * k * 4);
         gpu->ops->synchronize(gpu); /* be may be another backend with its own stream */
-        be->ops->moe_experts(be, dout, dx, n, dids, dw, k, &dg, &du, &dd);
+        be->ops->moe_experts(be, dout, dx, n, dids, dw, k, &m.dg, &m.du, &m.dd);
         be->ops->synchronize(be);
         float *got = down(dout, (size_t)n * d);
         char what[160];
-        snprintf(what, sizeof what, "%s %s E=%d k=%d %dx%d n=%d", label, dm.name, E, k, width, d, n);
+        snprintf(what, sizeof what, "%s %s E=%d k=%d %dx%d n=%d", label, m.dm.name, E, k, width, d, n);
         compare(n <= 8 ? "moe/gemv" : grouped_tol > TOL_SPLIT ? "moe/grouped-bf16" : "moe/grouped", what, got, want,
                 (size_t)n * d, n <= 8 ? TOL_REDUCE : grouped_tol);
         release(dx), release(dw), release(dout), release(dids);
         free(x), free(w), free(ids), free(want), free(got);
     }
-    free_matrix(&dm);
-    if (hf)
-        free_matrix(&gu);
-    else
-        free_matrix(&gm), free_matrix(&um);
+    moe_weights_free(&m);
 }
 
 static void test_moe_experts(void) {
@@ -1321,6 +1345,53 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
     free(table), free(qh);
 }
 
+typedef struct {
+    const moe_weights *m;
+    float *x, *w, *out;
+    int32_t *ids;
+    int n, k;
+} moe_arg;
+
+static void run_moe(void *p) {
+    moe_arg *a = p;
+    gpu->ops->moe_experts(gpu, a->out, a->x, a->n, a->ids, a->w, a->k, &a->m->dg, &a->m->du, &a->m->dd);
+}
+
+/* The 26B-A4B's routed experts (128 of 704 x 2816, 8 per token) for decode
+ * batches: time per call and the chosen experts' bytes over it (issue 8
+ * quotes vLLM's fused MoE at about 10% of bandwidth at batch 1). */
+static void moe_speed(double bw) {
+    struct {
+        g4_weight_format f;
+        int bits, group;
+    } formats[] = {{G4_WEIGHT_BF16, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_MXFP4, 4, 32}};
+    const int E = 128, width = 704, d = 2816, k = 8;
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        moe_weights m;
+        const int hf = formats[f].f == G4_WEIGHT_BF16;
+        moe_weights_make(&m, hf, formats[f].f, formats[f].bits, formats[f].group, E, width, d);
+        const double expert_bytes = ((double)g4_matrix_bytes(hf ? &m.gu.host : &m.gm.host) * (hf ? 1 : 2) +
+                                     (double)g4_matrix_bytes(&m.dm.host)) / E;
+        const int ns[] = {1, 8};
+        for (int i = 0; i < 2; i++) {
+            const int n = ns[i];
+            float *x = rand_floats((size_t)n * d, 0.05f, 2.0f), *w = rand_floats((size_t)n * k, 0.05f, 0.5f);
+            int32_t *ids = moe_random_ids(n, k, E);
+            int used[128] = {0}, distinct = 0; /* experts read at least once */
+            for (int j = 0; j < n * k; j++) distinct += !used[ids[j]]++;
+            moe_arg a = {&m, up(x, (size_t)n * d * 4), up(w, (size_t)n * k * 4), poisoned((size_t)n * d),
+                         up(ids, (size_t)n * k * 4), n, k};
+            const double s = time_op(gpu, run_moe, &a, 30);
+            const double bytes = distinct * expert_bytes;
+            printf("  moe %-14s E=%d k=%d %dx%d n=%d %8.1f us  %6.0f GB/s of %d experts' weights (%.0f%% of copy)\n",
+                   m.dm.name, E, k, width, d, n, s * 1e6, bytes / s / 1e9, distinct, 100 * bytes / s / 1e9 / bw);
+            release(a.x), release(a.w), release(a.out), release(a.ids);
+            free(x), free(w), free(ids);
+        }
+        moe_weights_free(&m);
+    }
+}
+
 static void speed(void) {
     const double bw = g4_cuda_probe_bandwidth(gpu);
     printf("\nspeed (device copy bandwidth %.0f GB/s):\n", bw);
@@ -1388,6 +1459,7 @@ static void speed(void) {
         free(x);
     }
     /* decode attention: the 31B-like long context, E2B's layers at a bench's context */
+    moe_speed(bw);
     attention_decode_speed(32, 8, 256, 4096, 4096);
     attention_decode_speed(8, 1, 256, 600, 2048);
     attention_decode_speed(8, 1, 512, 600, 2048);
