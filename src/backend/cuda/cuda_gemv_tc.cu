@@ -499,13 +499,20 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
  * gemv_tc_kernel's (tc_block_mma).
  *
  * Shared memory: a stage is 64 uint4 of weights + TC_BLOCK_UINT4 of
- * activations = 1568 bytes per warp; S = 7 stages of 4 warps = 43904 bytes
- * per block (+ 324 of tc_finish), so five blocks fit in an SM's 228 KB
- * with the 1 KB each block reserves (5 x 45252 = 226260). Registers: at the
- * launch bounds' 96 the ring of 7 fits without spills for 16- and 8-bit
- * scales (two to a register); float32 scales (four registers a block) spill
- * there, so they take 5 stages by default. */
-#define TC_PIPE_STAGES 7
+ * activations = 1568 bytes per warp, 6272 per block of 4 warps (+ 324 of
+ * tc_finish and the 1 KB each block reserves). Five blocks per SM fit up
+ * to S = 7 (5 x 45252 = 226260 of 228 KB), but what shared memory takes L1
+ * loses, and the scales' loads need L1: each warp keeps 32 lines of them
+ * (16 rows, scales and biases) alive for 4 to 8 blocks, 80 KB for 20
+ * warps; missed, each load is a 32-byte L2 request per row (as many as the
+ * weights'). S = 5 (5 x 32708 bytes: 164 KB of shared memory, 92 KB of L1)
+ * keeps them and still has 4 blocks (80 KB of weights per SM) in flight,
+ * about twice what the H200's bandwidth times its latency asks for.
+ * G4_CUDA_GEMV_TC_PIPE=4..7 picks the others (unmeasured: time them with
+ * test_cuda_backend's speed). Registers: at the launch bounds' 96 no spills
+ * up to S = 7 for 16- and 8-bit scales (two to a register), up to 5 for
+ * float32 ones (which take 5 when more are asked for). */
+#define TC_PIPE_STAGES 5
 
 struct tc_pipe_stage {
     uint4 w[2][32]; /* [row g / g + 8][lane]: lane-private, consecutive lanes in consecutive banks */
@@ -881,11 +888,22 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
  * kernel for more; 8 bits: the tokens kernel always. n_tokens > 1 only
  * without ids (dense weights). */
 template <int SD, int S> static void launch_tc_pipe(cuda_ctx *c, dim3 grid, const gemv_tc_args &a) {
-    static int carved; /* five blocks of ~44 KB need the largest shared-memory carveout: ask once */
+    /* the shared-memory carveout five blocks need, the rest left to L1 (see
+     * TC_PIPE_STAGES); asked once per kernel */
+    static int carved;
     if (!carved) {
-        if (!cuda_check(c,
-                        cudaFuncSetAttribute(gemv_tc_pipe_kernel<SD, S>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             (int)cudaSharedmemCarveoutMaxShared),
+        cudaFuncAttributes fa;
+        int per_sm = 0, reserved = 0;
+        if (!cuda_check(c, cudaFuncGetAttributes(&fa, gemv_tc_pipe_kernel<SD, S>), "cudaFuncGetAttributes") ||
+            !cuda_check(c, cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, c->device),
+                        "cudaDeviceGetAttribute") ||
+            !cuda_check(c, cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, c->device),
+                        "cudaDeviceGetAttribute"))
+            return;
+        const size_t need = 5 * (fa.sharedSizeBytes + (size_t)reserved);
+        const size_t percent = per_sm > 0 ? (100 * need + per_sm - 1) / (size_t)per_sm : 100;
+        if (!cuda_check(c, cudaFuncSetAttribute(gemv_tc_pipe_kernel<SD, S>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                percent < 100 ? (int)percent : 100),
                         "cudaFuncSetAttribute"))
             return;
         carved = 1;
@@ -901,9 +919,10 @@ template <int SD, int BITS> static void launch_tc(cuda_ctx *c, const gemv_tc_arg
             switch (c->gemv_tc_pipe) {
             case 0: cuda_launch(c, gemv_tc_kernel<SD>, grid, TC_WARPS * 32, 0, a); break;
             case 4: launch_tc_pipe<SD, 4>(c, grid, a); break;
-            case 5: launch_tc_pipe<SD, 5>(c, grid, a); break;
-            case 6: launch_tc_pipe<SD, 6>(c, grid, a); break;
-            default: launch_tc_pipe<SD, SD == TC_SCALE_F32 ? 5 : TC_PIPE_STAGES>(c, grid, a); break;
+            /* float32 scales spill above 5 stages */
+            case 6: launch_tc_pipe<SD, SD == TC_SCALE_F32 ? 5 : 6>(c, grid, a); break;
+            case 7: launch_tc_pipe<SD, SD == TC_SCALE_F32 ? 5 : 7>(c, grid, a); break;
+            default: launch_tc_pipe<SD, TC_PIPE_STAGES>(c, grid, a); break;
             }
         } else
             cuda_launch(c, gemv_tc_tokens_kernel<SD, 8, 1>, grid, TC_WARPS * 32, 0, a, 1);
