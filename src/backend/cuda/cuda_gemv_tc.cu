@@ -235,7 +235,7 @@ struct tc_place {
     int64_t tile, row0; /* row0: the first output row */
 };
 
-/* (recomputed after the main loop rather than held through it) */
+/* (tc_finish recomputes it rather than holding it through the main loop) */
 __device__ __forceinline__ tc_place tc_place_of(const gemv_tc_args &a) {
     tc_place t;
     t.part = (int)(blockIdx.x % (unsigned)a.parts);
