@@ -220,6 +220,27 @@ static void check_matmul_on(g4_backend *be, const char *tag, const g4_matrix *hm
     free(got);
 }
 
+/* matmul_gated of n tokens on be over t (gate rows, then as many up rows)
+ * against the CPU's matmul and gelu_mul */
+static void check_gated_on(g4_backend *be, const char *tag, const test_matrix *t, int n) {
+    const int64_t F = t->host.rows / 2, cols = t->host.cols;
+    float *x = rand_floats((size_t)n * cols, 0.05f, 2.0f);
+    float *both = malloc((size_t)n * 2 * F * sizeof *both), *want = malloc((size_t)n * F * sizeof *want);
+    cpu->ops->matmul(cpu, both, x, n, &t->host);
+    for (int i = 0; i < n; i++)
+        cpu->ops->gelu_mul(cpu, want + (size_t)i * F, both + (size_t)i * 2 * F, both + (size_t)i * 2 * F + F, (size_t)F);
+    float *dx = up(x, (size_t)n * cols * 4), *dout = poisoned((size_t)n * F);
+    gpu->ops->synchronize(gpu); /* be may be another backend with its own stream */
+    be->ops->matmul_gated(be, dout, dx, n, &t->dev);
+    be->ops->synchronize(be);
+    float *got = down(dout, (size_t)n * F);
+    char what[128];
+    snprintf(what, sizeof what, "%s%s %lldx%lld n=%d", tag, t->name, (long long)t->host.rows, (long long)cols, n);
+    compare("matmul_gated", what, got, want, (size_t)n * F, n <= 8 ? TOL_REDUCE : TOL_SPLIT);
+    release(dx), release(dout);
+    free(x), free(both), free(want), free(got);
+}
+
 static void check_matmul(test_matrix *t, const int *ns, int count) {
     for (int i = 0; i < count; i++) check_matmul_on(gpu, "", &t->host, &t->dev, t->name, ns[i], TOL_SPLIT);
 }
@@ -1126,6 +1147,10 @@ static void test_moe_experts(void) {
  * (columns split over several blocks); the gelu_mul epilogue, gated pairs
  * and MoE slots are in test_matmul_gelu_mul, test_matmul_gated and
  * test_moe_experts. */
+/* the formats of test_gemv_tc's table checked at 21504 x 5376 too (the CPU
+ * reference is slow) */
+static int big_format(size_t k) { return k == 0 || k == 3 || k == 8 || k == 9 || k == 10 || k == 13 || k == 18; }
+
 static void test_gemv_tc(void) {
     const int tokens[] = {1, 2, 3, 5, 8};
     struct {
@@ -1176,12 +1201,66 @@ static void test_gemv_tc(void) {
     for (size_t k = 0; k < n_formats; k++)
         for (size_t s = 0; s < 2; s++) {
             /* the large shape for a few formats only: the CPU reference is slow */
-            if (s == 0 && !(k == 0 || k == 3 || k == 8 || k == 9 || k == 10 || k == 13 || k == 18)) continue;
+            if (s == 0 && !big_format(k)) continue;
             test_matrix t;
             make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, big[s][0], big[s][1]);
             check_matmul(&t, tokens, 5);
             free_matrix(&t);
         }
+    /* the pipelined one-token 4-bit kernel (G4_CUDA_GEMV_TC_PIPE): its
+     * default stages (5) and 4, 6, 7, on every 4-bit format and shape above
+     * (the default also on gated pairs and MoE slots) */
+    const char *stages[] = {"1", "4", "6", "7"};
+    for (int v = 0; v < 4; v++) {
+        setenv("G4_CUDA_GEMV_TC_PIPE", stages[v], 1);
+        g4_backend *pipe = NULL;
+        if (g4_backend_cuda_create(0, &pipe) != G4_OK) pipe = NULL;
+        unsetenv("G4_CUDA_GEMV_TC_PIPE");
+        CHECK(pipe != NULL, "CUDA backend with G4_CUDA_GEMV_TC_PIPE=%s: %s", stages[v], g4_error_message());
+        if (!pipe) continue;
+        char tag[32];
+        snprintf(tag, sizeof tag, "tc-pipe %s ", stages[v]);
+        for (size_t k = 0; k < n_formats; k++) {
+            if (formats[k].bits != 4) continue;
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                if (shapes[s][1] % formats[k].group != 0) continue;
+                test_matrix t;
+                make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, shapes[s][0],
+                            shapes[s][1]);
+                check_matmul_on(pipe, tag, &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+                free_matrix(&t);
+            }
+            for (size_t s = 0; s < 2; s++) {
+                if (s == 0 && (v > 0 || !big_format(k))) continue;
+                test_matrix t;
+                make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, big[s][0], big[s][1]);
+                check_matmul_on(pipe, tag, &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+                free_matrix(&t);
+            }
+        }
+        if (v == 0) {
+            /* gated pairs (test_matmul_gated's 4-bit cases) and one token per MoE slot (test_moe_experts') */
+            const struct {
+                g4_weight_format f;
+                int group;
+                g4_dtype sdt;
+                int64_t rows, cols;
+            } gated[] = {{G4_WEIGHT_AFFINE, 64, G4_DTYPE_BF16, 2 * 2112, 2816}, {G4_WEIGHT_MXFP4, 32, G4_DTYPE_U8, 2 * 300, 2816},
+                         {G4_WEIGHT_AFFINE, 32, G4_DTYPE_F16, 2 * 77, 96},     {G4_WEIGHT_AFFINE, 128, G4_DTYPE_F32, 2 * 40, 21504},
+                         {G4_WEIGHT_MXFP4, 32, G4_DTYPE_U8, 2 * 19, 160}};
+            for (size_t k = 0; k < sizeof gated / sizeof gated[0]; k++) {
+                test_matrix t;
+                make_matrix(&t, gated[k].f, 4, gated[k].group, gated[k].sdt, gated[k].rows, gated[k].cols);
+                check_gated_on(pipe, tag, &t, 1);
+                free_matrix(&t);
+            }
+            const int moe_ns[] = {1, 5};
+            check_moe(pipe, "MLX tc-pipe", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, moe_ns, 2, TOL_SPLIT);
+            check_moe(pipe, "MLX tc-pipe", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, moe_ns, 2, TOL_SPLIT);
+            check_moe(pipe, "stacked tc-pipe", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, moe_ns, 2, TOL_SPLIT);
+        }
+        g4_backend_destroy(pipe);
+    }
 }
 
 /* The plain bf16 prefill mode (G4_CUDA_PREFILL=bf16): one product per tile. */
@@ -1392,6 +1471,50 @@ static void moe_speed(double bw) {
     }
 }
 
+/* The one-token 4-bit tensor-core GEMV: gemv_tc_kernel (the default)
+ * beside the pipelined gemv_tc_pipe_kernel at 4..7 stages
+ * (G4_CUDA_GEMV_TC_PIPE), at the 31B's down, o, gate|up-sized shapes. */
+static void gemv_pipe_speed(double bw) {
+    const char *stages[] = {"4", "5", "6", "7"};
+    g4_backend *pipe[4] = {NULL, NULL, NULL, NULL};
+    for (int v = 0; v < 4; v++) {
+        setenv("G4_CUDA_GEMV_TC_PIPE", stages[v], 1);
+        if (g4_backend_cuda_create(0, &pipe[v]) != G4_OK) pipe[v] = NULL;
+    }
+    unsetenv("G4_CUDA_GEMV_TC_PIPE");
+    const int64_t shapes[][2] = {{21504, 5376}, {5376, 8192}, {5376, 21504}, {43008, 5376}};
+    struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+    } formats[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
+    printf("  one-token 4-bit GEMV: default / pipelined with 4, 5, 6, 7 stages (G4_CUDA_GEMV_TC_PIPE)\n");
+    for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t rows = shapes[s][0], cols = shapes[s][1];
+            test_matrix t;
+            make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, rows, cols);
+            float *x = rand_floats((size_t)cols, 0.05f, 2.0f);
+            float *dx = up(x, (size_t)cols * 4), *dout = poisoned((size_t)rows);
+            const double bytes = (double)g4_matrix_bytes(&t.host);
+            g4_backend *bes[5] = {gpu, pipe[0], pipe[1], pipe[2], pipe[3]};
+            printf("  gemv %-18s %lldx%lld n=1 ", t.name, (long long)rows, (long long)cols);
+            for (int v = 0; v < 5; v++) {
+                if (!bes[v]) continue;
+                matmul_arg a = {bes[v], &t.dev, dx, dout, 1};
+                const double us = time_op(bes[v], run_matmul, &a, 50) * 1e6;
+                printf(" %s%.1f us (%.0f%%)", v ? " / " : "", us, 100 * bytes / (us * 1e-6) / 1e9 / bw);
+            }
+            printf("\n");
+            if (pipe[3]) check_matmul_on(pipe[3], "tc-pipe 7 ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+            release(dx), release(dout);
+            free(x);
+            free_matrix(&t);
+        }
+    for (int v = 0; v < 4; v++)
+        if (pipe[v]) g4_backend_destroy(pipe[v]);
+}
+
 static void speed(void) {
     const double bw = g4_cuda_probe_bandwidth(gpu);
     printf("\nspeed (device copy bandwidth %.0f GB/s):\n", bw);
@@ -1442,6 +1565,7 @@ static void speed(void) {
     release(dx), release(dout);
     free(x);
     gemv_split_speed(bw);
+    gemv_pipe_speed(bw);
     /* top_logits over the 262144-logit LM head: what a decode step adds to copy back candidates */
     {
         const int V = 262144, ks[] = {1, 40, 64, 1024};
@@ -1509,25 +1633,7 @@ static void test_matmul_gated(void) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         test_matrix t;
         make_matrix(&t, cases[k].f, cases[k].bits, cases[k].group, cases[k].sdt, cases[k].rows, cases[k].cols);
-        const int64_t F = cases[k].rows / 2, cols = cases[k].cols;
-        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
-            const int n = ns[j];
-            float *x = rand_floats((size_t)n * cols, 0.05f, 2.0f);
-            float *both = malloc((size_t)n * 2 * F * sizeof *both), *want = malloc((size_t)n * F * sizeof *want);
-            cpu->ops->matmul(cpu, both, x, n, &t.host);
-            for (int i = 0; i < n; i++)
-                cpu->ops->gelu_mul(cpu, want + (size_t)i * F, both + (size_t)i * 2 * F, both + (size_t)i * 2 * F + F,
-                                   (size_t)F);
-            float *dx = up(x, (size_t)n * cols * 4), *dout = poisoned((size_t)n * F);
-            gpu->ops->matmul_gated(gpu, dout, dx, n, &t.dev);
-            gpu->ops->synchronize(gpu);
-            float *got = down(dout, (size_t)n * F);
-            char what[128];
-            snprintf(what, sizeof what, "%s %lldx%lld n=%d", t.name, (long long)cases[k].rows, (long long)cols, n);
-            compare("matmul_gated", what, got, want, (size_t)n * F, n <= 8 ? TOL_REDUCE : TOL_SPLIT);
-            release(dx), release(dout);
-            free(x), free(both), free(want), free(got);
-        }
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) check_gated_on(gpu, "", &t, ns[j]);
         free_matrix(&t);
     }
 }

@@ -35,7 +35,9 @@
  * fragments for every token; 8-bit codes take 64-column blocks (see
  * gemv_tc_tokens_kernel).
  *
- * G4_CUDA_GEMV_TC=0 turns this path off (the float32 GEMV runs instead). */
+ * G4_CUDA_GEMV_TC=0 turns this path off (the float32 GEMV runs instead);
+ * G4_CUDA_GEMV_TC_PIPE=1 (or a stage count 4..7) runs one token of 4 bits
+ * by the software-pipelined gemv_tc_pipe_kernel. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,12 +166,24 @@ struct gemv_tc_args {
 /* How group scales are stored; MXFP4 is the E8M0 case. */
 enum { TC_SCALE_BF16 = 0, TC_SCALE_F16 = 1, TC_SCALE_F32 = 2, TC_SCALE_E8M0 = 3 };
 
+/* Scale or bias g of a row as stored: 16 or 8 bits zero-extended, or
+ * float32 bits. */
+template <int SD> __device__ __forceinline__ uint32_t group_bits(const uint8_t *row, int g) {
+    if constexpr (SD == TC_SCALE_BF16 || SD == TC_SCALE_F16) return reinterpret_cast<const uint16_t *>(row)[g];
+    if constexpr (SD == TC_SCALE_F32) return reinterpret_cast<const uint32_t *>(row)[g];
+    return row[g];
+}
+
+template <int SD> __device__ __forceinline__ float group_value(uint32_t bits) {
+    if constexpr (SD == TC_SCALE_BF16) return bf16_bits_to_float(bits);
+    if constexpr (SD == TC_SCALE_F16) return __half2float(__ushort_as_half((unsigned short)bits));
+    if constexpr (SD == TC_SCALE_F32) return __uint_as_float(bits);
+    return e8m0_value(bits);
+}
+
 /* Scale or bias g of a row. */
 template <int SD> __device__ __forceinline__ float group_param(const uint8_t *row, int g) {
-    if constexpr (SD == TC_SCALE_BF16) return bf16_bits_to_float(reinterpret_cast<const uint16_t *>(row)[g]);
-    if constexpr (SD == TC_SCALE_F16) return __half2float(reinterpret_cast<const __half *>(row)[g]);
-    if constexpr (SD == TC_SCALE_F32) return reinterpret_cast<const float *>(row)[g];
-    return e8m0_value(row[g]);
+    return group_value<SD>(group_bits<SD>(row, g));
 }
 
 /* 128-column blocks in flight per warp: weights, scales and prepared
@@ -181,161 +195,225 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
 
+/* 16 bytes, or 16 zero bytes when !copy (nothing is read then) */
+__device__ __forceinline__ void cp_async16_or_zero(void *smem, const void *gmem, bool copy) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(copy ? 16 : 0)
+                 : "memory");
+}
+
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.commit_group;\n" ::);
     asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
-/* A block owns one 16-row tile and part blockIdx.x % parts of its
- * columns; its TC_WARPS warps split that part into contiguous ranges. With
- * several parts (enough blocks for whole waves on every shape) each block
- * leaves its partial sums in a.partial and the last to finish (a counter
- * per tile) adds them in part order (deterministic) and stores the row. */
-template <int SD>
-__global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args a) {
-    pdl_wait();
-    constexpr bool MX = SD == TC_SCALE_E8M0;
-    /* each warp's prepared activations, copied asynchronously (the loads
-     * then wait once per TC_PREFETCH blocks, together with the weights) */
-    __shared__ uint4 ring[TC_WARPS][TC_PREFETCH][TC_BLOCK_UINT4];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, c = lane & 3;
-    const int parts = a.parts, part = (int)(blockIdx.x % (unsigned)parts);
-    const int64_t tile = blockIdx.x / (unsigned)parts;
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/* until at most N of this thread's newest groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_async_wait_newest() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* One lane of a one-token GEMV block (gemv_tc_kernel, gemv_tc_pipe_kernel):
+ * its tile, rows, pointers, roles in the mma and range of blocks. */
+struct tc_lane {
+    int warp, lane, g, c;
+    bool ok_lo, ok_hi;
+    int gc, slots;
+    int b_index;     /* as a B lane: the first of its 4 uint4 in a block's prepared activations */
+    bool b_active;   /* as a B lane: it supplies activations (else zeros) */
+    bool scale_lane; /* output columns 2c, 2c + 1 are group slot c */
+    const uint8_t *w_lo, *w_hi, *s_lo, *s_hi, *b_lo, *b_hi;
+    const uint4 *prepared;
+    int first, last; /* this warp's blocks */
+};
+
+/* A block owns one 16-row tile (paired: 8 gate rows and their up rows) and
+ * part blockIdx.x % parts of its columns, for MoE slot blockIdx.y. */
+struct tc_place {
+    int part, slot;
+    int64_t tile, row0; /* row0: the first output row */
+};
+
+/* (tc_finish recomputes it rather than holding it through the main loop) */
+__device__ __forceinline__ tc_place tc_place_of(const gemv_tc_args &a) {
+    tc_place t;
+    t.part = (int)(blockIdx.x % (unsigned)a.parts);
+    t.tile = blockIdx.x / (unsigned)a.parts;
+    t.row0 = t.tile * (a.pair > 0 ? 8 : 16);
+    t.slot = blockIdx.y;
+    return t;
+}
+
+/* Fills L; false when the block has nothing to do (a slot without a valid
+ * expert). The block's TC_WARPS warps split its part of the columns into
+ * contiguous ranges. */
+__device__ __forceinline__ bool tc_lane_setup(const gemv_tc_args &a, tc_lane &L) {
+    L.warp = threadIdx.x >> 5, L.lane = threadIdx.x & 31;
+    L.g = L.lane >> 2, L.c = L.lane & 3;
+    const int g = L.g, c = L.c;
+    const int parts = a.parts;
+    const tc_place t = tc_place_of(a);
     const bool paired = a.pair > 0;
-    const int64_t row0 = tile * (paired ? 8 : 16); /* first output row */
     const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
-    const float *mul = a.gelu_mul;
-    float *out = a.out;
     int xrow = 0;
-    const int slot = blockIdx.y;
     if (a.ids) {
-        const int e = a.ids[slot];
-        if (e < 0 || e >= a.n_experts) return;
+        const int e = a.ids[t.slot];
+        if (e < 0 || e >= a.n_experts) return false;
         const int64_t base = (int64_t)e * a.expert_stride + a.row_offset;
-        if (mul) mul += (size_t)slot * a.out_stride;
         data += (size_t)base * a.row_bytes;
         scales += (size_t)base * a.scale_row_bytes;
         if (biases) biases += (size_t)base * a.scale_row_bytes;
-        xrow = slot / a.x_div;
-        out += (size_t)slot * a.out_stride;
+        xrow = t.slot / a.x_div;
     }
     /* this lane's rows g and g + 8 of the tile (paired: gate row g, its up row) */
-    const int64_t r_lo = row0 + g, r_hi = paired ? row0 + g + a.pair : row0 + g + 8;
-    const bool ok_lo = r_lo < a.rows, ok_hi = paired ? ok_lo : r_hi < a.rows;
+    const int64_t r_lo = t.row0 + g, r_hi = paired ? t.row0 + g + a.pair : t.row0 + g + 8;
+    L.ok_lo = r_lo < a.rows;
+    L.ok_hi = paired ? L.ok_lo : r_hi < a.rows;
     /* group slots per 128-column block and this lane's roles */
-    const int gc = a.group_size < TC_BLOCK_COLS ? a.group_size : TC_BLOCK_COLS;
-    const int slots = TC_BLOCK_COLS / gc;
-    const int my_slot = c * 32 / gc;    /* slot of the columns this lane's codes cover */
+    L.gc = a.group_size < TC_BLOCK_COLS ? a.group_size : TC_BLOCK_COLS;
+    L.slots = TC_BLOCK_COLS / L.gc;
+    const int my_slot = c * 32 / L.gc;  /* slot of the columns this lane's codes cover */
     const int b_part = g - 2 * my_slot; /* as a B lane: which part (hi 0, lo 1), if 0 or 1 */
-    const bool b_active = b_part == 0 || b_part == 1;
-    const int b_index = (c * 2 + (b_active ? b_part : 0)) * 4;
-    const bool scale_lane = c < slots; /* output columns 2c, 2c + 1 are group slot c */
-    const uint8_t *w_lo = data + (size_t)(ok_lo ? r_lo : 0) * a.row_bytes + 16 * c;
-    const uint8_t *w_hi = data + (size_t)(ok_hi ? r_hi : 0) * a.row_bytes + 16 * c;
-    const uint8_t *s_lo = scales + (size_t)(ok_lo ? r_lo : 0) * a.scale_row_bytes;
-    const uint8_t *s_hi = scales + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes;
-    const uint8_t *b_lo = biases ? biases + (size_t)(ok_lo ? r_lo : 0) * a.scale_row_bytes : NULL;
-    const uint8_t *b_hi = biases ? biases + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes : NULL;
-    const uint4 *prepared = a.prepared + (size_t)xrow * a.n_blocks * TC_BLOCK_UINT4;
-    const int64_t cols = a.cols;
+    L.b_active = b_part == 0 || b_part == 1;
+    L.b_index = (c * 2 + (L.b_active ? b_part : 0)) * 4;
+    L.scale_lane = c < L.slots;
+    L.w_lo = data + (size_t)(L.ok_lo ? r_lo : 0) * a.row_bytes + 16 * c;
+    L.w_hi = data + (size_t)(L.ok_hi ? r_hi : 0) * a.row_bytes + 16 * c;
+    L.s_lo = scales + (size_t)(L.ok_lo ? r_lo : 0) * a.scale_row_bytes;
+    L.s_hi = scales + (size_t)(L.ok_hi ? r_hi : 0) * a.scale_row_bytes;
+    L.b_lo = biases ? biases + (size_t)(L.ok_lo ? r_lo : 0) * a.scale_row_bytes : NULL;
+    L.b_hi = biases ? biases + (size_t)(L.ok_hi ? r_hi : 0) * a.scale_row_bytes : NULL;
+    L.prepared = a.prepared + (size_t)xrow * a.n_blocks * TC_BLOCK_UINT4;
     /* this warp's blocks: a contiguous share of the block's part of the row */
     const int per_part = (a.n_blocks + parts - 1) / parts;
-    const int part_first = part * per_part, part_last = min(a.n_blocks, part_first + per_part);
+    const int part_first = t.part * per_part, part_last = min(a.n_blocks, part_first + per_part);
     const int per = (part_last - part_first + TC_WARPS - 1) / TC_WARPS;
-    const int first = part_first + warp * per, last = min(part_last, first + per);
-    float acc_lo = 0.0f, acc_hi = 0.0f;
-    for (int blk0 = first; blk0 < last; blk0 += TC_PREFETCH) {
-        uint4 wl[TC_PREFETCH], wh[TC_PREFETCH];
-        float sl[TC_PREFETCH], sh[TC_PREFETCH], bl[TC_PREFETCH], bh[TC_PREFETCH];
-#pragma unroll
-        for (int k = 0; k < TC_PREFETCH; k++) {
-            const int blk = blk0 + k;
-            if (blk < last) {
-                const uint4 *src = prepared + (size_t)blk * TC_BLOCK_UINT4;
-                cp_async16(&ring[warp][k][lane], src + lane);
-                if (lane < TC_BLOCK_UINT4 - 32) cp_async16(&ring[warp][k][32 + lane], src + 32 + lane);
-            }
-            const bool in = blk < last && (int64_t)blk * TC_BLOCK_COLS + 32 * c < cols;
-            const size_t off = (size_t)blk * 64;
-            wl[k] = in && ok_lo ? load_stream16(w_lo + off) : make_uint4(0, 0, 0, 0);
-            wh[k] = in && ok_hi ? load_stream16(w_hi + off) : make_uint4(0, 0, 0, 0);
-            /* group slot c of the block (groups are 32, 64 or 128 columns) */
-            sl[k] = sh[k] = bl[k] = bh[k] = 0.0f;
-            if (blk < last && scale_lane && (int64_t)blk * TC_BLOCK_COLS + c * gc < cols) {
-                const int grp = blk * slots + c;
-                sl[k] = group_param<SD>(s_lo, grp);
-                sh[k] = group_param<SD>(s_hi, grp);
-                if (!MX && b_lo) {
-                    bl[k] = group_param<SD>(b_lo, grp);
-                    bh[k] = group_param<SD>(b_hi, grp);
-                }
-            }
+    L.first = part_first + L.warp * per;
+    L.last = min(part_last, L.first + per);
+    return true;
+}
+
+/* Scales and biases of a lane's two rows for one block. */
+struct tc_params {
+    float sl, sh, bl, bh;
+};
+
+/* The same as loaded, held until their block's turn: 16- and 8-bit values
+ * two to a register (row g low, row g + 8 high), float32 one each. */
+template <int SD> struct tc_params_raw {
+    uint32_t v[SD == TC_SCALE_F32 ? 4 : 2];
+};
+
+/* group slot c of block blk (groups are 32, 64 or 128 columns); zero bits
+ * past the warp's blocks or the row (E8M0's 2^-127 then scales exact zeros:
+ * those columns' codes and activations are zero) */
+template <int SD>
+__device__ __forceinline__ tc_params_raw<SD> tc_block_params_raw(const gemv_tc_args &a, const tc_lane &L, int blk) {
+    constexpr bool MX = SD == TC_SCALE_E8M0, WIDE = SD == TC_SCALE_F32;
+    tc_params_raw<SD> p = {};
+    if (blk < L.last && L.scale_lane && (int64_t)blk * TC_BLOCK_COLS + L.c * L.gc < a.cols) {
+        const int grp = blk * L.slots + L.c;
+        const uint32_t sl = group_bits<SD>(L.s_lo, grp), sh = group_bits<SD>(L.s_hi, grp);
+        uint32_t bl = 0, bh = 0;
+        if (!MX && L.b_lo) {
+            bl = group_bits<SD>(L.b_lo, grp);
+            bh = group_bits<SD>(L.b_hi, grp);
         }
-        cp_async_wait_all();
-        __syncwarp();
-#pragma unroll
-        for (int k = 0; k < TC_PREFETCH; k++) {
-            const int blk = blk0 + k;
-            if (blk >= last) break;
-            uint4 xb[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) xb[u] = b_active ? ring[warp][k][b_index + u] : make_uint4(0, 0, 0, 0);
-            const uint32_t wlw[4] = {wl[k].x, wl[k].y, wl[k].z, wl[k].w};
-            const uint32_t whw[4] = {wh[k].x, wh[k].y, wh[k].z, wh[k].w};
-            /* d: pairs 0 and 2; e: pairs 1 and 3 (affine: in units 16 times larger) */
-            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                uint32_t pl[4], ph[4];
-                decode_word<MX>(wlw[u], pl);
-                decode_word<MX>(whw[u], ph);
-                const uint32_t b0[2] = {xb[u].x, xb[u].y}, b1[2] = {xb[u].z, xb[u].w};
-                const uint32_t a0[4] = {pl[0], ph[0], pl[1], ph[1]}, a1[4] = {pl[2], ph[2], pl[3], ph[3]};
-                mma_16816(d, a0, b0);
-                mma_16816(MX ? d : e, a1, b1);
-            }
-            if (scale_lane) {
-                const float *sums = reinterpret_cast<const float *>(&ring[warp][k][32]);
-                /* the block's power of two, and the codes' own (see decode_word) */
-                const float up = sums[4] * (MX ? 16384.0f : 1048576.0f);
-                const float vlo = MX ? d[0] + d[1] : (d[0] + d[1]) * 16.0f + (e[0] + e[1]);
-                const float vhi = MX ? d[2] + d[3] : (d[2] + d[3]) * 16.0f + (e[2] + e[3]);
-                acc_lo = fmaf(sl[k], vlo * up, acc_lo);
-                acc_hi = fmaf(sh[k], vhi * up, acc_hi);
-                if (!MX) {
-                    acc_lo = fmaf(bl[k], sums[c], acc_lo);
-                    acc_hi = fmaf(bh[k], sums[c], acc_hi);
-                }
-            }
+        if constexpr (WIDE) {
+            p.v[0] = sl, p.v[1] = sh, p.v[2] = bl, p.v[3] = bh;
+        } else {
+            p.v[0] = sl | sh << 16;
+            p.v[1] = bl | bh << 16;
         }
-        __syncwarp(); /* the ring is refilled next pass */
     }
-    /* the quad's group slots, then the warps' column ranges */
+    return p;
+}
+
+template <int SD> __device__ __forceinline__ tc_params tc_params_of(const tc_params_raw<SD> &r) {
+    if constexpr (SD == TC_SCALE_F32)
+        return {group_value<SD>(r.v[0]), group_value<SD>(r.v[1]), group_value<SD>(r.v[2]), group_value<SD>(r.v[3])};
+    else
+        return {group_value<SD>(r.v[0] & 0xFFFFu), group_value<SD>(r.v[0] >> 16), group_value<SD>(r.v[1] & 0xFFFFu),
+                group_value<SD>(r.v[1] >> 16)};
+}
+
+/* Whether the lane's 32 columns of block blk are in the row. */
+__device__ __forceinline__ bool tc_block_in(const gemv_tc_args &a, const tc_lane &L, int blk) {
+    return blk < L.last && (int64_t)blk * TC_BLOCK_COLS + 32 * L.c < a.cols;
+}
+
+/* One block: the lane's 16 bytes of each row (wl, wh) decoded against the
+ * block's prepared activations x (shared memory), then scales and biases
+ * applied into acc_lo, acc_hi. */
+template <bool MX>
+__device__ __forceinline__ void tc_block_mma(const tc_lane &L, uint4 wl, uint4 wh, const uint4 *x, const tc_params &p,
+                                             float &acc_lo, float &acc_hi) {
+    uint4 xb[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) xb[u] = L.b_active ? x[L.b_index + u] : make_uint4(0, 0, 0, 0);
+    const uint32_t wlw[4] = {wl.x, wl.y, wl.z, wl.w};
+    const uint32_t whw[4] = {wh.x, wh.y, wh.z, wh.w};
+    /* d: pairs 0 and 2; e: pairs 1 and 3 (affine: in units 16 times larger) */
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        uint32_t pl[4], ph[4];
+        decode_word<MX>(wlw[u], pl);
+        decode_word<MX>(whw[u], ph);
+        const uint32_t b0[2] = {xb[u].x, xb[u].y}, b1[2] = {xb[u].z, xb[u].w};
+        const uint32_t a0[4] = {pl[0], ph[0], pl[1], ph[1]}, a1[4] = {pl[2], ph[2], pl[3], ph[3]};
+        mma_16816(d, a0, b0);
+        mma_16816(MX ? d : e, a1, b1);
+    }
+    if (L.scale_lane) {
+        const float *sums = reinterpret_cast<const float *>(x + 32);
+        /* the block's power of two, and the codes' own (see decode_word) */
+        const float up = sums[4] * (MX ? 16384.0f : 1048576.0f);
+        const float vlo = MX ? d[0] + d[1] : (d[0] + d[1]) * 16.0f + (e[0] + e[1]);
+        const float vhi = MX ? d[2] + d[3] : (d[2] + d[3]) * 16.0f + (e[2] + e[3]);
+        acc_lo = fmaf(p.sl, vlo * up, acc_lo);
+        acc_hi = fmaf(p.sh, vhi * up, acc_hi);
+        if (!MX) {
+            acc_lo = fmaf(p.bl, sums[L.c], acc_lo);
+            acc_hi = fmaf(p.bh, sums[L.c], acc_hi);
+        }
+    }
+}
+
+/* The lanes' sums into the tile's rows: the quad's group slots, then the
+ * warps' column ranges. With several parts (enough blocks for whole waves on
+ * every shape) each block leaves its partial sums in a.partial and the last
+ * to finish (a counter per tile) adds them in part order (deterministic) and
+ * stores the rows (paired: gelu(gate) * up; else times gelu_mul if given). */
+__device__ __forceinline__ void tc_finish(const gemv_tc_args &a, const tc_lane &L, float acc_lo, float acc_hi) {
+    const tc_place t = tc_place_of(a);
     acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 1);
     acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 2);
     acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 1);
     acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 2);
     __shared__ float sum_warps[TC_WARPS][16];
     __shared__ int last_part;
-    if (c == 0) {
-        sum_warps[warp][g] = acc_lo;
-        sum_warps[warp][g + 8] = acc_hi;
+    if (L.c == 0) {
+        sum_warps[L.warp][L.g] = acc_lo;
+        sum_warps[L.warp][L.g + 8] = acc_hi;
     }
     __syncthreads();
+    const int parts = a.parts;
+    const int64_t row0 = t.row0;
     const int r = threadIdx.x; /* one thread per row of the tile */
     float v = 0.0f;
     if (r < 16)
         for (int w = 0; w < TC_WARPS; w++) v += sum_warps[w][r];
     if (parts > 1) {
-        float *mine = a.partial + ((size_t)slot * parts + part) * a.rows_padded + (size_t)tile * 16;
+        float *mine = a.partial + ((size_t)t.slot * parts + t.part) * a.rows_padded + (size_t)t.tile * 16;
         if (r < 16) {
             mine[r] = v;
             __threadfence();
         }
         __syncthreads();
         if (r == 0) {
-            int *count = a.counters + (size_t)slot * a.n_tiles + tile;
+            int *count = a.counters + (size_t)t.slot * a.n_tiles + t.tile;
             const int before = atomicAdd(count, 1);
             last_part = before == parts - 1;
             if (last_part) *count = 0; /* every part has arrived: ready for the next call */
@@ -344,12 +422,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
         if (!last_part) return;
         __threadfence();
         if (r < 16) {
-            const float *all = a.partial + (size_t)slot * parts * a.rows_padded + (size_t)tile * 16 + r;
+            const float *all = a.partial + (size_t)t.slot * parts * a.rows_padded + (size_t)t.tile * 16 + r;
             v = 0.0f;
             for (int p = 0; p < parts; p++) v += __ldcg(all + (size_t)p * a.rows_padded);
         }
     }
-    if (paired) {
+    /* MoE slots: each its own rows of out and gelu_mul */
+    const size_t slot_off = a.ids ? (size_t)t.slot * a.out_stride : 0;
+    float *out = a.out + slot_off;
+    const float *mul = a.gelu_mul ? a.gelu_mul + slot_off : NULL;
+    if (a.pair > 0) {
         /* rows 0..7 of the tile are gate sums, 8..15 the matching up sums */
         __shared__ float tile_sums[16];
         if (r < 16) tile_sums[r] = v;
@@ -357,8 +439,131 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args 
         if (r < 8 && row0 + r < a.rows) out[row0 + r] = __fmul_rn(gelu_tanh(tile_sums[r]), tile_sums[r + 8]);
         return;
     }
-    if (r < 16 && row0 + r < a.rows)
-        out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
+    if (r < 16 && row0 + r < a.rows) out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
+}
+
+/* One token (or one per MoE slot): per warp, TC_PREFETCH blocks requested,
+ * awaited together, then computed (see tc_lane_setup, tc_finish). */
+template <int SD>
+__global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args a) {
+    pdl_wait();
+    constexpr bool MX = SD == TC_SCALE_E8M0;
+    /* each warp's prepared activations, copied asynchronously (the loads
+     * then wait once per TC_PREFETCH blocks, together with the weights) */
+    __shared__ uint4 ring[TC_WARPS][TC_PREFETCH][TC_BLOCK_UINT4];
+    tc_lane L;
+    if (!tc_lane_setup(a, L)) return;
+    const int warp = L.warp, lane = L.lane;
+    float acc_lo = 0.0f, acc_hi = 0.0f;
+    for (int blk0 = L.first; blk0 < L.last; blk0 += TC_PREFETCH) {
+        uint4 wl[TC_PREFETCH], wh[TC_PREFETCH];
+        tc_params p[TC_PREFETCH];
+#pragma unroll
+        for (int k = 0; k < TC_PREFETCH; k++) {
+            const int blk = blk0 + k;
+            if (blk < L.last) {
+                const uint4 *src = L.prepared + (size_t)blk * TC_BLOCK_UINT4;
+                cp_async16(&ring[warp][k][lane], src + lane);
+                if (lane < TC_BLOCK_UINT4 - 32) cp_async16(&ring[warp][k][32 + lane], src + 32 + lane);
+            }
+            const bool in = tc_block_in(a, L, blk);
+            const size_t off = (size_t)blk * 64;
+            wl[k] = in && L.ok_lo ? load_stream16(L.w_lo + off) : make_uint4(0, 0, 0, 0);
+            wh[k] = in && L.ok_hi ? load_stream16(L.w_hi + off) : make_uint4(0, 0, 0, 0);
+            p[k] = tc_params_of<SD>(tc_block_params_raw<SD>(a, L, blk));
+        }
+        cp_async_wait_all();
+        __syncwarp();
+#pragma unroll
+        for (int k = 0; k < TC_PREFETCH; k++) {
+            if (blk0 + k >= L.last) break;
+            tc_block_mma<MX>(L, wl[k], wh[k], ring[warp][k], p[k], acc_lo, acc_hi);
+        }
+        __syncwarp(); /* the ring is refilled next pass */
+    }
+    tc_finish(a, L, acc_lo, acc_hi);
+}
+
+/* ---- one token, software-pipelined (G4_CUDA_GEMV_TC_PIPE) ----
+ *
+ * gemv_tc_kernel waits for all TC_PREFETCH blocks of a round before it
+ * computes any, so a warp's requests in flight fall to zero every round.
+ * Here the lane's weights go to shared memory too (cp.async, the same 16
+ * bytes of rows g and g + 8 it loads there), with the block's prepared
+ * activations, into a ring of S stages per warp: while block i is
+ * computed, blocks i + 1 .. i + S - 1 are in flight (one cp.async group per
+ * block; wait_group S - 1 = block i has landed). Scales and biases are
+ * 2-byte values at some group sizes, which cp.async cannot copy: ordinary
+ * loads issued with their block's copies, into a register ring (the loop is
+ * unrolled by S so its indices are constants). The math is
+ * gemv_tc_kernel's (tc_block_mma).
+ *
+ * Shared memory: a stage is 64 uint4 of weights + TC_BLOCK_UINT4 of
+ * activations = 1568 bytes per warp, 6272 per block of 4 warps (+ 324 of
+ * tc_finish and the 1 KB each block reserves). Five blocks per SM fit up
+ * to S = 7 (5 x 45252 = 226260 of 228 KB), but what shared memory takes L1
+ * loses, and the scales' loads need L1: each warp keeps 32 lines of them
+ * (16 rows, scales and biases) alive for 4 to 8 blocks, 80 KB for 20
+ * warps; missed, each load is a 32-byte L2 request per row (as many as the
+ * weights'). S = 5 (5 x 32708 bytes: 164 KB of shared memory, 92 KB of L1)
+ * keeps them and still has 4 blocks (80 KB of weights per SM) in flight,
+ * about twice what the H200's bandwidth times its latency asks for.
+ * G4_CUDA_GEMV_TC_PIPE=4..7 picks the others (unmeasured: time them with
+ * test_cuda_backend's speed). Registers: at the launch bounds' 96 no spills
+ * up to S = 7 for 16- and 8-bit scales (two to a register), up to 5 for
+ * float32 ones (which take 5 when more are asked for). */
+#define TC_PIPE_STAGES 5
+
+struct tc_pipe_stage {
+    uint4 w[2][32]; /* [row g / g + 8][lane]: lane-private, consecutive lanes in consecutive banks */
+    uint4 x[TC_BLOCK_UINT4];
+};
+
+/* Requests block blk (if it is the warp's) into stage st and loads its
+ * scales into p: one commit group, empty past the warp's blocks. */
+template <int SD>
+__device__ __forceinline__ void tc_pipe_issue(const gemv_tc_args &a, const tc_lane &L, tc_pipe_stage &st, int blk,
+                                              tc_params_raw<SD> &p) {
+    if (blk < L.last) {
+        const uint4 *src = L.prepared + (size_t)blk * TC_BLOCK_UINT4;
+        cp_async16(&st.x[L.lane], src + L.lane);
+        if (L.lane < TC_BLOCK_UINT4 - 32) cp_async16(&st.x[32 + L.lane], src + 32 + L.lane);
+        const bool in = tc_block_in(a, L, blk);
+        const size_t off = in ? (size_t)blk * 64 : 0; /* nothing is read when zero-filling */
+        cp_async16_or_zero(&st.w[0][L.lane], L.w_lo + off, in && L.ok_lo);
+        cp_async16_or_zero(&st.w[1][L.lane], L.w_hi + off, in && L.ok_hi);
+    }
+    p = tc_block_params_raw<SD>(a, L, blk);
+    cp_async_commit();
+}
+
+template <int SD, int S>
+__global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_pipe_kernel(gemv_tc_args a) {
+    pdl_wait();
+    constexpr bool MX = SD == TC_SCALE_E8M0;
+    __shared__ tc_pipe_stage ring[TC_WARPS][S];
+    tc_lane L;
+    if (!tc_lane_setup(a, L)) return;
+    tc_pipe_stage *stages = ring[L.warp];
+    tc_params_raw<SD> p[S]; /* block first + j's in p[j % S] */
+#pragma unroll
+    for (int k = 0; k < S - 1; k++) tc_pipe_issue<SD>(a, L, stages[k], L.first + k, p[k]);
+    float acc_lo = 0.0f, acc_hi = 0.0f;
+    for (int base = L.first; base < L.last; base += S) {
+#pragma unroll
+        for (int k = 0; k < S; k++) {
+            const int blk = base + k;
+            if (blk >= L.last) break;
+            /* stage (k - 1) % S was computed last step (and __syncwarp'd) */
+            tc_pipe_issue<SD>(a, L, stages[(k + S - 1) % S], blk + S - 1, p[(k + S - 1) % S]);
+            cp_async_wait_newest<S - 1>(); /* block blk's group has landed */
+            __syncwarp();
+            const tc_pipe_stage &st = stages[k];
+            tc_block_mma<MX>(L, st.w[0][L.lane], st.w[1][L.lane], st.x, tc_params_of<SD>(p[k]), acc_lo, acc_hi);
+            __syncwarp(); /* stage k is refilled next step */
+        }
+    }
+    tc_finish(a, L, acc_lo, acc_hi);
 }
 
 /* ---- several tokens (2..8) of dense weights; 8-bit affine weights ----
@@ -682,12 +887,44 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
 /* 4 bits: gemv_tc_kernel for one token (or one per slot), the tokens
  * kernel for more; 8 bits: the tokens kernel always. n_tokens > 1 only
  * without ids (dense weights). */
+template <int SD, int S> static void launch_tc_pipe(cuda_ctx *c, dim3 grid, const gemv_tc_args &a) {
+    /* the shared-memory carveout five blocks need, the rest left to L1 (see
+     * TC_PIPE_STAGES); asked once per kernel */
+    static int carved;
+    if (!carved) {
+        cudaFuncAttributes fa;
+        int per_sm = 0, reserved = 0;
+        if (!cuda_check(c, cudaFuncGetAttributes(&fa, gemv_tc_pipe_kernel<SD, S>), "cudaFuncGetAttributes") ||
+            !cuda_check(c, cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, c->device),
+                        "cudaDeviceGetAttribute") ||
+            !cuda_check(c, cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, c->device),
+                        "cudaDeviceGetAttribute"))
+            return;
+        const size_t need = 5 * (fa.sharedSizeBytes + (size_t)reserved);
+        const size_t percent = per_sm > 0 ? (100 * need + per_sm - 1) / (size_t)per_sm : 100;
+        if (!cuda_check(c, cudaFuncSetAttribute(gemv_tc_pipe_kernel<SD, S>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                percent < 100 ? (int)percent : 100),
+                        "cudaFuncSetAttribute"))
+            return;
+        carved = 1;
+    }
+    cuda_launch(c, gemv_tc_pipe_kernel<SD, S>, grid, TC_WARPS * 32, 0, a);
+}
+
 template <int SD, int BITS> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int n_tokens) {
     dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
     if (n_tokens <= 1) {
-        if constexpr (BITS == 4)
-            cuda_launch(c, gemv_tc_kernel<SD>, grid, TC_WARPS * 32, 0, a);
-        else
+        if constexpr (BITS == 4) {
+            /* G4_CUDA_GEMV_TC_PIPE: the pipelined kernel, with that many stages */
+            switch (c->gemv_tc_pipe) {
+            case 0: cuda_launch(c, gemv_tc_kernel<SD>, grid, TC_WARPS * 32, 0, a); break;
+            case 4: launch_tc_pipe<SD, 4>(c, grid, a); break;
+            /* float32 scales spill above 5 stages */
+            case 6: launch_tc_pipe<SD, SD == TC_SCALE_F32 ? 5 : 6>(c, grid, a); break;
+            case 7: launch_tc_pipe<SD, SD == TC_SCALE_F32 ? 5 : 7>(c, grid, a); break;
+            default: launch_tc_pipe<SD, TC_PIPE_STAGES>(c, grid, a); break;
+            }
+        } else
             cuda_launch(c, gemv_tc_tokens_kernel<SD, 8, 1>, grid, TC_WARPS * 32, 0, a, 1);
     } else if (n_tokens <= 2)
         cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 2>, grid, TC_WARPS * 32, 0, a, n_tokens);
