@@ -52,6 +52,48 @@
  * block (4), the power of two the fragments were divided by, 3 unused. */
 #define TC_BLOCK_UINT4 34
 
+/* The first half of both pre-passes, by one warp: the block's 32 * PER
+ * columns (PER consecutive ones per lane) into xs, its 8 floats into srow
+ * (the sums of x over each group slot, `seg` lanes each, then the power of
+ * two), and back the factor that brings the block into fp16 range. */
+template <int PER>
+__device__ __forceinline__ float tc_stage_block(float *xs, const float *xr, int64_t col0, int64_t cols, int lane,
+                                                int seg, float *srow) {
+    float sum = 0.0f, peak = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int64_t col = col0 + PER * lane + i;
+        const float v = col < cols ? xr[col] : 0.0f;
+        xs[PER * lane + i] = v;
+        sum += v;
+        peak = fmaxf(peak, fabsf(v));
+    }
+    /* group slot sums: lanes of one slot hold consecutive columns */
+    for (int o = 1; o < seg; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    peak = warp_max(peak);
+    /* 2^e with peak / 2^e in [2^14, 2^15): fp16 holds every scaled value */
+    int e = 0;
+    if (peak > 0.0f && peak <= 3.4e38f) {
+        frexpf(peak, &e); /* peak = m 2^e, m in [0.5, 1) */
+        e -= 15;
+    }
+    if (lane < 8) srow[lane] = lane == 4 ? ldexpf(1.0f, e) : 0.0f;
+    __syncwarp(); /* also: xs complete for every lane */
+    if (lane % seg == 0) srow[lane / seg] = sum;
+    return ldexpf(1.0f, -e);
+}
+
+/* Two scaled activations as an fp16 pair: part 0 their rounding, part 1
+ * what that rounding left. */
+__device__ __forceinline__ uint32_t tc_half_pair(float a, float b, int part) {
+    __half2 v = __floats2half2_rn(a, b);
+    if (part == 1) {
+        const float2 hf = __half22float2(v);
+        v = __floats2half2_rn(a - hf.x, b - hf.y);
+    }
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
 /* One warp per block of columns. */
 __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
                                        int n_rows, int group_cols) {
@@ -61,33 +103,10 @@ __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x
     const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
     if (item >= (int64_t)n_blocks * n_rows) return;
     const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
-    const float *xr = x + (size_t)row * x_stride;
-    const int64_t col0 = (int64_t)blk * TC_BLOCK_COLS;
-    float sum = 0.0f, peak = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int64_t col = col0 + 4 * lane + i;
-        const float v = col < cols ? xr[col] : 0.0f;
-        xs[warp][4 * lane + i] = v;
-        sum += v;
-        peak = fmaxf(peak, fabsf(v));
-    }
-    /* group slot sums: lanes of one slot hold consecutive columns */
-    const int seg = group_cols / 4; /* lanes per group slot: 8, 16 or 32 */
-    for (int o = 1; o < seg; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    peak = warp_max(peak);
-    /* 2^e with peak / 2^e in [2^14, 2^15): fp16 holds every scaled value */
-    int e = 0;
-    if (peak > 0.0f && peak <= 3.4e38f) {
-        frexpf(peak, &e); /* peak = m 2^e, m in [0.5, 1) */
-        e -= 15;
-    }
-    const float down = ldexpf(1.0f, -e);
     uint4 *frags = prepared + item * TC_BLOCK_UINT4;
-    float *srow = reinterpret_cast<float *>(frags + 32);
-    if (lane < 8) srow[lane] = lane == 4 ? ldexpf(1.0f, e) : 0.0f;
-    __syncwarp();
-    if (lane % seg == 0) srow[lane / seg] = sum;
+    /* lanes per group slot: 8, 16 or 32 */
+    const float down = tc_stage_block<4>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * TC_BLOCK_COLS, cols,
+                                         lane, group_cols / 4, reinterpret_cast<float *>(frags + 32));
     /* this lane's uint4: quad lane c, part h, word u; its four registers
      * hold the columns of code pairs 0, 2, 1, 3 (see decode_word) */
     const int c = lane >> 3, h = (lane >> 2) & 1, u = lane & 3;
@@ -96,13 +115,7 @@ __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int k = 32 * c + 8 * u + pair_of[j];
-        const float a = xs[warp][k] * down, b = xs[warp][k + 4] * down;
-        __half2 v = __floats2half2_rn(a, b);
-        if (h == 1) {
-            const float2 hf = __half22float2(v);
-            v = __floats2half2_rn(a - hf.x, b - hf.y);
-        }
-        out[j] = *reinterpret_cast<uint32_t *>(&v);
+        out[j] = tc_half_pair(xs[warp][k] * down, xs[warp][k + 4] * down, h);
     }
     frags[lane] = make_uint4(out[0], out[1], out[2], out[3]);
 }
@@ -599,31 +612,10 @@ __global__ void gemv_tc_prepare8_kernel(uint4 *prepared, const float *x, size_t 
     const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
     if (item >= (int64_t)n_blocks * n_rows) return;
     const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
-    const float *xr = x + (size_t)row * x_stride;
-    const int64_t col0 = (int64_t)blk * TC8_BLOCK_COLS;
-    float sum = 0.0f, peak = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int64_t col = col0 + 2 * lane + i;
-        const float v = col < cols ? xr[col] : 0.0f;
-        xs[warp][2 * lane + i] = v;
-        sum += v;
-        peak = fmaxf(peak, fabsf(v));
-    }
-    const int seg = group_cols / 2; /* lanes per group slot: 16 or 32 */
-    for (int o = 1; o < seg; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    peak = warp_max(peak);
-    int e = 0; /* as in gemv_tc_prepare_kernel */
-    if (peak > 0.0f && peak <= 3.4e38f) {
-        frexpf(peak, &e);
-        e -= 15;
-    }
-    const float down = ldexpf(1.0f, -e);
     uint4 *frags = prepared + item * TC8_BLOCK_UINT4;
-    float *srow = reinterpret_cast<float *>(frags + 16);
-    if (lane < 8) srow[lane] = lane == 4 ? ldexpf(1.0f, e) : 0.0f;
-    __syncwarp();
-    if (lane % seg == 0) srow[lane / seg] = sum;
+    /* lanes per group slot: 16 or 32 */
+    const float down = tc_stage_block<2>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * TC8_BLOCK_COLS, cols,
+                                         lane, group_cols / 2, reinterpret_cast<float *>(frags + 16));
     if (lane >= 16) return;
     /* this lane's uint4: quad lane c, part h, words 2v and 2v + 1 of the
      * lane's 16 columns; per word the pairs of bytes (0, 2) and (1, 3) */
@@ -632,13 +624,7 @@ __global__ void gemv_tc_prepare8_kernel(uint4 *prepared, const float *x, size_t 
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int k = 16 * c + 4 * (2 * v + (j >> 1)) + (j & 1);
-        const float a = xs[warp][k] * down, b = xs[warp][k + 2] * down;
-        __half2 p = __floats2half2_rn(a, b);
-        if (h == 1) {
-            const float2 hf = __half22float2(p);
-            p = __floats2half2_rn(a - hf.x, b - hf.y);
-        }
-        out[j] = *reinterpret_cast<uint32_t *>(&p);
+        out[j] = tc_half_pair(xs[warp][k] * down, xs[warp][k + 2] * down, h);
     }
     frags[lane] = make_uint4(out[0], out[1], out[2], out[3]);
 }
