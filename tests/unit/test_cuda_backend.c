@@ -1207,10 +1207,11 @@ static void test_gemv_tc(void) {
             check_matmul(&t, tokens, 5);
             free_matrix(&t);
         }
-    /* the pipelined one-token 4-bit kernel (G4_CUDA_GEMV_TC_PIPE): its
-     * default stages (5) and 4, 6, 7, on every 4-bit format and shape above
-     * (the default also on gated pairs and MoE slots) */
-    const char *stages[] = {"1", "4", "6", "7"};
+    /* the one-token 4-bit kernels beside the default (pipelined, 5 stages;
+     * G4_CUDA_GEMV_TC_PIPE): the unpipelined gemv_tc_kernel (0) and 4, 6, 7
+     * stages, on every 4-bit format and shape above (the unpipelined one
+     * also on gated pairs and MoE slots) */
+    const char *stages[] = {"0", "4", "6", "7"};
     for (int v = 0; v < 4; v++) {
         setenv("G4_CUDA_GEMV_TC_PIPE", stages[v], 1);
         g4_backend *pipe = NULL;
@@ -1471,11 +1472,11 @@ static void moe_speed(double bw) {
     }
 }
 
-/* The one-token 4-bit tensor-core GEMV: gemv_tc_kernel (the default)
- * beside the pipelined gemv_tc_pipe_kernel at 4..7 stages
- * (G4_CUDA_GEMV_TC_PIPE), at the 31B's down, o, gate|up-sized shapes. */
+/* The one-token 4-bit tensor-core GEMV: the pipelined gemv_tc_pipe_kernel
+ * at its default 5 stages beside gemv_tc_kernel (G4_CUDA_GEMV_TC_PIPE=0)
+ * and 4, 6, 7 stages, at the 31B's down, o, gate|up-sized shapes. */
 static void gemv_pipe_speed(double bw) {
-    const char *stages[] = {"4", "5", "6", "7"};
+    const char *stages[] = {"0", "4", "6", "7"};
     g4_backend *pipe[4] = {NULL, NULL, NULL, NULL};
     for (int v = 0; v < 4; v++) {
         setenv("G4_CUDA_GEMV_TC_PIPE", stages[v], 1);
@@ -1488,7 +1489,7 @@ static void gemv_pipe_speed(double bw) {
         int bits, group;
         g4_dtype sdt;
     } formats[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
-    printf("  one-token 4-bit GEMV: default / pipelined with 4, 5, 6, 7 stages (G4_CUDA_GEMV_TC_PIPE)\n");
+    printf("  one-token 4-bit GEMV: default (5 stages) / G4_CUDA_GEMV_TC_PIPE = 0 (unpipelined), 4, 6, 7\n");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];

@@ -77,7 +77,7 @@ struct cuda_ctx {
     int gemv_minb;  /* G4_CUDA_GEMV_MINB (0/5/6), -1 by format: see launch_gemv */
     int gemv_tc;    /* 4/8-bit GEMV (up to 8 tokens) on tensor cores (cuda_gemv_tc.cu); G4_CUDA_GEMV_TC=0 turns it off */
     int gemv_tc8_one; /* G4_CUDA_GEMV_TC8_ONE=1: one token of 8-bit weights on tensor cores too (slower, see cuda_gemv_tc) */
-    int gemv_tc_pipe; /* G4_CUDA_GEMV_TC_PIPE: one token of 4 bits by the pipelined kernel with this many stages (4..7; 1: its default); 0 off */
+    int gemv_tc_pipe; /* one token of 4 bits by the pipelined kernel with this many stages (4..7; 1: its default, 5); 0: gemv_tc_kernel (G4_CUDA_GEMV_TC_PIPE) */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
     int graphs_enabled;
