@@ -423,6 +423,8 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         rpt = dmax > 256 ? 2 : 4;
         rows_per_tile = ATTN_WARPS * rpt;
     }
+    /* many query rows per KV head: tensor cores when enabled and the shape fits */
+    if (!decode && c->attn_tc && cuda_attention_tc(c, out, q, kv, b, sliding, n_heads, scale)) return;
     const int tiles = (int)(((int64_t)n * G + rows_per_tile - 1) / rows_per_tile);
     /* Decode splits each token's keys into pieces of a fixed length from its
      * first key (at most 64 pieces), so a token's result does not depend on
