@@ -283,9 +283,9 @@ def rel_rms(got, want):
 
 
 def case(label, D, G, n_tokens, first_pos, window, bs, ring, bidir=False, empty=False, two_seqs=False, scale=1.0,
-         variants=('kernel',)):
+         variants=('kernel',), bm=64):
     DMAX = 128 if D <= 128 else 256 if D <= 256 else 512
-    BM = 32 if DMAX > 256 else 64
+    BM = 32 if DMAX > 256 else bm
     total = first_pos + n_tokens
     n_slots = (total // bs + 4) * bs * 2
     perm = rng.permutation(n_slots // bs)
@@ -333,15 +333,18 @@ if __name__ == '__main__':
     allv = ('kernel', 'kernel:rn', 'inplace', 'bf16', 'two', 'f32')
     cases = [
         # label, D, G, tokens, first position, window, block size, ring blocks, kwargs
-        ("layouts: D 64, G 4, causal", 64, 4, 40, 0, 1 << 30, 16, 0, {}),
+        ("layouts: D 64, G 4, causal, 64 rows per block", 64, 4, 40, 0, 1 << 30, 16, 0, {}),
+        ("layouts: D 64, G 4, causal, 32 rows per block", 64, 4, 40, 0, 1 << 30, 16, 0, dict(bm=32)),
         ("layouts: D 80, G 2, two sequences, empty row", 80, 2, 40, 30, 1 << 30, 16, 0, dict(two_seqs=True, empty=True)),
-        ("image block, sliding 16, ring", 64, 2, 40, 20, 16, 16, 4, dict(bidir=True)),
+        ("image block, sliding 16, ring, 32 rows", 64, 2, 40, 20, 16, 16, 4, dict(bidir=True, bm=32)),
+        ("image block, sliding 16, ring, 64 rows", 144, 2, 40, 20, 16, 16, 4, dict(bidir=True)),
+        ("D 256 G 2 (window 64, ring), 32 rows per block", 256, 2, 40, 100, 64, 16, 8, dict(bm=32)),
         ("31B sliding-like D 256 G 2 (window 64, ring)", 256, 2, 48, 100, 64, 16, 8, dict(variants=allv)),
         ("31B global-like D 512 G 8", 512, 8, 36, 60, 1 << 30, 16, 0, dict(variants=allv)),
         ("E2B sliding-like D 256 G 8, scale 1/16", 256, 8, 40, 150, 512, 16, 0, dict(scale=0.0625, variants=allv)),
     ]
     if quick:
-        cases = cases[:3]
+        cases = cases[:6]
     for label, D, G, n, fp, w, bs, ring, kw in cases:
         res = case(label, D, G, n, fp, w, bs, ring, **kw)
         if not res['kernel'] <= 2e-6:

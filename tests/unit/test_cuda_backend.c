@@ -832,21 +832,32 @@ static void shuffle(int32_t *v, int n) {
     }
 }
 
-/* Backends with the tensor-core prefill attention forced on and off
- * (G4_CUDA_ATTN_TC), made by test_attention. */
-static g4_backend *attn_tc_on, *attn_tc_off;
+/* Backends with the tensor-core prefill attention on (G4_CUDA_ATTN_TC=1:
+ * rows per block by shape; 32 and 64 forced) and off (0), made once. */
+#define ATTN_TC_VARIANTS 4
+static const char *const attn_tc_knob[ATTN_TC_VARIANTS] = {"1", "32", "64", "0"};
+static g4_backend *attn_tc_be[ATTN_TC_VARIANTS];
+static int attn_tc_made;
 
-/* Shapes the tensor-core kernel takes (cuda_attention's !decode branch and
- * cuda_attention_tc's head sizes). */
 static void attn_tc_backends(void) {
-    if (attn_tc_on || attn_tc_off) return;
-    setenv("G4_CUDA_ATTN_TC", "1", 1);
-    if (g4_backend_cuda_create(0, &attn_tc_on) != G4_OK) attn_tc_on = NULL;
-    CHECK(attn_tc_on != NULL, "CUDA backend with G4_CUDA_ATTN_TC=1: %s", g4_error_message());
-    setenv("G4_CUDA_ATTN_TC", "0", 1);
-    if (g4_backend_cuda_create(0, &attn_tc_off) != G4_OK) attn_tc_off = NULL;
-    CHECK(attn_tc_off != NULL, "CUDA backend with G4_CUDA_ATTN_TC=0: %s", g4_error_message());
+    if (attn_tc_made) return;
+    attn_tc_made = 1;
+    for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
+        setenv("G4_CUDA_ATTN_TC", attn_tc_knob[v], 1);
+        if (g4_backend_cuda_create(0, &attn_tc_be[v]) != G4_OK) attn_tc_be[v] = NULL;
+        CHECK(attn_tc_be[v] != NULL, "CUDA backend with G4_CUDA_ATTN_TC=%s: %s", attn_tc_knob[v], g4_error_message());
+    }
     unsetenv("G4_CUDA_ATTN_TC");
+}
+
+static void attn_tc_destroy(void) {
+    for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
+        if (!attn_tc_be[v]) continue;
+        CHECK(g4_cuda_status(attn_tc_be[v]) == G4_OK, "no CUDA failure recorded with G4_CUDA_ATTN_TC=%s: %s",
+              attn_tc_knob[v], g4_error_message());
+        g4_backend_destroy(attn_tc_be[v]);
+        attn_tc_be[v] = NULL;
+    }
 }
 
 static int attn_tc_eligible(int n_tokens, int G, int D) {
@@ -925,29 +936,28 @@ static void check_attention(const attn_case *ac) {
     char what[160];
     snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d", ac->label, n, Hq, Hkv, D);
     compare("attention", what, got, want, nq, TOL_REDUCE);
-    /* prefill cases again with the tensor-core kernel on, and off: same
-     * tolerance; where the shape is the kernel's, different bits than the
-     * CUDA-core kernel's show that it ran */
-    if (ac->prefill && attn_tc_on && attn_tc_off) {
-        float *got_tc = NULL;
-        for (int v = 0; v < 2; v++) {
-            g4_backend *be = v ? attn_tc_off : attn_tc_on;
+    /* prefill cases again with the tensor-core kernel on (each rows-per-block
+     * choice) and off: same tolerance; where the shape is the kernel's, bits
+     * other than the CUDA-core kernel's show that it ran */
+    if (ac->prefill) {
+        float *res[ATTN_TC_VARIANTS] = {NULL};
+        for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
+            g4_backend *be = attn_tc_be[v];
+            if (!be) continue;
             float *o = poisoned(nq);
             be->ops->attention(be, o, dq, kg, &db, ac->sliding, Hq, scale);
-            float *h = down(o, nq);
+            res[v] = down(o, nq);
             release(o);
-            snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, G4_CUDA_ATTN_TC=%d", ac->label, n, Hq, Hkv, D, !v);
-            compare(v ? "attention" : "attention_tc", what, h, want, nq, TOL_REDUCE);
-            if (!v) {
-                got_tc = h;
-                continue;
-            }
-            if (attn_tc_eligible(n, Hq / Hkv, D))
-                CHECK(memcmp(got_tc, h, nq * sizeof *h) != 0, "%s: G4_CUDA_ATTN_TC=1 gave the CUDA-core kernel's bits",
-                      ac->label);
-            free(h);
+            snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, G4_CUDA_ATTN_TC=%s", ac->label, n, Hq, Hkv, D,
+                     attn_tc_knob[v]);
+            compare(v + 1 < ATTN_TC_VARIANTS ? "attention_tc" : "attention", what, res[v], want, nq, TOL_REDUCE);
         }
-        free(got_tc);
+        const float *off = res[ATTN_TC_VARIANTS - 1];
+        for (int v = 0; off && v + 1 < ATTN_TC_VARIANTS; v++)
+            if (res[v] && attn_tc_eligible(n, Hq / Hkv, D))
+                CHECK(memcmp(res[v], off, nq * sizeof *off) != 0,
+                      "%s: G4_CUDA_ATTN_TC=%s gave the CUDA-core kernel's bits", ac->label, attn_tc_knob[v]);
+        for (int v = 0; v < ATTN_TC_VARIANTS; v++) free(res[v]);
     }
     release(dq), release(dout);
     for (int i = 0; i < 5; i++) release(bufs[i]);
@@ -997,12 +1007,6 @@ static void test_attention(void) {
     };
     attn_tc_backends();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
-    for (int v = 0; v < 2; v++) {
-        g4_backend *be = v ? attn_tc_off : attn_tc_on;
-        if (!be) continue;
-        CHECK(g4_cuda_status(be) == G4_OK, "no CUDA failure recorded with G4_CUDA_ATTN_TC=%d: %s", !v,
-              g4_error_message());
-    }
 }
 
 /* ---- top_logits (sampling support) ---- */
@@ -1529,17 +1533,20 @@ static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
     gpu->ops->kv_store(gpu, kv, dk, dv, &a.b, 0);
     cpu->ops->kv_store(cpu, kc, k, v, &hb, 0);
     cpu->ops->attention(cpu, want, q, kc, &hb, 0, Hq, 1.0f);
-    for (int variant = 0; variant < 2; variant++) {
-        g4_backend *be = variant ? attn_tc_on : gpu;
-        if (!be) continue;
+    /* the default backend, then G4_CUDA_ATTN_TC=1, 32, 64 (the same kernel at 512) */
+    for (int variant = -1; variant < ATTN_TC_VARIANTS - 1; variant++) {
+        g4_backend *be = variant < 0 ? gpu : attn_tc_be[variant];
+        if (!be || (D > 256 && variant > 0)) continue;
         a.be = be;
         const double s = time_op(be, run_attention, &a, 10);
+        char knob[40] = "";
+        if (variant >= 0) snprintf(knob, sizeof knob, ", G4_CUDA_ATTN_TC=%s", attn_tc_knob[variant]);
         printf("  attention prefill %d/%d heads x %d, %d tokens, window %d: %8.1f us (%.1f TFLOP/s)%s\n", Hq, Hkv, D, n,
-               window, s * 1e6, 4.0 * pairs * Hq * D / s / 1e12, variant ? ", G4_CUDA_ATTN_TC=1" : "");
+               window, s * 1e6, 4.0 * pairs * Hq * D / s / 1e12, knob);
         float *got = down(a.out, nq);
         char what[96];
-        snprintf(what, sizeof what, "speed case %d/%d x %d, %d tokens%s", Hq, Hkv, D, n, variant ? ", tc" : "");
-        compare(variant ? "attention_tc" : "attention", what, got, want, nq, TOL_REDUCE);
+        snprintf(what, sizeof what, "speed case %d/%d x %d, %d tokens%s", Hq, Hkv, D, n, knob);
+        compare(variant >= 0 ? "attention_tc" : "attention", what, got, want, nq, TOL_REDUCE);
         free(got);
     }
     gpu->ops->kv_free(gpu, kv);
@@ -2029,8 +2036,7 @@ int main(void) {
     }
     if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone */
         speed();
-        if (attn_tc_on) g4_backend_destroy(attn_tc_on);
-        if (attn_tc_off) g4_backend_destroy(attn_tc_off);
+        attn_tc_destroy();
         g4_backend_destroy(gpu);
         g4_backend_destroy(cpu);
         return test_finish();
@@ -2058,8 +2064,7 @@ int main(void) {
     test_fast_prefill();
     if (!getenv("G4_SKIP_SPEED")) speed();
     CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());
-    if (attn_tc_on) g4_backend_destroy(attn_tc_on);
-    if (attn_tc_off) g4_backend_destroy(attn_tc_off);
+    attn_tc_destroy();
     printf("\n| op | cases | worst rel_rms | tolerance |\n|---|---|---|---|\n");
     for (int i = 0; i < n_stats; i++)
         printf("| %s | %d | %.2e | %.0e |\n", stats[i].op, stats[i].cases, stats[i].worst, stats[i].tol);

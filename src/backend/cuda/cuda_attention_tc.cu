@@ -438,7 +438,17 @@ int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv
     const int D = kv->head_dim, Hkv = kv->n_kv_heads;
     if (D < 64 || D > 512 || D % 16 || ((uintptr_t)q & 15) || ((uintptr_t)out & 7)) return 0;
     const int dmax = D <= 128 ? 128 : D <= 256 ? 256 : 512;
-    const int BM = dmax > 256 ? 32 : 64;
+    const int G = n_heads / Hkv;
+    /* Rows per block: 32 at head_dim 512 (registers and shared memory);
+     * below, 64 (K/V staged once for twice the rows, one block per
+     * multiprocessor at 256) when that still makes two blocks per
+     * multiprocessor, else 32 (two resident blocks). Unmeasured;
+     * G4_CUDA_ATTN_TC=32 or 64 forces one. */
+    int BM = 32;
+    if (dmax <= 256) {
+        const int64_t tiles64 = ((int64_t)b->n_tokens * G + 63) / 64;
+        BM = c->attn_tc == 32 || c->attn_tc == 64 ? c->attn_tc : tiles64 * Hkv >= 2 * (int64_t)c->sm_count ? 64 : 32;
+    }
     const size_t smem = tca_smem_bytes(D, BM);
     if (smem > c->smem_optin) return 0; /* (512 needs ~155 KB: fits an A100's 163 KB) */
     attn_tc_params p;
@@ -454,12 +464,17 @@ int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv
     p.n_heads = n_heads;
     p.n_kv = Hkv;
     p.D = D;
-    p.G = n_heads / Hkv;
+    p.G = G;
     p.scale = scale;
-    switch (dmax) {
-    case 128: launch_attention_tc<128, 64>(c, p, smem); break;
-    case 256: launch_attention_tc<256, 64>(c, p, smem); break;
-    default: launch_attention_tc<512, 32>(c, p, smem); break;
-    }
+    if (dmax == 128 && BM == 64)
+        launch_attention_tc<128, 64>(c, p, smem);
+    else if (dmax == 128)
+        launch_attention_tc<128, 32>(c, p, smem);
+    else if (dmax == 256 && BM == 64)
+        launch_attention_tc<256, 64>(c, p, smem);
+    else if (dmax == 256)
+        launch_attention_tc<256, 32>(c, p, smem);
+    else
+        launch_attention_tc<512, 32>(c, p, smem);
     return 1;
 }
