@@ -85,6 +85,22 @@ __device__ __forceinline__ float tca_absmax4(float4 v) {
     return fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 }
 
+/* (row, column) of i = start, start + TCA_THREADS, ... over rows of `cols`
+ * columns: i / cols and i % cols without a division per step. */
+struct tca_walk {
+    int r, c, dr, dc, cols;
+    __device__ __forceinline__ tca_walk(int start, int cols_)
+        : r(start / cols_), c(start % cols_), dr(TCA_THREADS / cols_), dc(TCA_THREADS % cols_), cols(cols_) {}
+    __device__ __forceinline__ void next() {
+        r += dr;
+        c += dc;
+        if (c >= cols) {
+            c -= cols;
+            r++;
+        }
+    }
+};
+
 __device__ __forceinline__ const float *tca_q_row(const attn_tc_params &p, int kvh, int gr) {
     const int t = gr / p.G, h = kvh * p.G + gr % p.G;
     return p.q + ((size_t)t * p.n_heads + h) * p.D;
@@ -138,8 +154,8 @@ __global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_param
 
     /* the block's query rows as hi + lo, scaled by one power of two */
     float peak = 0.0f;
-    for (int i = tid; i < BM * D4; i += TCA_THREADS) {
-        const int r = i / D4, d = (i % D4) * 4;
+    for (tca_walk w(tid, D4); w.r < BM; w.next()) {
+        const int r = w.r, d = w.c * 4;
         if (first_row + r <= last_row)
             peak = fmaxf(peak, tca_absmax4(*reinterpret_cast<const float4 *>(tca_q_row(p, kvh, first_row + r) + d)));
     }
@@ -150,8 +166,8 @@ __global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_param
     for (int w = 1; w < TCA_WARPS; w++) peak = fmaxf(peak, red[w]);
     const int eq = tca_exponent(peak, 0, 126);
     const float q_up = tca_pow2(eq), q_down = tca_pow2(-eq);
-    for (int i = tid; i < BM * D4; i += TCA_THREADS) {
-        const int r = i / D4, d = (i % D4) * 4;
+    for (tca_walk w(tid, D4); w.r < BM; w.next()) {
+        const int r = w.r, d = w.c * 4;
         float4 v = make_float4(0, 0, 0, 0);
         if (first_row + r <= last_row) v = *reinterpret_cast<const float4 *>(tca_q_row(p, kvh, first_row + r) + d);
         uint32_t h0, l0, h1, l1;
@@ -200,8 +216,8 @@ __global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_param
             __syncthreads();
             /* 2. the tile's peaks */
             float pk = 0.0f, pv = 0.0f;
-            for (int i = tid; i < BN * D4; i += TCA_THREADS) {
-                const int j = i / D4, d = (i % D4) * 4;
+            for (tca_walk w(tid, D4); w.r < BN; w.next()) {
+                const int j = w.r, d = w.c * 4;
                 if (slots[j] >= 0) {
                     const size_t off = (size_t)slots[j] * kv_row + (size_t)kvh * D + d;
                     pk = fmaxf(pk, tca_absmax4(*reinterpret_cast<const float4 *>(p.kp + off)));
@@ -224,8 +240,8 @@ __global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_param
             /* 3. K as hi + lo, [part][key][channel] */
             const int ek = tca_exponent(pk, 0, 126);
             const float k_up = tca_pow2(ek);
-            for (int i = tid; i < BN * D4; i += TCA_THREADS) {
-                const int j = i / D4, d = (i % D4) * 4;
+            for (tca_walk w(tid, D4); w.r < BN; w.next()) {
+                const int j = w.r, d = w.c * 4;
                 float4 v = make_float4(0, 0, 0, 0);
                 if (slots[j] >= 0)
                     v = *reinterpret_cast<const float4 *>(p.kp + (size_t)slots[j] * kv_row + (size_t)kvh * D + d);
