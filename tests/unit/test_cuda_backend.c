@@ -998,11 +998,12 @@ static void test_attention(void) {
         {"prefill head_dim 80, empty row", 6, 3, 80, 8, 0, 1 << 30, 1, {90}, 1, 50, 0, 1},
         {"prefill head_dim 96, sliding ring wrap", 4, 1, 96, 16, 1, 40, 1, {230}, 1, 48, 0, 0},
         {"prefill head_dim 128 GQA 4, one block", 8, 2, 128, 64, 0, 1 << 30, 1, {64}, 1, 64, 0, 0},
-        /* model-sized prefill: 512 tokens of the 31B (a third chunk: the
-         * sliding ring wraps) and the E2B, sliding and global layers */
-        {"prefill 31B sliding 1024, 512 tokens", 32, 16, 256, 16, 1, 1024, 1, {1536}, 1, 512, 0, 0},
+        /* model-sized prefill: 512 tokens of the 31B and the E2B, sliding
+         * layers (the last chunk of several: the ring has wrapped) and
+         * global ones */
+        {"prefill 31B sliding 1024, 512 tokens", 32, 16, 256, 16, 1, 1024, 1, {2048}, 1, 512, 0, 0},
         {"prefill 31B global, 512 tokens", 32, 4, 512, 16, 0, 1 << 30, 1, {512}, 1, 512, 0, 0},
-        {"prefill E2B sliding 512, 512 tokens", 8, 1, 256, 16, 1, 512, 1, {1024}, 1, 512, 0, 0},
+        {"prefill E2B sliding 512, 512 tokens", 8, 1, 256, 16, 1, 512, 1, {1536}, 1, 512, 0, 0},
         {"prefill E2B global, 512 tokens", 8, 1, 512, 16, 0, 1 << 30, 1, {512}, 1, 512, 0, 0},
     };
     attn_tc_backends();
