@@ -858,6 +858,7 @@ static void attn_tc_destroy(void) {
         g4_backend_destroy(attn_tc_be[v]);
         attn_tc_be[v] = NULL;
     }
+    attn_tc_made = 0;
 }
 
 static int attn_tc_eligible(int n_tokens, int G, int D) {
@@ -1008,6 +1009,7 @@ static void test_attention(void) {
     };
     attn_tc_backends();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
+    attn_tc_destroy(); /* (each holds pinned staging buffers) */
 }
 
 /* ---- top_logits (sampling support) ---- */
