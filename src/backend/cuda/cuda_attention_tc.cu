@@ -27,7 +27,11 @@
  * core's accumulation truncates, and truncating against the small partial
  * sum instead of the running total keeps that error at float32 size
  * (emulated: ~1e-7 relative against float64, the float32 kernel ~1e-7 too).
- * bf16 hi + lo (16 bits) would leave ~1e-5 relative error on the scores. */
+ * bf16 hi + lo (16 bits) would leave ~1e-5 relative error on the scores.
+ *
+ * Shared memory: Q hi/lo, one K-or-V^T buffer, S, P: 155 KB at head_dim 512
+ * (32 rows), 126 KB at 256 with 64 rows, 83 KB with 32. K=V and KV-shared
+ * layers need nothing here: the caller passes the cache to read. */
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
