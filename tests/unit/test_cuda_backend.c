@@ -946,7 +946,11 @@ static void check_attention(const attn_case *ac) {
             g4_backend *be = attn_tc_be[v];
             if (!be) continue;
             float *o = poisoned(nq);
+            /* another backend, another stream: its inputs must be in place
+             * before it runs, and its result before `gpu` copies it back */
+            gpu->ops->synchronize(gpu);
             be->ops->attention(be, o, dq, kg, &db, ac->sliding, Hq, scale);
+            be->ops->synchronize(be);
             res[v] = down(o, nq);
             release(o);
             snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, G4_CUDA_ATTN_TC=%s", ac->label, n, Hq, Hkv, D,
@@ -1536,20 +1540,21 @@ static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
     gpu->ops->kv_store(gpu, kv, dk, dv, &a.b, 0);
     cpu->ops->kv_store(cpu, kc, k, v, &hb, 0);
     cpu->ops->attention(cpu, want, q, kc, &hb, 0, Hq, 1.0f);
-    /* the default backend, then G4_CUDA_ATTN_TC=1, 32, 64 (the same kernel at 512) */
-    for (int variant = -1; variant < ATTN_TC_VARIANTS - 1; variant++) {
-        g4_backend *be = variant < 0 ? gpu : attn_tc_be[variant];
-        if (!be || (D > 256 && variant > 0)) continue;
+    /* G4_CUDA_ATTN_TC=1 (the default), 32, 64 (the same kernel at head_dim
+     * 512), then 0 (the CUDA-core kernel) */
+    for (int variant = 0; variant < ATTN_TC_VARIANTS; variant++) {
+        g4_backend *be = attn_tc_be[variant];
+        if (!be || (D > 256 && (variant == 1 || variant == 2))) continue;
         a.be = be;
         const double s = time_op(be, run_attention, &a, 10);
-        char knob[40] = "";
-        if (variant >= 0) snprintf(knob, sizeof knob, ", G4_CUDA_ATTN_TC=%s", attn_tc_knob[variant]);
+        char knob[40];
+        snprintf(knob, sizeof knob, ", G4_CUDA_ATTN_TC=%s", attn_tc_knob[variant]);
         printf("  attention prefill %d/%d heads x %d, %d tokens, window %d: %8.1f us (%.1f TFLOP/s)%s\n", Hq, Hkv, D, n,
                window, s * 1e6, 4.0 * pairs * Hq * D / s / 1e12, knob);
         float *got = down(a.out, nq);
         char what[96];
         snprintf(what, sizeof what, "speed case %d/%d x %d, %d tokens%s", Hq, Hkv, D, n, knob);
-        compare(variant >= 0 ? "attention_tc" : "attention", what, got, want, nq, TOL_REDUCE);
+        compare(variant + 1 < ATTN_TC_VARIANTS ? "attention_tc" : "attention", what, got, want, nq, TOL_REDUCE);
         free(got);
     }
     gpu->ops->kv_free(gpu, kv);

@@ -10,8 +10,9 @@
  * chunk) share one pass over the union of their ranges, each row masked to
  * its own range. When there are too few tiles to fill the GPU (decode), the
  * key range is split over several blocks and a second kernel merges their
- * partial softmaxes (flash decoding). Prefill-like batches can run on
- * tensor cores instead (cuda_attention_tc.cu, G4_CUDA_ATTN_TC=1). */
+ * partial softmaxes (flash decoding). Prefill-like batches run on tensor
+ * cores where that kernel takes the shape (cuda_attention_tc.cu;
+ * G4_CUDA_ATTN_TC=0 keeps them here). */
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
