@@ -832,6 +832,39 @@ static void shuffle(int32_t *v, int n) {
     }
 }
 
+/* Backends with the tensor-core prefill attention on (G4_CUDA_ATTN_TC=1:
+ * rows per block by shape; 32 and 64 forced) and off (0), made once. */
+#define ATTN_TC_VARIANTS 4
+static const char *const attn_tc_knob[ATTN_TC_VARIANTS] = {"1", "32", "64", "0"};
+static g4_backend *attn_tc_be[ATTN_TC_VARIANTS];
+static int attn_tc_made;
+
+static void attn_tc_backends(void) {
+    if (attn_tc_made) return;
+    attn_tc_made = 1;
+    for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
+        setenv("G4_CUDA_ATTN_TC", attn_tc_knob[v], 1);
+        if (g4_backend_cuda_create(0, &attn_tc_be[v]) != G4_OK) attn_tc_be[v] = NULL;
+        CHECK(attn_tc_be[v] != NULL, "CUDA backend with G4_CUDA_ATTN_TC=%s: %s", attn_tc_knob[v], g4_error_message());
+    }
+    unsetenv("G4_CUDA_ATTN_TC");
+}
+
+static void attn_tc_destroy(void) {
+    for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
+        if (!attn_tc_be[v]) continue;
+        CHECK(g4_cuda_status(attn_tc_be[v]) == G4_OK, "no CUDA failure recorded with G4_CUDA_ATTN_TC=%s: %s",
+              attn_tc_knob[v], g4_error_message());
+        g4_backend_destroy(attn_tc_be[v]);
+        attn_tc_be[v] = NULL;
+    }
+    attn_tc_made = 0;
+}
+
+static int attn_tc_eligible(int n_tokens, int G, int D) {
+    return !(n_tokens <= 32 && G <= 32) && D >= 64 && D <= 512 && D % 16 == 0;
+}
+
 static void check_attention(const attn_case *ac) {
     const int Hq = ac->n_heads, Hkv = ac->n_kv, D = ac->head_dim, bs = ac->block_size, S = ac->n_seqs;
     int max_len = 0;
@@ -904,6 +937,33 @@ static void check_attention(const attn_case *ac) {
     char what[160];
     snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d", ac->label, n, Hq, Hkv, D);
     compare("attention", what, got, want, nq, TOL_REDUCE);
+    /* prefill cases again with the tensor-core kernel on (each rows-per-block
+     * choice) and off: same tolerance; where the shape is the kernel's, bits
+     * other than the CUDA-core kernel's show that it ran */
+    if (ac->prefill) {
+        float *res[ATTN_TC_VARIANTS] = {NULL};
+        for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
+            g4_backend *be = attn_tc_be[v];
+            if (!be) continue;
+            float *o = poisoned(nq);
+            /* another backend, another stream: its inputs must be in place
+             * before it runs, and its result before `gpu` copies it back */
+            gpu->ops->synchronize(gpu);
+            be->ops->attention(be, o, dq, kg, &db, ac->sliding, Hq, scale);
+            be->ops->synchronize(be);
+            res[v] = down(o, nq);
+            release(o);
+            snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, G4_CUDA_ATTN_TC=%s", ac->label, n, Hq, Hkv, D,
+                     attn_tc_knob[v]);
+            compare(v + 1 < ATTN_TC_VARIANTS ? "attention_tc" : "attention", what, res[v], want, nq, TOL_REDUCE);
+        }
+        const float *off = res[ATTN_TC_VARIANTS - 1];
+        for (int v = 0; off && v + 1 < ATTN_TC_VARIANTS; v++)
+            if (res[v] && attn_tc_eligible(n, Hq / Hkv, D))
+                CHECK(memcmp(res[v], off, nq * sizeof *off) != 0,
+                      "%s: G4_CUDA_ATTN_TC=%s gave the CUDA-core kernel's bits", ac->label, attn_tc_knob[v]);
+        for (int v = 0; v < ATTN_TC_VARIANTS; v++) free(res[v]);
+    }
     release(dq), release(dout);
     for (int i = 0; i < 5; i++) release(bufs[i]);
     cpu->ops->kv_free(cpu, kc);
@@ -934,8 +994,26 @@ static void test_attention(void) {
         {"vision-like 72, one block", 4, 4, 72, 96, 0, 1 << 30, 1, {96}, 1, 96, 0, 0},
         {"odd head_dim 40", 6, 3, 40, 8, 0, 1 << 30, 2, {50, 33}, 0, 16, 0, 1},
         {"odd head_dim 18 (scalar loads)", 2, 1, 18, 16, 0, 1 << 30, 1, {20}, 1, 20, 0, 0},
+        /* prefill chunks of more than 32 tokens (the tensor-core kernel's
+         * batches): ring wraps, image blocks, odd head sizes, empty rows */
+        {"prefill full 512, 102 tokens", 8, 1, 512, 16, 0, 1 << 30, 1, {230}, 1, 128, 0, 0},
+        {"prefill sliding 256 ring wrap, 74 tokens", 8, 1, 256, 16, 1, 128, 1, {650}, 1, 96, 0, 0},
+        {"prefill sliding with an image block, 36 tokens", 8, 1, 256, 16, 1, 16, 1, {100}, 1, 64, 1, 0},
+        {"prefill full image block, head_dim 64", 4, 2, 64, 16, 0, 1 << 30, 1, {100}, 1, 64, 1, 0},
+        {"prefill head_dim 80, empty row", 6, 3, 80, 8, 0, 1 << 30, 1, {90}, 1, 50, 0, 1},
+        {"prefill head_dim 96, sliding ring wrap", 4, 1, 96, 16, 1, 40, 1, {230}, 1, 48, 0, 0},
+        {"prefill head_dim 128 GQA 4, one block", 8, 2, 128, 64, 0, 1 << 30, 1, {64}, 1, 64, 0, 0},
+        /* model-sized prefill: 512 tokens of the 31B and the E2B, sliding
+         * layers (the last chunk of several: the ring has wrapped) and
+         * global ones */
+        {"prefill 31B sliding 1024, 512 tokens", 32, 16, 256, 16, 1, 1024, 1, {2048}, 1, 512, 0, 0},
+        {"prefill 31B global, 512 tokens", 32, 4, 512, 16, 0, 1 << 30, 1, {512}, 1, 512, 0, 0},
+        {"prefill E2B sliding 512, 512 tokens", 8, 1, 256, 16, 1, 512, 1, {1536}, 1, 512, 0, 0},
+        {"prefill E2B global, 512 tokens", 8, 1, 512, 16, 0, 1 << 30, 1, {512}, 1, 512, 0, 0},
     };
+    attn_tc_backends();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
+    attn_tc_destroy(); /* (each holds pinned staging buffers) */
 }
 
 /* ---- top_logits (sampling support) ---- */
@@ -1315,6 +1393,7 @@ static void run_matmul(void *p) {
 }
 
 typedef struct {
+    g4_backend *be;
     float *out, *q;
     void *kv;
     g4_attn_batch b;
@@ -1323,7 +1402,7 @@ typedef struct {
 
 static void run_attention(void *p) {
     attn_arg *a = p;
-    gpu->ops->attention(gpu, a->out, a->q, a->kv, &a->b, 0, a->heads, 1.0f);
+    a->be->ops->attention(a->be, a->out, a->q, a->kv, &a->b, 0, a->heads, 1.0f);
 }
 
 /* One-token GEMV over the matrices of an E2B and a 31B decode step with the
@@ -1394,6 +1473,7 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
     int32_t *table = malloc((size_t)blocks * 4), pos = len - 1, seq = 0, range[4] = {0, len - 1, 0, len - 1};
     for (int i = 0; i < blocks; i++) table[i] = i;
     attn_arg a;
+    a.be = gpu;
     a.kv = kv;
     a.heads = Hq;
     a.q = poisoned((size_t)Hq * D);
@@ -1423,6 +1503,65 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
     release(a.q), release(a.out), release((void *)a.b.pos), release((void *)a.b.seq), release((void *)a.b.kv_range),
         release((void *)a.b.full_tables), release((void *)a.b.sliding_tables);
     free(table), free(qh);
+}
+
+/* Prefill attention of `n` tokens of one sequence from position 0 (causal,
+ * keys limited to `window`), the CUDA-core kernel against the tensor-core
+ * one (G4_CUDA_ATTN_TC=1), each checked against the CPU. */
+static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
+    attn_tc_backends();
+    const int bs = 16, blocks = (n + bs - 1) / bs;
+    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D), *kc = cpu->ops->kv_alloc(cpu, blocks, bs, Hkv, D);
+    int32_t *table = malloc((size_t)blocks * 4), *pos = malloc((size_t)n * 4), *seq = calloc((size_t)n, 4);
+    int32_t *range = malloc((size_t)n * 16);
+    double pairs = 0;
+    for (int i = 0; i < blocks; i++) table[i] = i;
+    for (int t = 0; t < n; t++) {
+        pos[t] = t;
+        range[4 * t] = range[4 * t + 2] = t - window + 1 < 0 ? 0 : t - window + 1;
+        range[4 * t + 1] = range[4 * t + 3] = t;
+        pairs += t - range[4 * t + 2] + 1;
+    }
+    g4_attn_batch hb = {.n_tokens = n, .pos = pos, .seq = seq, .kv_range = range, .full_tables = table,
+                        .full_table_stride = blocks, .sliding_tables = table, .ring_blocks = 1, .block_size = bs};
+    const size_t nq = (size_t)n * Hq * D, nkv = (size_t)n * Hkv * D;
+    float *q = rand_floats(nq, 0.01f, 1.0f), *k = rand_floats(nkv, 0.01f, 1.0f), *v = rand_floats(nkv, 0.01f, 1.0f);
+    float *want = malloc(nq * 4);
+    attn_arg a;
+    a.kv = kv;
+    a.heads = Hq;
+    a.q = up(q, nq * 4);
+    a.out = poisoned(nq);
+    a.b = (g4_attn_batch){.n_tokens = n, .pos = up(pos, (size_t)n * 4), .seq = up(seq, (size_t)n * 4),
+                          .kv_range = up(range, (size_t)n * 16), .full_tables = up(table, (size_t)blocks * 4),
+                          .full_table_stride = blocks, .sliding_tables = up(table, 4), .ring_blocks = 1,
+                          .block_size = bs};
+    float *dk = up(k, nkv * 4), *dv = up(v, nkv * 4);
+    gpu->ops->kv_store(gpu, kv, dk, dv, &a.b, 0);
+    cpu->ops->kv_store(cpu, kc, k, v, &hb, 0);
+    cpu->ops->attention(cpu, want, q, kc, &hb, 0, Hq, 1.0f);
+    /* G4_CUDA_ATTN_TC=1 (the default), 32, 64 (the same kernel at head_dim
+     * 512), then 0 (the CUDA-core kernel) */
+    for (int variant = 0; variant < ATTN_TC_VARIANTS; variant++) {
+        g4_backend *be = attn_tc_be[variant];
+        if (!be || (D > 256 && (variant == 1 || variant == 2))) continue;
+        a.be = be;
+        const double s = time_op(be, run_attention, &a, 10);
+        char knob[40];
+        snprintf(knob, sizeof knob, ", G4_CUDA_ATTN_TC=%s", attn_tc_knob[variant]);
+        printf("  attention prefill %d/%d heads x %d, %d tokens, window %d: %8.1f us (%.1f TFLOP/s)%s\n", Hq, Hkv, D, n,
+               window, s * 1e6, 4.0 * pairs * Hq * D / s / 1e12, knob);
+        float *got = down(a.out, nq);
+        char what[96];
+        snprintf(what, sizeof what, "speed case %d/%d x %d, %d tokens%s", Hq, Hkv, D, n, knob);
+        compare(variant + 1 < ATTN_TC_VARIANTS ? "attention_tc" : "attention", what, got, want, nq, TOL_REDUCE);
+        free(got);
+    }
+    gpu->ops->kv_free(gpu, kv);
+    cpu->ops->kv_free(cpu, kc);
+    release(dk), release(dv), release(a.q), release(a.out), release((void *)a.b.pos), release((void *)a.b.seq),
+        release((void *)a.b.kv_range), release((void *)a.b.full_tables), release((void *)a.b.sliding_tables);
+    free(table), free(pos), free(seq), free(range), free(q), free(k), free(v), free(want);
 }
 
 typedef struct {
@@ -1588,6 +1727,11 @@ static void speed(void) {
     attention_decode_speed(32, 8, 256, 4096, 4096);
     attention_decode_speed(8, 1, 256, 600, 2048);
     attention_decode_speed(8, 1, 512, 600, 2048);
+    /* prefill attention at 512 tokens: 31B sliding and global layers, E2B's */
+    attention_prefill_speed(32, 16, 256, 1024, 512);
+    attention_prefill_speed(32, 4, 512, 1 << 30, 512);
+    attention_prefill_speed(8, 1, 256, 512, 512);
+    attention_prefill_speed(8, 1, 512, 1 << 30, 512);
 }
 
 /* ---- the merged attention input: stacked q|k|v weights, qkv_prepare ---- */
@@ -1900,6 +2044,7 @@ int main(void) {
     }
     if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone */
         speed();
+        attn_tc_destroy();
         g4_backend_destroy(gpu);
         g4_backend_destroy(cpu);
         return test_finish();
@@ -1927,6 +2072,7 @@ int main(void) {
     test_fast_prefill();
     if (!getenv("G4_SKIP_SPEED")) speed();
     CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());
+    attn_tc_destroy();
     printf("\n| op | cases | worst rel_rms | tolerance |\n|---|---|---|---|\n");
     for (int i = 0; i < n_stats; i++)
         printf("| %s | %d | %.2e | %.0e |\n", stats[i].op, stats[i].cases, stats[i].worst, stats[i].tol);

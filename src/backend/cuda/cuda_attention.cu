@@ -10,7 +10,9 @@
  * chunk) share one pass over the union of their ranges, each row masked to
  * its own range. When there are too few tiles to fill the GPU (decode), the
  * key range is split over several blocks and a second kernel merges their
- * partial softmaxes (flash decoding). */
+ * partial softmaxes (flash decoding). Prefill-like batches run on tensor
+ * cores where that kernel takes the shape (cuda_attention_tc.cu;
+ * G4_CUDA_ATTN_TC=0 keeps them here). */
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -423,6 +425,8 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         rpt = dmax > 256 ? 2 : 4;
         rows_per_tile = ATTN_WARPS * rpt;
     }
+    /* many query rows per KV head: tensor cores when enabled and the shape fits */
+    if (!decode && c->attn_tc && cuda_attention_tc(c, out, q, kv, b, sliding, n_heads, scale)) return;
     const int tiles = (int)(((int64_t)n * G + rows_per_tile - 1) / rows_per_tile);
     /* Decode splits each token's keys into pieces of a fixed length from its
      * first key (at most 64 pieces), so a token's result does not depend on

@@ -85,6 +85,7 @@ struct cuda_ctx {
      * it off): see cuda_launch */
     int pdl;
     int attn_min_split; /* G4_CUDA_ATTN_MIN_SPLIT: shortest key piece of split decode attention (0: one tile) */
+    int attn_tc; /* prefill-like attention on tensor cores (cuda_attention_tc.cu): 1 (default), 32/64 rows per block, 0 off (G4_CUDA_ATTN_TC) */
     int capturing;        /* between graph_begin and graph_end */
     int capture_spoiled;  /* a buffer had to grow while recording: drop the recording */
     unsigned generation;  /* bumped whenever a scratch buffer moves; recordings of older generations are stale */

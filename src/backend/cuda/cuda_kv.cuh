@@ -33,4 +33,10 @@ static inline kv_tables cuda_kv_tables(const g4_attn_batch *b, int sliding) {
     return tb;
 }
 
+/* Prefill attention on tensor cores (cuda_attention_tc.cu): 1 when it ran
+ * (or recorded a failure), 0 when the shape is not its own (head_dim not
+ * 64..512 in multiples of 16, misaligned q/out, too little shared memory). */
+int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv, const g4_attn_batch *b, int sliding,
+                      int n_heads, float scale);
+
 #endif

@@ -1,0 +1,500 @@
+/* Prefill attention on tensor cores (G4_CUDA_ATTN_TC=1), flash-attention
+ * style, for head_dim 64..512 in multiples of 16.
+ *
+ * A block of 8 warps owns BM query rows of one KV head (row r: token r / G,
+ * head kvh * G + r % G, as attention_kernel numbers them) and walks the
+ * union of their key ranges (per run of one sequence) in tiles of 32 keys,
+ * read through the block tables (kv_slot: rings work). Per tile:
+ *  1. the tile's slots; 2. the peaks of |K| and |V| over the tile (one read
+ *  of the float32 pool); 3. K as fp16 hi + lo in shared memory;
+ *  4. S = Q K^T (mma m16n8k16, warps over 16-row x 8-key pieces) into shared
+ *  memory as float32; 5. the online softmax in float32, TPR threads per row,
+ *  each row masked to its own [lo, hi] (windows, causality, image blocks
+ *  reaching forward), P written as fp16 hi + lo, and V transposed into
+ *  shared memory (the buffer K used) as fp16 hi + lo; 6. O += P V (warps
+ *  over 16 rows x a share of the channels, accumulators in registers).
+ *
+ * Accuracy (float32-like, tests/tools/attention_tc_layout.py emulates it):
+ * every operand x is scaled by a power of two and split x = hi + lo, both
+ * fp16 (22 significant bits; scaled peaks in [2^14, 2^15) so neither part
+ * overflows and lo underflows only below peak * 2^-38). Q has one scale per
+ * block, K one per tile, P is p * 2^14 (p <= 1) and V one scale per tile
+ * that only ever decreases within a run, so the running O is rescaled by a
+ * power of two <= 1 together with the softmax's alpha and never overflows.
+ * Each product is hi*hi + lo*hi + hi*lo (lo*lo is below float32 rounding);
+ * fp16 products are exact in float32. Each k-step's (Q K^T) or tile's (P V)
+ * three mma go into a fresh accumulator that is added in float32: the tensor
+ * core's accumulation truncates, and truncating against the small partial
+ * sum instead of the running total keeps that error at float32 size
+ * (emulated: ~1e-7 relative against float64, the float32 kernel ~1e-7 too).
+ * bf16 hi + lo (16 bits) would leave ~1e-5 relative error on the scores.
+ *
+ * Shared memory: Q hi/lo, one K-or-V^T buffer, S, P: 155 KB at head_dim 512
+ * (32 rows), 126 KB at 256 with 64 rows, 83 KB with 32. K=V and KV-shared
+ * layers need nothing here: the caller passes the cache to read. */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_kv.cuh"
+
+#define TCA_THREADS 256
+#define TCA_WARPS 8
+#define TCA_BN 32          /* keys per tile */
+#define TCA_P_EXP 14       /* P is stored as p * 2^14: its lo part stays normal down to p = 2^-17 */
+#define TCA_V_EXP_START 100 /* the V scale before any tile (and for a tile of zeros) */
+
+struct attn_tc_params {
+    const float *q;
+    float *out;
+    const float *kp, *vp;
+    const int32_t *seq, *kv_range;
+    kv_tables tb;
+    int range_off; /* 0: sliding range, 2: full range */
+    int n_tokens, n_heads, n_kv, D, G;
+    float scale;
+};
+
+__device__ __forceinline__ void tca_mma(float *d, const uint32_t *a, const uint32_t *b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* 2^e as a float, e in [-126, 127] */
+__device__ __forceinline__ float tca_pow2(int e) { return __int_as_float((e + 127) << 23); }
+
+/* e with peak * 2^e in [2^14, 2^15) (clamped to [-126, cap]); `none` for
+ * a zero or non-finite peak. */
+__device__ __forceinline__ int tca_exponent(float peak, int none, int cap) {
+    if (!(peak > 0.0f && peak <= 3.4e38f)) return none;
+    int e;
+    frexpf(peak, &e); /* peak = m 2^e, m in [0.5, 1) */
+    return max(-126, min(cap, 15 - e));
+}
+
+/* (a, b) = hi + lo, each an fp16 pair (a in the low half) */
+__device__ __forceinline__ void tca_split(float a, float b, uint32_t &hi, uint32_t &lo) {
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(a - hf.x, b - hf.y);
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = *reinterpret_cast<const uint32_t *>(&l);
+}
+
+__device__ __forceinline__ uint32_t tca_ld32(const __half *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+__device__ __forceinline__ float tca_absmax4(float4 v) {
+    return fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+}
+
+/* (row, column) of i = start, start + TCA_THREADS, ... over rows of `cols`
+ * columns: i / cols and i % cols without a division per step. */
+struct tca_walk {
+    int r, c, dr, dc, cols;
+    __device__ __forceinline__ tca_walk(int start, int cols_)
+        : r(start / cols_), c(start % cols_), dr(TCA_THREADS / cols_), dc(TCA_THREADS % cols_), cols(cols_) {}
+    __device__ __forceinline__ void next() {
+        r += dr;
+        c += dc;
+        if (c >= cols) {
+            c -= cols;
+            r++;
+        }
+    }
+};
+
+__device__ __forceinline__ const float *tca_q_row(const attn_tc_params &p, int kvh, int gr) {
+    const int t = gr / p.G, h = kvh * p.G + gr % p.G;
+    return p.q + ((size_t)t * p.n_heads + h) * p.D;
+}
+
+/* Shared memory of one block, in bytes (the kernel carves it the same way). */
+static size_t tca_smem_bytes(int D, int BM) {
+    const size_t ldq = (size_t)D + 8, ldp = TCA_BN + 8;
+    const size_t kv = 2 * (size_t)TCA_BN * ldq > 2 * (size_t)D * ldp ? 2 * (size_t)TCA_BN * ldq : 2 * (size_t)D * ldp;
+    return 2 * BM * ldq * 2 + kv * 2 + (size_t)BM * (TCA_BN + 4) * 4 + 2 * BM * ldp * 2 + 2 * (size_t)BM * 4 +
+           2 * TCA_WARPS * 4 + TCA_BN * 8;
+}
+
+/* DMAX: head_dim bound (channel loops run to the actual D); BM: query rows
+ * per block (16 per warp along the rows, the other warps split keys in
+ * Q K^T and channels in P V). */
+template <int DMAX, int BM>
+__global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_params p) {
+    pdl_wait();
+    constexpr int BN = TCA_BN;
+    constexpr int MW = BM / 16;            /* warps along the rows */
+    constexpr int DW = TCA_WARPS / MW;     /* warps along keys (Q K^T) or channels (P V) */
+    constexpr int QN = BN / 8 / DW;        /* key n-tiles per warp in Q K^T */
+    constexpr int NT = DMAX / 8 / DW;      /* channel n-tiles per warp in P V */
+    constexpr int TPR = TCA_THREADS / BM;  /* softmax threads per row */
+    constexpr int KPT = BN / TPR;          /* keys per softmax thread */
+    constexpr int LDP = BN + 8;            /* halves per P row and per V^T row: conflict-free fragment loads */
+    constexpr int LDS = BN + 4;            /* floats per score row */
+    static_assert(MW * DW == TCA_WARPS && QN >= 1 && KPT >= 2 && KPT % 2 == 0 && TPR <= 32, "tile shape");
+    extern __shared__ __align__(16) unsigned char tca_smem[];
+    const int D = p.D, ldq = D + 8; /* halves per Q and K row: (D + 8) / 2 words, an odd multiple of 4 */
+    const int D4 = D >> 2, dn = D >> 3;
+    __half *Qs = reinterpret_cast<__half *>(tca_smem); /* [2][BM][ldq]: hi, lo */
+    __half *KV = Qs + 2 * BM * ldq;                    /* K [2][BN][ldq], then V^T [2][D][LDP] */
+    const int kv_halves = max(2 * BN * ldq, 2 * D * LDP);
+    float *Ss = reinterpret_cast<float *>(KV + kv_halves); /* [BM][LDS] */
+    __half *Ps = reinterpret_cast<__half *>(Ss + BM * LDS); /* [2][BM][LDP] */
+    float *row_alpha = reinterpret_cast<float *>(Ps + 2 * BM * LDP); /* [BM] */
+    float *row_l = row_alpha + BM;                                   /* [BM] */
+    float *red = row_l + BM;                                         /* [2][TCA_WARPS] */
+    int64_t *slots = reinterpret_cast<int64_t *>(red + 2 * TCA_WARPS); /* [BN] */
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tig = lane & 3;
+    const int mt = warp % MW, wd = warp / MW;
+    const int first_row = blockIdx.x * BM, kvh = blockIdx.y;
+    const int total_rows = p.n_tokens * p.G;
+    const int last_row = min(first_row + BM, total_rows) - 1;
+    if (last_row < first_row) return; /* the whole block */
+    const size_t kv_row = (size_t)p.n_kv * D;
+
+    /* the block's query rows as hi + lo, scaled by one power of two */
+    float peak = 0.0f;
+    for (tca_walk w(tid, D4); w.r < BM; w.next()) {
+        const int r = w.r, d = w.c * 4;
+        if (first_row + r <= last_row)
+            peak = fmaxf(peak, tca_absmax4(*reinterpret_cast<const float4 *>(tca_q_row(p, kvh, first_row + r) + d)));
+    }
+    peak = warp_max(peak);
+    if (lane == 0) red[warp] = peak;
+    __syncthreads();
+    peak = red[0];
+    for (int w = 1; w < TCA_WARPS; w++) peak = fmaxf(peak, red[w]);
+    const int eq = tca_exponent(peak, 0, 126);
+    const float q_up = tca_pow2(eq), q_down = tca_pow2(-eq);
+    for (tca_walk w(tid, D4); w.r < BM; w.next()) {
+        const int r = w.r, d = w.c * 4;
+        float4 v = make_float4(0, 0, 0, 0);
+        if (first_row + r <= last_row) v = *reinterpret_cast<const float4 *>(tca_q_row(p, kvh, first_row + r) + d);
+        uint32_t h0, l0, h1, l1;
+        tca_split(v.x * q_up, v.y * q_up, h0, l0);
+        tca_split(v.z * q_up, v.w * q_up, h1, l1);
+        *reinterpret_cast<uint2 *>(Qs + r * ldq + d) = make_uint2(h0, h1);
+        *reinterpret_cast<uint2 *>(Qs + (BM + r) * ldq + d) = make_uint2(l0, l1);
+    }
+    /* (the first tile's barriers order these stores before any fragment load) */
+
+    /* the row this thread's softmax share belongs to */
+    const int srow = tid / TPR, spart = tid % TPR;
+    int s_t = -1, s_lo = 1, s_hi = 0;
+    if (first_row + srow <= last_row) {
+        s_t = (first_row + srow) / p.G;
+        s_lo = p.kv_range[4 * s_t + p.range_off];
+        s_hi = p.kv_range[4 * s_t + p.range_off + 1];
+    }
+
+    const int t_first = first_row / p.G, t_last = last_row / p.G;
+    for (int run_start = t_first; run_start <= t_last;) {
+        /* a run: consecutive tokens of one sequence */
+        const int s = p.seq[run_start];
+        int run_end = run_start + 1;
+        while (run_end <= t_last && p.seq[run_end] == s) run_end++;
+        int lo_u = INT32_MAX, hi_u = INT32_MIN;
+        for (int t = run_start; t < run_end; t++) {
+            const int lo = p.kv_range[4 * t + p.range_off], hi = p.kv_range[4 * t + p.range_off + 1];
+            if (lo <= hi) {
+                lo_u = min(lo_u, lo);
+                hi_u = max(hi_u, hi);
+            }
+        }
+        const bool s_active = s_t >= run_start && s_t < run_end;
+        float m = -INFINITY, l = 0.0f; /* this thread's row */
+        int ev = TCA_V_EXP_START;      /* V's scale exponent (block-uniform, never increases) */
+        float acc[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[i][k] = 0.0f;
+        const bool any_keys = lo_u <= hi_u;
+        for (int tile_lo = lo_u; any_keys && tile_lo <= hi_u; tile_lo += BN) {
+            /* 1. slots (after the previous tile's P V: the K/V buffer is free) */
+            if (tid < BN) slots[tid] = tile_lo + tid <= hi_u ? kv_slot(p.tb, s, tile_lo + tid) : -1;
+            __syncthreads();
+            /* 2. the tile's peaks */
+            float pk = 0.0f, pv = 0.0f;
+            for (tca_walk w(tid, D4); w.r < BN; w.next()) {
+                const int j = w.r, d = w.c * 4;
+                if (slots[j] >= 0) {
+                    const size_t off = (size_t)slots[j] * kv_row + (size_t)kvh * D + d;
+                    pk = fmaxf(pk, tca_absmax4(*reinterpret_cast<const float4 *>(p.kp + off)));
+                    pv = fmaxf(pv, tca_absmax4(*reinterpret_cast<const float4 *>(p.vp + off)));
+                }
+            }
+            pk = warp_max(pk);
+            pv = warp_max(pv);
+            if (lane == 0) {
+                red[warp] = pk;
+                red[TCA_WARPS + warp] = pv;
+            }
+            __syncthreads();
+            pk = red[0];
+            pv = red[TCA_WARPS];
+            for (int w = 1; w < TCA_WARPS; w++) {
+                pk = fmaxf(pk, red[w]);
+                pv = fmaxf(pv, red[TCA_WARPS + w]);
+            }
+            /* 3. K as hi + lo, [part][key][channel] */
+            const int ek = tca_exponent(pk, 0, 126);
+            const float k_up = tca_pow2(ek);
+            for (tca_walk w(tid, D4); w.r < BN; w.next()) {
+                const int j = w.r, d = w.c * 4;
+                float4 v = make_float4(0, 0, 0, 0);
+                if (slots[j] >= 0)
+                    v = *reinterpret_cast<const float4 *>(p.kp + (size_t)slots[j] * kv_row + (size_t)kvh * D + d);
+                uint32_t h0, l0, h1, l1;
+                tca_split(v.x * k_up, v.y * k_up, h0, l0);
+                tca_split(v.z * k_up, v.w * k_up, h1, l1);
+                *reinterpret_cast<uint2 *>(KV + j * ldq + d) = make_uint2(h0, h1);
+                *reinterpret_cast<uint2 *>(KV + (BN + j) * ldq + d) = make_uint2(l0, l1);
+            }
+            __syncthreads();
+            /* 4. S = Q K^T: this warp's 16 rows (m-tile mt) x key n-tiles wd + DW i */
+            {
+                float sacc[QN][4];
+#pragma unroll
+                for (int i = 0; i < QN; i++)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) sacc[i][k] = 0.0f;
+                const __half *qa = Qs + (mt * 16 + g) * ldq + 2 * tig;
+                for (int k0 = 0; k0 < D; k0 += 16) {
+                    uint32_t a[2][4];
+#pragma unroll
+                    for (int part = 0; part < 2; part++) {
+                        const __half *pa = qa + part * BM * ldq + k0;
+                        a[part][0] = tca_ld32(pa);
+                        a[part][1] = tca_ld32(pa + 8 * ldq);
+                        a[part][2] = tca_ld32(pa + 8);
+                        a[part][3] = tca_ld32(pa + 8 * ldq + 8);
+                    }
+#pragma unroll
+                    for (int i = 0; i < QN; i++) {
+                        const int n = (wd + DW * i) * 8 + g;
+                        uint32_t b[2][2];
+#pragma unroll
+                        for (int part = 0; part < 2; part++) {
+                            const __half *pb = KV + (part * BN + n) * ldq + k0 + 2 * tig;
+                            b[part][0] = tca_ld32(pb);
+                            b[part][1] = tca_ld32(pb + 8);
+                        }
+                        float t4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        tca_mma(t4, a[1], b[0]); /* q_lo k_hi */
+                        tca_mma(t4, a[0], b[1]); /* q_hi k_lo */
+                        tca_mma(t4, a[0], b[0]); /* q_hi k_hi */
+#pragma unroll
+                        for (int k = 0; k < 4; k++) sacc[i][k] += t4[k];
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < QN; i++) {
+                    const int col = (wd + DW * i) * 8 + 2 * tig, row = mt * 16 + g;
+                    *reinterpret_cast<float2 *>(Ss + row * LDS + col) = make_float2(sacc[i][0], sacc[i][1]);
+                    *reinterpret_cast<float2 *>(Ss + (row + 8) * LDS + col) = make_float2(sacc[i][2], sacc[i][3]);
+                }
+            }
+            __syncthreads();
+            /* 5a. the online softmax of this thread's KPT keys of row srow */
+            {
+                const float sf = p.scale * q_down * tca_pow2(-ek);
+                float sv[KPT];
+                float tmax = -INFINITY;
+#pragma unroll
+                for (int i = 0; i < KPT; i++) {
+                    const int j = spart * KPT + i, pos = tile_lo + j;
+                    const bool valid = s_active && pos <= hi_u && pos >= s_lo && pos <= s_hi;
+                    sv[i] = valid ? Ss[srow * LDS + j] * sf : -INFINITY;
+                    tmax = fmaxf(tmax, sv[i]);
+                }
+#pragma unroll
+                for (int o = 1; o < TPR; o <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+                const float m_new = fmaxf(m, tmax);
+                float sum = 0.0f;
+#pragma unroll
+                for (int i = 0; i < KPT; i++) {
+                    sv[i] = m_new == -INFINITY ? 0.0f : expf(sv[i] - m_new);
+                    sum += sv[i];
+                }
+#pragma unroll
+                for (int o = 1; o < TPR; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                float alpha = 1.0f; /* rows outside this run keep their (zero) accumulators */
+                if (s_active) {
+                    alpha = m == -INFINITY ? 0.0f : expf(m - m_new);
+                    l = l * alpha + sum;
+                    m = m_new;
+                }
+                const float p_up = tca_pow2(TCA_P_EXP);
+#pragma unroll
+                for (int i = 0; i < KPT; i += 2) {
+                    const int j = spart * KPT + i;
+                    uint32_t hi, lo;
+                    tca_split(sv[i] * p_up, sv[i + 1] * p_up, hi, lo);
+                    *reinterpret_cast<uint32_t *>(Ps + srow * LDP + j) = hi;
+                    *reinterpret_cast<uint32_t *>(Ps + (BM + srow) * LDP + j) = lo;
+                }
+                if (spart == 0) {
+                    row_alpha[srow] = alpha;
+                    row_l[srow] = l;
+                }
+            }
+            /* 5b. V transposed, [part][channel][key], scaled by 2^ev (ev only decreases) */
+            const int ev_new = min(ev, tca_exponent(pv, TCA_V_EXP_START, TCA_V_EXP_START));
+            const float v_change = ev_new - ev < -126 ? 0.0f : tca_pow2(ev_new - ev);
+            ev = ev_new;
+            {
+                const float v_up = tca_pow2(ev);
+                for (int i = tid; i < (BN / 2) * D4; i += TCA_THREADS) {
+                    const int j = 2 * (i % (BN / 2)), d = (i / (BN / 2)) * 4;
+                    float4 v0 = make_float4(0, 0, 0, 0), v1 = make_float4(0, 0, 0, 0);
+                    if (slots[j] >= 0)
+                        v0 = *reinterpret_cast<const float4 *>(p.vp + (size_t)slots[j] * kv_row + (size_t)kvh * D + d);
+                    if (slots[j + 1] >= 0)
+                        v1 = *reinterpret_cast<const float4 *>(p.vp + (size_t)slots[j + 1] * kv_row + (size_t)kvh * D + d);
+                    const float a[4] = {v0.x, v0.y, v0.z, v0.w}, b[4] = {v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        uint32_t hi, lo;
+                        tca_split(a[c] * v_up, b[c] * v_up, hi, lo);
+                        *reinterpret_cast<uint32_t *>(KV + (d + c) * LDP + j) = hi;
+                        *reinterpret_cast<uint32_t *>(KV + (D + d + c) * LDP + j) = lo;
+                    }
+                }
+            }
+            __syncthreads();
+            /* 6. O = O alpha 2^(ev change) + P V: rows of m-tile mt, channel n-tiles wd + DW i */
+            {
+                const int r0 = mt * 16 + g;
+                const float f0 = row_alpha[r0] * v_change, f1 = row_alpha[r0 + 8] * v_change;
+                uint32_t a[BN / 16][2][4];
+#pragma unroll
+                for (int ks = 0; ks < BN / 16; ks++)
+#pragma unroll
+                    for (int part = 0; part < 2; part++) {
+                        const __half *pa = Ps + (part * BM + r0) * LDP + ks * 16 + 2 * tig;
+                        a[ks][part][0] = tca_ld32(pa);
+                        a[ks][part][1] = tca_ld32(pa + 8 * LDP);
+                        a[ks][part][2] = tca_ld32(pa + 8);
+                        a[ks][part][3] = tca_ld32(pa + 8 * LDP + 8);
+                    }
+#pragma unroll
+                for (int i = 0; i < NT; i++) {
+                    const int nt = wd + DW * i;
+                    if (nt < dn) {
+                        float t4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                        for (int ks = 0; ks < BN / 16; ks++) {
+                            uint32_t b[2][2];
+#pragma unroll
+                            for (int part = 0; part < 2; part++) {
+                                const __half *pb = KV + (part * D + nt * 8 + g) * LDP + ks * 16 + 2 * tig;
+                                b[part][0] = tca_ld32(pb);
+                                b[part][1] = tca_ld32(pb + 8);
+                            }
+                            tca_mma(t4, a[ks][1], b[0]); /* p_lo v_hi */
+                            tca_mma(t4, a[ks][0], b[1]); /* p_hi v_lo */
+                            tca_mma(t4, a[ks][0], b[0]); /* p_hi v_hi */
+                        }
+                        acc[i][0] = fmaf(acc[i][0], f0, t4[0]);
+                        acc[i][1] = fmaf(acc[i][1], f0, t4[1]);
+                        acc[i][2] = fmaf(acc[i][2], f1, t4[2]);
+                        acc[i][3] = fmaf(acc[i][3], f1, t4[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* row_l of the last tile */
+        /* results of this run's rows: O 2^-(ev + 14) / l */
+        const float out_f = tca_pow2(-(ev + TCA_P_EXP));
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int r = mt * 16 + g + 8 * half, gr = first_row + r;
+            if (gr > last_row) continue;
+            const int t = gr / p.G;
+            if (t < run_start || t >= run_end) continue;
+            const float lr = any_keys ? row_l[r] : 0.0f;
+            float *o = p.out + ((size_t)t * p.n_heads + kvh * p.G + gr % p.G) * D;
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const int nt = wd + DW * i;
+                if (nt < dn) {
+                    float2 v = make_float2(0.0f, 0.0f);
+                    if (lr > 0.0f) {
+                        v.x = acc[i][2 * half] * out_f / lr;
+                        v.y = acc[i][2 * half + 1] * out_f / lr;
+                    }
+                    *reinterpret_cast<float2 *>(o + nt * 8 + 2 * tig) = v;
+                }
+            }
+        }
+        run_start = run_end;
+    }
+}
+
+template <int DMAX, int BM>
+static void launch_attention_tc(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
+    static int configured; /* the opt-in above 48 KB, once per kernel */
+    if (!configured) {
+        if (!cuda_check(c,
+                        cudaFuncSetAttribute(attention_tc_kernel<DMAX, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(c->smem_optin)),
+                        "cudaFuncSetAttribute"))
+            return;
+        configured = 1;
+    }
+    const int tiles = (int)(((int64_t)p.n_tokens * p.G + BM - 1) / BM);
+    dim3 grid((unsigned)tiles, (unsigned)p.n_kv);
+    cuda_launch(c, attention_tc_kernel<DMAX, BM>, grid, TCA_THREADS, smem, p);
+    cuda_launched(c, "attention_tc");
+}
+
+int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv, const g4_attn_batch *b, int sliding,
+                      int n_heads, float scale) {
+    const int D = kv->head_dim, Hkv = kv->n_kv_heads;
+    if (D < 64 || D > 512 || D % 16 || ((uintptr_t)q & 15) || ((uintptr_t)out & 7)) return 0;
+    const int dmax = D <= 128 ? 128 : D <= 256 ? 256 : 512;
+    const int G = n_heads / Hkv;
+    /* Rows per block: 32 at head_dim 512 (registers and shared memory);
+     * below, 64 (K/V staged once for twice the rows, one block per
+     * multiprocessor at 256) when that still makes two blocks per
+     * multiprocessor, else 32 (two resident blocks). Unmeasured;
+     * G4_CUDA_ATTN_TC=32 or 64 forces one. */
+    int BM = 32;
+    if (dmax <= 256) {
+        const int64_t tiles64 = ((int64_t)b->n_tokens * G + 63) / 64;
+        BM = c->attn_tc == 32 || c->attn_tc == 64 ? c->attn_tc : tiles64 * Hkv >= 2 * (int64_t)c->sm_count ? 64 : 32;
+    }
+    const size_t smem = tca_smem_bytes(D, BM);
+    if (smem > c->smem_optin) return 0; /* (512 needs ~155 KB: fits an A100's 163 KB) */
+    attn_tc_params p;
+    p.q = q;
+    p.out = out;
+    p.kp = kv->k;
+    p.vp = kv->v;
+    p.seq = b->seq;
+    p.kv_range = b->kv_range;
+    p.tb = cuda_kv_tables(b, sliding);
+    p.range_off = sliding ? 0 : 2;
+    p.n_tokens = b->n_tokens;
+    p.n_heads = n_heads;
+    p.n_kv = Hkv;
+    p.D = D;
+    p.G = G;
+    p.scale = scale;
+    if (dmax == 128 && BM == 64)
+        launch_attention_tc<128, 64>(c, p, smem);
+    else if (dmax == 128)
+        launch_attention_tc<128, 32>(c, p, smem);
+    else if (dmax == 256 && BM == 64)
+        launch_attention_tc<256, 64>(c, p, smem);
+    else if (dmax == 256)
+        launch_attention_tc<256, 32>(c, p, smem);
+    else
+        launch_attention_tc<512, 32>(c, p, smem);
+    return 1;
+}
