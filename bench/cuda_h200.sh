@@ -8,6 +8,7 @@
 # PROFILE_CONFIGS="e2b:bf16 31b:bf16" (per-kernel decode profiles, Nsight Compute), NSYS_CONFIGS (the same
 # inside the recorded graphs, Nsight Systems), KNOBS (decode under G4_CUDA_* settings, see below), SPEED=1
 # (the op test's speed section),
+# PP_KNOBS (pp512 under G4_CUDA_* settings), PREFILL_PROFILE="31b:bf16:VAR=V,.." (per-kernel prefill profile),
 # MEMCHECK_FIXTURES, G4_SKIP_MEMCHECK=1, FAST_CONFIGS (bf16-product prefill).
 # G4_PREBUILT=path.tar.xz uses binaries built elsewhere (bin/, lib/ with the
 # shared libraries the GPU image may lack, COMMIT) instead of building there.
@@ -139,6 +140,14 @@ for k in ${KNOBS:-}; do
       -r 1 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['tg_tps']:.1f}\")")
   note "knobs $name $fmt $vars: tg128 ${r:-failed} t/s"
 done
+# prefill under settings: PP_KNOBS="31b:bf16:G4_CUDA_PREFILL=bf16" (pp512 only, two runs)
+for k in ${PP_KNOBS:-}; do
+  name=${k%%:*} rest=${k#*:}; fmt=${rest%%:*} vars=${rest#*:}
+  envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
+  r=$(timeout 200 env "${envs[@]}" "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 0 \
+      -r 2 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['pp_tps']:.0f} ± {r['pp_sd']:.0f}\")")
+  note "pp knobs $name $fmt $vars: pp512 ${r:-failed} t/s"
+done
 # per-kernel decode time inside the recorded graphs (Nsight Systems), NSYS_CONFIGS="31b:bf16"
 for cfg in ${NSYS_CONFIGS:-}; do
   name=${cfg%%:*} fmt=${cfg##*:}
@@ -163,5 +172,12 @@ for cfg in ${PROFILE_CONFIGS:-}; do
   name=${cfg%%:*} fmt=${cfg##*:}
   note "profile $name $fmt (bench/cuda_kernel_profile.sh, decode launches after 5000)"
   timeout 150 bench/cuda_kernel_profile.sh "$GEMMA4" "$name" "$fmt" 5000 600 2>&1 | head -16 | tee -a "$summary"
+done
+for cfg in ${PREFILL_PROFILE:-}; do
+  name=${cfg%%:*} rest=${cfg#*:}; fmt=${rest%%:*} vars=${rest#*:}
+  envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
+  note "prefill profile $name $fmt $vars (one 512-token prefill after the warm-up one)"
+  timeout 300 env "${envs[@]}" PROMPT=512 GEN=0 bench/cuda_kernel_profile.sh "$GEMMA4" "$name" "$fmt" \
+    "${PREFILL_SKIP:-0}" "${PREFILL_COUNT:-3000}" 2>&1 | head -28 | tee -a "$summary"
 done
 note "total: $(( $(date +%s) - t0 )) s"
