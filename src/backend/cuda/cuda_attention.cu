@@ -120,34 +120,60 @@ struct attn_params {
  * t/s, one block does all the tile's rows.) */
 __global__ void attention_merge_kernel(float *out, const float *part_acc, const float *part_ml, int splits, int D) {
     pdl_wait();
-    __shared__ float e[ATTN_MAX_SPLITS];
+    __shared__ float e[ATTN_MAX_SPLITS]; /* factor of the k-th live split */
+    __shared__ int live_split[ATTN_MAX_SPLITS];
+    __shared__ int n_live;
+    __shared__ float sum_l;
     const size_t th = blockIdx.x;
-    const float *ml = part_ml + th * splits * 2;
-    /* the splits that saw keys (a decode's capacity has many empty ones:
-     * E2B's 600 keys fill 19 of 64) */
-    float M = -INFINITY;
-    unsigned long long live = 0;
-    for (int s = 0; s < splits; s++)
-        if (ml[2 * s + 1] > 0.0f) {
-            M = fmaxf(M, ml[2 * s]);
-            live |= 1ull << s;
+    /* The first warp reads every split's (max, sum) at once, two per lane
+     * (a loop over splits would wait for each load in turn), and lists the
+     * splits that saw keys, in order (a decode's capacity has many empty
+     * ones: E2B's 600 keys fill 19 of 64). */
+    if (threadIdx.x < 32) {
+        const float *ml = part_ml + th * splits * 2;
+        const int lane = threadIdx.x;
+        float m[2], l[2], w[2];
+        unsigned live[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int sp = lane + 32 * k;
+            m[k] = -INFINITY;
+            l[k] = 0.0f;
+            if (sp < splits) {
+                m[k] = ml[2 * sp];
+                l[k] = ml[2 * sp + 1];
+            }
+            if (!(l[k] > 0.0f)) m[k] = -INFINITY;
         }
-    float L = 0.0f;
-    for (unsigned long long m = live; m; m &= m - 1) {
-        const int s = __ffsll((long long)m) - 1;
-        L += ml[2 * s + 1] * expf(ml[2 * s] - M);
+        const float M = warp_max(fmaxf(m[0], m[1]));
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            w[k] = l[k] > 0.0f ? expf(m[k] - M) : 0.0f;
+            live[k] = __ballot_sync(0xffffffffu, l[k] > 0.0f);
+        }
+        const float L = warp_sum(l[0] * w[0] + l[1] * w[1]);
+        const unsigned below = (1u << lane) - 1u;
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+            if (l[k] > 0.0f) {
+                const int at = (k ? __popc(live[0]) : 0) + __popc(live[k] & below);
+                live_split[at] = lane + 32 * k;
+                e[at] = w[k];
+            }
+        if (lane == 0) {
+            n_live = __popc(live[0]) + __popc(live[1]);
+            sum_l = L;
+        }
     }
-    /* each live split's factor once */
-    for (int s = threadIdx.x; s < splits; s += blockDim.x)
-        if (live >> s & 1) e[s] = expf(ml[2 * s] - M);
     __syncthreads();
+    const int nl = n_live;
+    const float L = sum_l;
+    const float *acc = part_acc + th * splits * D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float v = 0.0f;
         if (L > 0.0f) {
-            for (unsigned long long m = live; m; m &= m - 1) {
-                const int s = __ffsll((long long)m) - 1;
-                v += part_acc[(th * splits + s) * D + d] * e[s];
-            }
+#pragma unroll 8
+            for (int k = 0; k < nl; k++) v += acc[(size_t)live_split[k] * D + d] * e[k];
             v /= L;
         }
         out[th * D + d] = v;
@@ -180,16 +206,26 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
     const int first_row = tile * p.rows_per_tile;
     const int total_rows = p.n_tokens * p.G;
 
-    /* the query rows of this tile into shared memory */
-    for (int i = tid; i < RT * D; i += ATTN_THREADS) {
-        const int lr = i / D, d = i % D;
-        const int gr = first_row + lr;
-        float v = 0.0f;
-        if (lr < p.rows_per_tile && gr < total_rows) {
-            const int t = gr / p.G, h = kvh * p.G + gr % p.G;
-            v = p.q[((size_t)t * p.n_heads + h) * D + d];
+    /* the query rows of this tile into shared memory, each thread's loads
+     * issued before its stores (a store between two loads would make every
+     * load wait for the one before: the compiler cannot tell the generic
+     * pointers apart) */
+    constexpr int QU = 8;
+    for (int i0 = tid; i0 < RT * D; i0 += QU * ATTN_THREADS) {
+        float v[QU];
+#pragma unroll
+        for (int u = 0; u < QU; u++) {
+            const int i = i0 + u * ATTN_THREADS, lr = i / D, d = i % D;
+            const int gr = first_row + lr;
+            v[u] = 0.0f;
+            if (i < RT * D && lr < p.rows_per_tile && gr < total_rows) {
+                const int t = gr / p.G, h = kvh * p.G + gr % p.G;
+                v[u] = p.q[((size_t)t * p.n_heads + h) * D + d];
+            }
         }
-        Qs[i] = v;
+#pragma unroll
+        for (int u = 0; u < QU; u++)
+            if (i0 + u * ATTN_THREADS < RT * D) Qs[i0 + u * ATTN_THREADS] = v[u];
     }
 
     /* this warp's rows */
@@ -247,21 +283,33 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
             __syncthreads();
             const size_t kv_row = (size_t)p.n_kv * D;
             if ((D & 3) == 0) {
+                /* KU pairs of 16-byte loads in flight per thread, then
+                 * their stores (see the query rows above) */
+                constexpr int KU = 4;
                 const int D4 = D >> 2;
-                for (int i = tid; i < T * D4; i += ATTN_THREADS) {
-                    const int j = i / D4, d = (i % D4) * 4;
-                    float4 kv4 = make_float4(0, 0, 0, 0), vv4 = make_float4(0, 0, 0, 0);
-                    if (slots[j] >= 0) {
-                        const size_t off = (size_t)slots[j] * kv_row + (size_t)kvh * D + d;
-                        kv4 = *reinterpret_cast<const float4 *>(p.kp + off);
-                        vv4 = *reinterpret_cast<const float4 *>(p.vp + off);
+                for (int i0 = tid; i0 < T * D4; i0 += KU * ATTN_THREADS) {
+                    float4 kv4[KU], vv4[KU];
+#pragma unroll
+                    for (int u = 0; u < KU; u++) {
+                        const int i = i0 + u * ATTN_THREADS, j = i / D4, d = (i % D4) * 4;
+                        kv4[u] = vv4[u] = make_float4(0, 0, 0, 0);
+                        if (i < T * D4 && slots[j] >= 0) {
+                            const size_t off = (size_t)slots[j] * kv_row + (size_t)kvh * D + d;
+                            kv4[u] = *reinterpret_cast<const float4 *>(p.kp + off);
+                            vv4[u] = *reinterpret_cast<const float4 *>(p.vp + off);
+                        }
                     }
-                    float *kd = Ks + (size_t)j * ks + d;
-                    kd[0] = kv4.x;
-                    kd[1] = kv4.y;
-                    kd[2] = kv4.z;
-                    kd[3] = kv4.w;
-                    *reinterpret_cast<float4 *>(Vs + (size_t)j * D + d) = vv4;
+#pragma unroll
+                    for (int u = 0; u < KU; u++) {
+                        const int i = i0 + u * ATTN_THREADS, j = i / D4, d = (i % D4) * 4;
+                        if (i >= T * D4) break;
+                        float *kd = Ks + (size_t)j * ks + d;
+                        kd[0] = kv4[u].x;
+                        kd[1] = kv4[u].y;
+                        kd[2] = kv4[u].z;
+                        kd[3] = kv4[u].w;
+                        *reinterpret_cast<float4 *>(Vs + (size_t)j * D + d) = vv4[u];
+                    }
                 }
             } else {
                 for (int i = tid; i < T * D; i += ATTN_THREADS) {
@@ -491,7 +539,8 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     default: launch_attention_rpt<512>(c, p, rpt, tiles, smem); break;
     }
     if (splits > 1) {
-        cuda_launch(c, attention_merge_kernel, n * n_heads, 128, 0, out, p.part_acc, p.part_ml, splits, D);
+        cuda_launch(c, attention_merge_kernel, n * n_heads, D > 128 ? 256 : 128, 0, out, p.part_acc, p.part_ml, splits,
+                    D);
         cuda_launched(c, "attention_merge");
     }
 }
