@@ -108,10 +108,6 @@ typedef struct {
     g4_status (*prepare_stacked)(g4_backend *be, g4_matrix *const *parts, int n, g4_matrix *stacked);
     /* Waits for queued work (no-op on CPU). */
     void (*synchronize)(g4_backend *be);
-    /* Optional hint (NULL on CPU): start bringing w's storage closer to the
-     * compute units (the GPU's L2) while the work queued before runs, ahead
-     * of the op that reads it. Changes no result. */
-    void (*prefetch)(g4_backend *be, const g4_matrix *w);
     /* Optional (NULL where ops cannot fail, as on CPU): ops return nothing,
      * so a backend that can fail (a CUDA launch, an out-of-memory scratch
      * buffer) keeps its first failure; this returns it as an error (G4_OK

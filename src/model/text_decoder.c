@@ -190,28 +190,6 @@ static void per_layer_inputs(const g4_model *m, g4_text_scratch *s, int n) {
     be->ops->scale(be, s->ple_all, s->ple_all, (float)(1.0 / sqrt(2.0)), total);
 }
 
-/* Decode steps hint the backend to bring the matrix that comes next closer
- * (the GPU's L2) while the latency-bound ops before it run: norms, RoPE and
- * attention leave device memory idle. A hint is queued after the work
- * before it, so it is given right after the last product that precedes the
- * gap. Prefill is compute-bound: no hints. */
-#define PREFETCH_MAX_TOKENS 8
-
-static void prefetch(const g4_model *m, int n, const g4_matrix *w) {
-    g4_backend *be = m->backend;
-    if (n <= PREFETCH_MAX_TOKENS && be->ops->prefetch && w->data) be->ops->prefetch(be, w);
-}
-
-/* the first product of layer i (its q|k|v, or q alone) */
-static void prefetch_layer_start(const g4_model *m, int n, int i) {
-    if (i >= m->config.text.n_layers) {
-        prefetch(m, n, &m->text.embed); /* the LM head */
-        return;
-    }
-    const g4_text_layer *w = &m->text.layers[i];
-    prefetch(m, n, w->qkv.data ? &w->qkv : &w->q);
-}
-
 /* q into s->q and this layer's k, v into its cache, op by op: for layers
  * without a merged q|k|v matrix (KV-shared layers, the CPU backend) */
 static void attention_input(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, int i, int n,
@@ -223,12 +201,8 @@ static void attention_input(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
     const int D = lc->head_dim, Hq = tc->n_heads, Hkv = lc->n_kv_heads;
     const int sliding = lc->kind == G4_LAYER_SLIDING;
     be->ops->matmul(be, s->q, s->a, n, &w->q);
-    if (lc->kv_donor >= 0) { /* attention reads the donor layer's cache */
-        prefetch(m, n, &w->o);
-        be->ops->rmsnorm_rope(be, s->q, w->q_norm, n, Hq, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
-        return;
-    }
     be->ops->rmsnorm_rope(be, s->q, w->q_norm, n, Hq, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
+    if (lc->kv_donor >= 0) return; /* attention reads the donor layer's cache */
     const size_t kv_elems = (size_t)n * Hkv * D;
     be->ops->matmul(be, s->k, s->a, n, &w->k);
     if (lc->k_eq_v)
@@ -237,7 +211,6 @@ static void attention_input(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
         be->ops->matmul(be, s->v, s->a, n, &w->v);
     be->ops->rmsnorm_rope(be, s->k, w->k_norm, n, Hkv, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
     be->ops->rmsnorm(be, s->v, s->v, NULL, n * Hkv, D, tc->rms_eps);
-    prefetch(m, n, &w->o);
     be->ops->kv_store(be, kv->layer_kv[i], s->k, s->v, ab, sliding);
 }
 
@@ -258,7 +231,6 @@ static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
                                   .q_norm = w->q_norm, .k_norm = w->k_norm, .theta = lc->rope_theta,
                                   .n_pairs = lc->rope_pairs, .eps = tc->rms_eps};
         be->ops->matmul(be, s->qkv, s->a, n, &w->qkv);
-        prefetch(m, n, &w->o);
         be->ops->qkv_prepare(be, s->q, s->qkv, &qp, kv->layer_kv[i], ab, sliding);
     } else {
         attention_input(m, kv, s, i, n, ab);
@@ -266,8 +238,6 @@ static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
     const int cache_layer = lc->kv_donor >= 0 ? lc->kv_donor : i;
     be->ops->attention(be, s->attn, s->q, kv->layer_kv[cache_layer], ab, sliding, Hq, 1.0f);
     be->ops->matmul(be, s->t1, s->attn, n, &w->o);
-    prefetch(m, n, w->gate_up.data ? &w->gate_up : &w->up);
-    prefetch(m, n, &w->down);
     be->ops->add_rmsnorm(be, s->h, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps, 1.0f, s->a,
                          w->pre_ffn_norm);
 }
@@ -287,12 +257,6 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
         be->ops->matmul_gelu_mul(be, s->gate, s->a, n, &w->gate, s->up);
     }
     be->ops->matmul(be, s->t1, s->gate, n, &w->down);
-    if (tc->ple_dim > 0) {
-        prefetch(m, n, &w->ple_gate);
-        prefetch(m, n, &w->ple_proj);
-    } else if (!tc->moe) {
-        prefetch_layer_start(m, n, i + 1);
-    }
     if (tc->moe) {
         /* dense branch, then the routed experts beside it; the router sees
          * the un-normalised residual stream */
@@ -307,7 +271,6 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
                              &w->expert_up, &w->expert_down);
         /* t1 += rmsnorm(moe_out) * post_ffn_norm2: one kernel, the same
          * values as the norm then the add */
-        prefetch_layer_start(m, n, i + 1);
         be->ops->add_rmsnorm(be, s->t1, s->moe_out, w->post_ffn_norm2, n, d, tc->rms_eps, 1.0f, NULL, NULL);
     }
     be->ops->add_rmsnorm(be, s->h, s->t1, w->post_ffn_norm, n, d, tc->rms_eps, scale, next_norm ? s->a : NULL,
@@ -330,7 +293,6 @@ static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int
     }
     be->ops->matmul_gelu_mul(be, s->ple_g, s->h, n, &w->ple_gate, ple_i);
     be->ops->matmul(be, s->t1, s->ple_g, n, &w->ple_proj);
-    prefetch_layer_start(m, n, i + 1);
     be->ops->add_rmsnorm(be, s->h, s->t1, w->ple_post_norm, n, d, tc->rms_eps, w->layer_scalar,
                          next_norm ? s->a : NULL, next_norm);
 }
@@ -354,7 +316,6 @@ static g4_status run_ops(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, 
         .block_size = kv->block_size,
     };
 
-    prefetch_layer_start(m, n, 0);
     be->ops->embed(be, s->h, &m->text.embed, s->ids, n, m->text.embed_scale);
     if (b->n_mm > 0) {
         if (b->n_mm > n) return g4_fail(G4_ERR_INVALID_ARGUMENT, "more soft tokens than rows");

@@ -220,56 +220,6 @@ static void check_matmul_on(g4_backend *be, const char *tag, const g4_matrix *hm
     free(got);
 }
 
-/* prefetch is a hint: every format, row views that start off 16-byte
- * boundaries, a matrix larger than its share of the L2, and a recording
- * (whose side stream must join the main one again) change no product and
- * record no failure. */
-static void test_prefetch(void) {
-    struct {
-        g4_weight_format f;
-        int bits, group;
-        g4_dtype sdt;
-        int64_t rows, cols;
-    } shapes[] = {{G4_WEIGHT_BF16, 0, 0, 0, 8192, 4096}, /* 64 MiB: capped */
-                  {G4_WEIGHT_BF16, 0, 0, 0, 301, 1000},
-                  {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 777, 512},
-                  {G4_WEIGHT_AFFINE, 8, 32, G4_DTYPE_F16, 130, 96},
-                  {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 300, 256}};
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-        test_matrix t;
-        make_matrix(&t, shapes[k].f, shapes[k].bits, shapes[k].group, shapes[k].sdt, shapes[k].rows, shapes[k].cols);
-        gpu->ops->prefetch(gpu, &t.dev);
-        const g4_matrix hv = g4_matrix_rows(&t.host, 3, shapes[k].rows - 5), dv = g4_matrix_rows(&t.dev, 3,
-                                                                                                 shapes[k].rows - 5);
-        gpu->ops->prefetch(gpu, &dv);
-        check_matmul_on(gpu, "after prefetch ", &hv, &dv, t.name, 1, TOL_SPLIT);
-        if (k == 2) { /* recorded: prefetch, product; replayed twice */
-            const int64_t rows = t.host.rows, cols = t.host.cols;
-            float *x = rand_floats((size_t)cols, 0.05f, 2.0f), *want = malloc((size_t)rows * sizeof *want);
-            cpu->ops->matmul(cpu, want, x, 1, &t.host);
-            float *dx = up(x, (size_t)cols * 4), *dout = poisoned((size_t)rows);
-            gpu->ops->synchronize(gpu);
-            const int recording = gpu->ops->graph_begin(gpu);
-            CHECK(recording, "recording starts");
-            gpu->ops->prefetch(gpu, &t.dev);
-            gpu->ops->matmul(gpu, dout, dx, 1, &t.dev);
-            void *g = recording ? gpu->ops->graph_end(gpu) : NULL;
-            CHECK(g != NULL, "a recording with a prefetch in it ends (its side stream joined)");
-            for (int rep = 0; g && rep < 2; rep++) {
-                CHECK(gpu->ops->graph_launch(gpu, g), "recording %d runs", rep);
-                float *got = down(dout, (size_t)rows);
-                compare("matmul/gemv", "recorded after a prefetch", got, want, (size_t)rows, TOL_REDUCE);
-                free(got);
-            }
-            if (g) gpu->ops->graph_free(gpu, g);
-            release(dx), release(dout);
-            free(x), free(want);
-        }
-        free_matrix(&t);
-    }
-    CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure after prefetches: %s", g4_error_message());
-}
-
 /* matmul_gated of n tokens on be over t (gate rows, then as many up rows)
  * against the CPU's matmul and gelu_mul */
 static void check_gated_on(g4_backend *be, const char *tag, const test_matrix *t, int n) {
@@ -2100,7 +2050,6 @@ int main(void) {
         return test_finish();
     }
     test_failure_status();
-    test_prefetch();
     test_elementwise();
     test_rmsnorm();
     test_add_rmsnorm();

@@ -80,7 +80,6 @@ static void cuda_destroy(g4_backend *be) {
     cuda_ctx *c = cuda_of(be);
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
-    if (c->side_stream) cudaStreamSynchronize(c->side_stream); /* prefetches of weights freed below */
     for (size_t i = 0; i < c->n_uploads; i++) cudaFree(c->uploads[i].dev);
     free(c->uploads);
     for (int i = 0; i < SCRATCH_COUNT; i++)
@@ -93,12 +92,6 @@ static void cuda_destroy(g4_backend *be) {
     if (c->gemv_counters) cudaFree(c->gemv_counters);
     if (c->blas) c->blas_api->destroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
-    if (c->side_stream) {
-        cudaStreamSynchronize(c->side_stream);
-        cudaStreamDestroy(c->side_stream);
-    }
-    if (c->prefetch_fork) cudaEventDestroy(c->prefetch_fork);
-    if (c->prefetch_join) cudaEventDestroy(c->prefetch_join);
     free(c);
     free(be);
 }
@@ -300,7 +293,6 @@ static const g4_backend_ops cuda_ops = {
     .prepare_matrix = cuda_prepare_matrix,
     .prepare_stacked = cuda_prepare_stacked,
     .synchronize = cuda_synchronize,
-    .prefetch = cuda_prefetch,
     .status = cuda_status_op,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
@@ -417,17 +409,11 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * the CUDA-core kernel */
     const char *attn_tc = getenv("G4_CUDA_ATTN_TC");
     c->attn_tc = !attn_tc ? 1 : !strcmp(attn_tc, "0") ? 0 : !strcmp(attn_tc, "32") || !strcmp(attn_tc, "64") ? atoi(attn_tc) : 1;
-    const char *prefetch = getenv("G4_CUDA_PREFETCH");
-    c->prefetch = !(prefetch && !strcmp(prefetch, "0"));
-    c->l2_bytes = (size_t)prop.l2CacheSize;
     const char *graphs = getenv("G4_CUDA_GRAPHS");
     c->graphs_enabled = !graphs || strcmp(graphs, "0") != 0;
     c->pinned_bytes = 64u << 20;
     c->blas_workspace_bytes = 32u << 20;
-    int ok = cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate") &&
-             cuda_check(c, cudaStreamCreateWithFlags(&c->side_stream, cudaStreamNonBlocking), "cudaStreamCreate") &&
-             cuda_check(c, cudaEventCreateWithFlags(&c->prefetch_fork, cudaEventDisableTiming), "cudaEventCreate") &&
-             cuda_check(c, cudaEventCreateWithFlags(&c->prefetch_join, cudaEventDisableTiming), "cudaEventCreate");
+    int ok = cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     for (int i = 0; ok && i < 2; i++) {
         ok = cuda_check(c, cudaHostAlloc(&c->pinned[i], c->pinned_bytes, cudaHostAllocDefault), "cudaHostAlloc") &&
              cuda_check(c, cudaEventCreateWithFlags(&c->pinned_free[i], cudaEventDisableTiming), "cudaEventCreate") &&

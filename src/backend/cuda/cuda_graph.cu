@@ -22,7 +22,6 @@ int cuda_graph_begin(g4_backend *be) {
         return 0;
     }
     c->capturing = 1;
-    c->prefetch_pending = 0;
     c->capture_spoiled = 0;
     return 1;
 }
@@ -30,7 +29,6 @@ int cuda_graph_begin(g4_backend *be) {
 void *cuda_graph_end(g4_backend *be) {
     cuda_ctx *c = cuda_of(be);
     if (!c->capturing) return NULL;
-    cuda_prefetch_join(c); /* a recording must end where it began: on the main stream */
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
     c->capturing = 0;

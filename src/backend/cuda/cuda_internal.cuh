@@ -84,12 +84,6 @@ struct cuda_ctx {
     /* programmatic dependent launch (Hopper and later; G4_CUDA_PDL=0 turns
      * it off): see cuda_launch */
     int pdl;
-    /* weights into L2 ahead of their GEMV (cuda_prefetch.cu; G4_CUDA_PREFETCH=0 off) */
-    int prefetch;
-    size_t l2_bytes;
-    cudaStream_t side_stream;
-    cudaEvent_t prefetch_fork, prefetch_join;
-    int prefetch_pending; /* the side stream has recorded work the main stream has not joined */
     int attn_min_split; /* G4_CUDA_ATTN_MIN_SPLIT: shortest key piece of split decode attention (0: one tile) */
     int attn_tc; /* prefill-like attention on tensor cores (cuda_attention_tc.cu): 1 (default), 32/64 rows per block, 0 off (G4_CUDA_ATTN_TC) */
     int capturing;        /* between graph_begin and graph_end */
@@ -251,9 +245,6 @@ void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, s
 void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim);
 void cuda_kv_free(g4_backend *be, void *kv);
 void cuda_kv_store(g4_backend *be, void *kv, const float *k, const float *v, const g4_attn_batch *b, int sliding);
-void cuda_prefetch(g4_backend *be, const g4_matrix *w);
-/* The main stream waits for the prefetches issued so far (before a recording ends). */
-void cuda_prefetch_join(cuda_ctx *c);
 void cuda_attention(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b, int sliding,
                     int n_heads, float scale);
 void cuda_kv_read(g4_backend *be, const void *kv, float *k, float *v, const g4_attn_batch *b, int sliding);
