@@ -42,6 +42,7 @@
 #define TCA_BN 32          /* keys per tile */
 #define TCA_P_EXP 14       /* P is stored as p * 2^14: its lo part stays normal down to p = 2^-17 */
 #define TCA_V_EXP_START 100 /* the V scale before any tile (and for a tile of zeros) */
+#define TCA_U 4            /* loads in flight per thread in the staging loops */
 
 struct attn_tc_params {
     const float *q;
@@ -122,7 +123,7 @@ static size_t tca_smem_bytes(int D, int BM) {
  * per block (16 per warp along the rows, the other warps split keys in
  * Q K^T and channels in P V). */
 template <int DMAX, int BM>
-__global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_params p) {
+__global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) attention_tc_kernel(attn_tc_params p) {
     pdl_wait();
     constexpr int BN = TCA_BN;
     constexpr int MW = BM / 16;            /* warps along the rows */
@@ -157,11 +158,18 @@ __global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_param
     const size_t kv_row = (size_t)p.n_kv * D;
 
     /* the block's query rows as hi + lo, scaled by one power of two */
+    /* (every staging loop below issues TCA_U loads before it uses any: in
+     * a plain loop each load would wait for the one before) */
     float peak = 0.0f;
-    for (tca_walk w(tid, D4); w.r < BM; w.next()) {
-        const int r = w.r, d = w.c * 4;
-        if (first_row + r <= last_row)
-            peak = fmaxf(peak, tca_absmax4(*reinterpret_cast<const float4 *>(tca_q_row(p, kvh, first_row + r) + d)));
+    for (tca_walk w(tid, D4); w.r < BM;) {
+        float4 v[TCA_U];
+#pragma unroll
+        for (int u = 0; u < TCA_U; u++, w.next())
+            v[u] = w.r < BM && first_row + w.r <= last_row
+                       ? *reinterpret_cast<const float4 *>(tca_q_row(p, kvh, first_row + w.r) + w.c * 4)
+                       : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < TCA_U; u++) peak = fmaxf(peak, tca_absmax4(v[u]));
     }
     peak = warp_max(peak);
     if (lane == 0) red[warp] = peak;
@@ -170,15 +178,26 @@ __global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_param
     for (int w = 1; w < TCA_WARPS; w++) peak = fmaxf(peak, red[w]);
     const int eq = tca_exponent(peak, 0, 126);
     const float q_up = tca_pow2(eq), q_down = tca_pow2(-eq);
-    for (tca_walk w(tid, D4); w.r < BM; w.next()) {
-        const int r = w.r, d = w.c * 4;
-        float4 v = make_float4(0, 0, 0, 0);
-        if (first_row + r <= last_row) v = *reinterpret_cast<const float4 *>(tca_q_row(p, kvh, first_row + r) + d);
-        uint32_t h0, l0, h1, l1;
-        tca_split(v.x * q_up, v.y * q_up, h0, l0);
-        tca_split(v.z * q_up, v.w * q_up, h1, l1);
-        *reinterpret_cast<uint2 *>(Qs + r * ldq + d) = make_uint2(h0, h1);
-        *reinterpret_cast<uint2 *>(Qs + (BM + r) * ldq + d) = make_uint2(l0, l1);
+    for (tca_walk w(tid, D4); w.r < BM;) {
+        float4 v[TCA_U];
+        int rr[TCA_U], dd[TCA_U];
+#pragma unroll
+        for (int u = 0; u < TCA_U; u++, w.next()) {
+            rr[u] = w.r;
+            dd[u] = w.c * 4;
+            v[u] = w.r < BM && first_row + w.r <= last_row
+                       ? *reinterpret_cast<const float4 *>(tca_q_row(p, kvh, first_row + w.r) + w.c * 4)
+                       : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < TCA_U; u++) {
+            if (rr[u] >= BM) break;
+            uint32_t h0, l0, h1, l1;
+            tca_split(v[u].x * q_up, v[u].y * q_up, h0, l0);
+            tca_split(v[u].z * q_up, v[u].w * q_up, h1, l1);
+            *reinterpret_cast<uint2 *>(Qs + rr[u] * ldq + dd[u]) = make_uint2(h0, h1);
+            *reinterpret_cast<uint2 *>(Qs + (BM + rr[u]) * ldq + dd[u]) = make_uint2(l0, l1);
+        }
     }
     /* (the first tile's barriers order these stores before any fragment load) */
 
@@ -220,12 +239,21 @@ __global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_param
             __syncthreads();
             /* 2. the tile's peaks */
             float pk = 0.0f, pv = 0.0f;
-            for (tca_walk w(tid, D4); w.r < BN; w.next()) {
-                const int j = w.r, d = w.c * 4;
-                if (slots[j] >= 0) {
-                    const size_t off = (size_t)slots[j] * kv_row + (size_t)kvh * D + d;
-                    pk = fmaxf(pk, tca_absmax4(*reinterpret_cast<const float4 *>(p.kp + off)));
-                    pv = fmaxf(pv, tca_absmax4(*reinterpret_cast<const float4 *>(p.vp + off)));
+            for (tca_walk w(tid, D4); w.r < BN;) {
+                float4 kv4[TCA_U], vv4[TCA_U];
+#pragma unroll
+                for (int u = 0; u < TCA_U; u++, w.next()) {
+                    kv4[u] = vv4[u] = make_float4(0, 0, 0, 0);
+                    if (w.r < BN && slots[w.r] >= 0) {
+                        const size_t off = (size_t)slots[w.r] * kv_row + (size_t)kvh * D + w.c * 4;
+                        kv4[u] = *reinterpret_cast<const float4 *>(p.kp + off);
+                        vv4[u] = *reinterpret_cast<const float4 *>(p.vp + off);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < TCA_U; u++) {
+                    pk = fmaxf(pk, tca_absmax4(kv4[u]));
+                    pv = fmaxf(pv, tca_absmax4(vv4[u]));
                 }
             }
             pk = warp_max(pk);
@@ -244,16 +272,27 @@ __global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_param
             /* 3. K as hi + lo, [part][key][channel] */
             const int ek = tca_exponent(pk, 0, 126);
             const float k_up = tca_pow2(ek);
-            for (tca_walk w(tid, D4); w.r < BN; w.next()) {
-                const int j = w.r, d = w.c * 4;
-                float4 v = make_float4(0, 0, 0, 0);
-                if (slots[j] >= 0)
-                    v = *reinterpret_cast<const float4 *>(p.kp + (size_t)slots[j] * kv_row + (size_t)kvh * D + d);
-                uint32_t h0, l0, h1, l1;
-                tca_split(v.x * k_up, v.y * k_up, h0, l0);
-                tca_split(v.z * k_up, v.w * k_up, h1, l1);
-                *reinterpret_cast<uint2 *>(KV + j * ldq + d) = make_uint2(h0, h1);
-                *reinterpret_cast<uint2 *>(KV + (BN + j) * ldq + d) = make_uint2(l0, l1);
+            for (tca_walk w(tid, D4); w.r < BN;) {
+                float4 v[TCA_U];
+                int jj[TCA_U], dd[TCA_U];
+#pragma unroll
+                for (int u = 0; u < TCA_U; u++, w.next()) {
+                    jj[u] = w.r;
+                    dd[u] = w.c * 4;
+                    v[u] = make_float4(0, 0, 0, 0);
+                    if (w.r < BN && slots[w.r] >= 0)
+                        v[u] = *reinterpret_cast<const float4 *>(p.kp + (size_t)slots[w.r] * kv_row + (size_t)kvh * D +
+                                                                 w.c * 4);
+                }
+#pragma unroll
+                for (int u = 0; u < TCA_U; u++) {
+                    if (jj[u] >= BN) break;
+                    uint32_t h0, l0, h1, l1;
+                    tca_split(v[u].x * k_up, v[u].y * k_up, h0, l0);
+                    tca_split(v[u].z * k_up, v[u].w * k_up, h1, l1);
+                    *reinterpret_cast<uint2 *>(KV + jj[u] * ldq + dd[u]) = make_uint2(h0, h1);
+                    *reinterpret_cast<uint2 *>(KV + (BN + jj[u]) * ldq + dd[u]) = make_uint2(l0, l1);
+                }
             }
             __syncthreads();
             /* 4. S = Q K^T: this warp's 16 rows (m-tile mt) x key n-tiles wd + DW i */
@@ -349,20 +388,36 @@ __global__ void __launch_bounds__(TCA_THREADS) attention_tc_kernel(attn_tc_param
             ev = ev_new;
             {
                 const float v_up = tca_pow2(ev);
-                for (int i = tid; i < (BN / 2) * D4; i += TCA_THREADS) {
-                    const int j = 2 * (i % (BN / 2)), d = (i / (BN / 2)) * 4;
-                    float4 v0 = make_float4(0, 0, 0, 0), v1 = make_float4(0, 0, 0, 0);
-                    if (slots[j] >= 0)
-                        v0 = *reinterpret_cast<const float4 *>(p.vp + (size_t)slots[j] * kv_row + (size_t)kvh * D + d);
-                    if (slots[j + 1] >= 0)
-                        v1 = *reinterpret_cast<const float4 *>(p.vp + (size_t)slots[j + 1] * kv_row + (size_t)kvh * D + d);
-                    const float a[4] = {v0.x, v0.y, v0.z, v0.w}, b[4] = {v1.x, v1.y, v1.z, v1.w};
+                for (int i0 = tid; i0 < (BN / 2) * D4; i0 += TCA_U * TCA_THREADS) {
+                    float4 v0[TCA_U], v1[TCA_U];
 #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        uint32_t hi, lo;
-                        tca_split(a[c] * v_up, b[c] * v_up, hi, lo);
-                        *reinterpret_cast<uint32_t *>(KV + (d + c) * LDP + j) = hi;
-                        *reinterpret_cast<uint32_t *>(KV + (D + d + c) * LDP + j) = lo;
+                    for (int u = 0; u < TCA_U; u++) {
+                        const int i = i0 + u * TCA_THREADS;
+                        const int j = 2 * (i % (BN / 2)), d = (i / (BN / 2)) * 4;
+                        v0[u] = v1[u] = make_float4(0, 0, 0, 0);
+                        if (i < (BN / 2) * D4) {
+                            if (slots[j] >= 0)
+                                v0[u] = *reinterpret_cast<const float4 *>(p.vp + (size_t)slots[j] * kv_row +
+                                                                          (size_t)kvh * D + d);
+                            if (slots[j + 1] >= 0)
+                                v1[u] = *reinterpret_cast<const float4 *>(p.vp + (size_t)slots[j + 1] * kv_row +
+                                                                          (size_t)kvh * D + d);
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < TCA_U; u++) {
+                        const int i = i0 + u * TCA_THREADS;
+                        if (i >= (BN / 2) * D4) break;
+                        const int j = 2 * (i % (BN / 2)), d = (i / (BN / 2)) * 4;
+                        const float a[4] = {v0[u].x, v0[u].y, v0[u].z, v0[u].w};
+                        const float b[4] = {v1[u].x, v1[u].y, v1[u].z, v1[u].w};
+#pragma unroll
+                        for (int c = 0; c < 4; c++) {
+                            uint32_t hi, lo;
+                            tca_split(a[c] * v_up, b[c] * v_up, hi, lo);
+                            *reinterpret_cast<uint32_t *>(KV + (d + c) * LDP + j) = hi;
+                            *reinterpret_cast<uint32_t *>(KV + (D + d + c) * LDP + j) = lo;
+                        }
                     }
                 }
             }
