@@ -183,6 +183,18 @@ __global__ void attention_merge_kernel(float *out, const float *part_acc, const 
 #define ATTN_THREADS 256
 #define ATTN_WARPS 8
 
+/* Floats per staged K row: D + 4 when D is a multiple of 4 (16-byte rows
+ * for float4 reads; lanes on consecutive positions then start 4 banks
+ * apart, so each quarter-warp's 16-byte reads meet no conflict), else odd
+ * (scalar reads, lanes on different positions in different banks). */
+__host__ __device__ __forceinline__ int attn_k_stride(int D) { return (D & 3) == 0 ? D + 4 : (D | 1); }
+
+/* The channel of accumulator k of a lane: with vec (D a multiple of 128)
+ * each lane owns float4 runs 128 apart, else single channels 32 apart. */
+__device__ __forceinline__ int attn_acc_channel(int k, int lane, bool vec) {
+    return vec ? 128 * (k >> 2) + 4 * lane + (k & 3) : lane + 32 * k;
+}
+
 /* DMAX: head_dim bound (loops run to the actual D); RPT: query rows per warp;
  * T: positions per staged tile; with T = 16 each position's dot product is
  * split over two lanes (halves of every 32 channels). */
@@ -193,7 +205,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
     constexpr int LPP = 32 / T; /* lanes per position */
     constexpr int DK = (DMAX + 31) / 32;
     extern __shared__ float smem[];
-    const int D = p.D, ks = D | 1; /* odd K stride: lanes on different positions hit different banks */
+    const int D = p.D, ks = attn_k_stride(D);
+    const bool vec = (D & 127) == 0; /* float4 reads of V rows in P V */
     const int RT = ATTN_WARPS * RPT;
     float *Qs = smem;                  /* [RT][D] */
     float *Ks = Qs + (size_t)RT * D;   /* [T][ks] */
@@ -303,11 +316,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
                     for (int u = 0; u < KU; u++) {
                         const int i = i0 + u * ATTN_THREADS, j = i / D4, d = (i % D4) * 4;
                         if (i >= T * D4) break;
-                        float *kd = Ks + (size_t)j * ks + d;
-                        kd[0] = kv4[u].x;
-                        kd[1] = kv4[u].y;
-                        kd[2] = kv4[u].z;
-                        kd[3] = kv4[u].w;
+                        *reinterpret_cast<float4 *>(Ks + (size_t)j * ks + d) = kv4[u];
                         *reinterpret_cast<float4 *>(Vs + (size_t)j * D + d) = vv4[u];
                     }
                 }
@@ -334,7 +343,34 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
                 for (int i = 0; i < RPT; i++) sc[i] = 0.0f;
                 const float *qw = Qs + (size_t)warp * RPT * D;
                 const float *kr = Ks + (size_t)jl * ks;
-                if constexpr (LPP == 1) {
+                if ((D & 3) == 0) {
+                    /* float4 reads, two partial sums per row (a chain of
+                     * one FMA per channel made this loop the kernel's time) */
+                    float sb[RPT];
+#pragma unroll
+                    for (int i = 0; i < RPT; i++) sb[i] = 0.0f;
+                    const int d_first = LPP == 1 ? 0 : 16 * part, d_step = LPP == 1 ? 4 : 32;
+#pragma unroll 4
+                    for (int b0 = d_first; b0 < D; b0 += d_step)
+#pragma unroll
+                        for (int d = b0; d < b0 + (LPP == 1 ? 4 : 16); d += 4) {
+                            const float4 k4 = *reinterpret_cast<const float4 *>(kr + d);
+#pragma unroll
+                            for (int i = 0; i < RPT; i++) {
+                                const float4 q4 = *reinterpret_cast<const float4 *>(qw + (size_t)i * D + d);
+                                sc[i] = fmaf(q4.x, k4.x, sc[i]);
+                                sb[i] = fmaf(q4.y, k4.y, sb[i]);
+                                sc[i] = fmaf(q4.z, k4.z, sc[i]);
+                                sb[i] = fmaf(q4.w, k4.w, sb[i]);
+                            }
+                        }
+#pragma unroll
+                    for (int i = 0; i < RPT; i++) sc[i] += sb[i];
+                    if constexpr (LPP == 2) {
+#pragma unroll
+                        for (int i = 0; i < RPT; i++) sc[i] += __shfl_xor_sync(0xffffffffu, sc[i], 16);
+                    }
+                } else if constexpr (LPP == 1) {
                     for (int d = 0; d < D; d++) {
                         const float kd = kr[d];
 #pragma unroll
@@ -372,13 +408,28 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
 #pragma unroll
                     for (int i = 0; i < RPT; i++) pj[i] = __shfl_sync(0xffffffffu, pr[i], j);
                     const float *vr = Vs + (size_t)j * D;
+                    if (vec) {
 #pragma unroll
-                    for (int k = 0; k < DK; k++) {
-                        const int d = lane + 32 * k;
-                        if (d < D) {
-                            const float vv = vr[d];
+                        for (int c = 0; c < DK / 4; c++) {
+                            if (128 * c >= D) break;
+                            const float4 v4 = *reinterpret_cast<const float4 *>(vr + 128 * c + 4 * lane);
 #pragma unroll
-                            for (int i = 0; i < RPT; i++) acc[i][k] = fmaf(pj[i], vv, acc[i][k]);
+                            for (int i = 0; i < RPT; i++) {
+                                acc[i][4 * c] = fmaf(pj[i], v4.x, acc[i][4 * c]);
+                                acc[i][4 * c + 1] = fmaf(pj[i], v4.y, acc[i][4 * c + 1]);
+                                acc[i][4 * c + 2] = fmaf(pj[i], v4.z, acc[i][4 * c + 2]);
+                                acc[i][4 * c + 3] = fmaf(pj[i], v4.w, acc[i][4 * c + 3]);
+                            }
+                        }
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < DK; k++) {
+                            const int d = lane + 32 * k;
+                            if (d < D) {
+                                const float vv = vr[d];
+#pragma unroll
+                                for (int i = 0; i < RPT; i++) acc[i][k] = fmaf(pj[i], vv, acc[i][k]);
+                            }
                         }
                     }
                 }
@@ -395,7 +446,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
                 float *o = p.out + th * D;
 #pragma unroll
                 for (int k = 0; k < DK; k++) {
-                    const int d = lane + 32 * k;
+                    const int d = attn_acc_channel(k, lane, vec);
                     if (d < D) o[d] = l[i] > 0.0f ? acc[i][k] / l[i] : 0.0f;
                 }
             } else {
@@ -407,7 +458,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
                 float *o = p.part_acc + ps * D;
 #pragma unroll
                 for (int k = 0; k < DK; k++) {
-                    const int d = lane + 32 * k;
+                    const int d = attn_acc_channel(k, lane, vec);
                     if (d < D) o[d] = acc[i][k];
                 }
             }
@@ -526,7 +577,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         p.part_acc = part;
         p.part_ml = part + th * D;
     }
-    const size_t smem = ((size_t)ATTN_WARPS * rpt * D + (size_t)T * (D | 1) + (size_t)T * D + 1) * sizeof(float) +
+    const size_t smem = ((size_t)ATTN_WARPS * rpt * D + (size_t)T * attn_k_stride(D) + (size_t)T * D + 1) * sizeof(float) +
                         (size_t)T * sizeof(int64_t) + 8;
     if (smem > c->smem_optin) {
         cuda_fail_op(c, "attention: %zu bytes of shared memory needed, %zu available", smem, c->smem_optin);
