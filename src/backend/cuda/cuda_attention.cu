@@ -266,16 +266,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
     for (int run_start = t_first; run_start <= t_last;) {
         /* a run: consecutive tokens of one sequence */
         const int s = p.seq[run_start];
-        int run_end = run_start + 1;
-        while (run_end <= t_last && p.seq[run_end] == s) run_end++;
-        int lo_u = INT32_MAX, hi_u = INT32_MIN;
-        for (int t = run_start; t < run_end; t++) {
-            const int lo = p.kv_range[4 * t + p.range_off], hi = p.kv_range[4 * t + p.range_off + 1];
-            if (lo <= hi) {
-                lo_u = min(lo_u, lo);
-                hi_u = max(hi_u, hi);
-            }
-        }
+        int lo_u, hi_u;
+        const int run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
         int s_lo = 0, s_hi = -1;
         if (lo_u <= hi_u && (int64_t)split * p.split_len <= (int64_t)(hi_u - lo_u)) {
             s_lo = lo_u + split * p.split_len;

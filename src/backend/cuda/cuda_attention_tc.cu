@@ -55,14 +55,6 @@ struct attn_tc_params {
     float scale;
 };
 
-__device__ __forceinline__ void tca_mma(float *d, const uint32_t *a, const uint32_t *b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 /* 2^e as a float, e in [-126, 127] */
 __device__ __forceinline__ float tca_pow2(int e) { return __int_as_float((e + 127) << 23); }
 
@@ -214,16 +206,8 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
     for (int run_start = t_first; run_start <= t_last;) {
         /* a run: consecutive tokens of one sequence */
         const int s = p.seq[run_start];
-        int run_end = run_start + 1;
-        while (run_end <= t_last && p.seq[run_end] == s) run_end++;
-        int lo_u = INT32_MAX, hi_u = INT32_MIN;
-        for (int t = run_start; t < run_end; t++) {
-            const int lo = p.kv_range[4 * t + p.range_off], hi = p.kv_range[4 * t + p.range_off + 1];
-            if (lo <= hi) {
-                lo_u = min(lo_u, lo);
-                hi_u = max(hi_u, hi);
-            }
-        }
+        int lo_u, hi_u;
+        const int run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
         const bool s_active = s_t >= run_start && s_t < run_end;
         float m = -INFINITY, l = 0.0f; /* this thread's row */
         int ev = TCA_V_EXP_START;      /* V's scale exponent (block-uniform, never increases) */
@@ -324,9 +308,9 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
                             b[part][1] = tca_ld32(pb + 8);
                         }
                         float t4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        tca_mma(t4, a[1], b[0]); /* q_lo k_hi */
-                        tca_mma(t4, a[0], b[1]); /* q_hi k_lo */
-                        tca_mma(t4, a[0], b[0]); /* q_hi k_hi */
+                        mma_f16_16816(t4, a[1], b[0]); /* q_lo k_hi */
+                        mma_f16_16816(t4, a[0], b[1]); /* q_hi k_lo */
+                        mma_f16_16816(t4, a[0], b[0]); /* q_hi k_hi */
 #pragma unroll
                         for (int k = 0; k < 4; k++) sacc[i][k] += t4[k];
                     }
@@ -451,9 +435,9 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
                                 b[part][0] = tca_ld32(pb);
                                 b[part][1] = tca_ld32(pb + 8);
                             }
-                            tca_mma(t4, a[ks][1], b[0]); /* p_lo v_hi */
-                            tca_mma(t4, a[ks][0], b[1]); /* p_hi v_lo */
-                            tca_mma(t4, a[ks][0], b[0]); /* p_hi v_hi */
+                            mma_f16_16816(t4, a[ks][1], b[0]); /* p_lo v_hi */
+                            mma_f16_16816(t4, a[ks][0], b[1]); /* p_hi v_lo */
+                            mma_f16_16816(t4, a[ks][0], b[0]); /* p_hi v_hi */
                         }
                         acc[i][0] = fmaf(acc[i][0], f0, t4[0]);
                         acc[i][1] = fmaf(acc[i][1], f0, t4[1]);

@@ -121,14 +121,6 @@ __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x
     frags[lane] = make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-__device__ __forceinline__ void mma_16816(float *d, const uint32_t *a, const uint32_t *b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 /* A word of eight 4-bit codes as four fp16 pairs, pair i = (code i,
  * code i + 4), in the order pairs 0, 2, 1, 3. The codes land in the low
  * bits of fp16 subnormals, which the tensor core multiplies exactly:
@@ -377,8 +369,8 @@ __device__ __forceinline__ void tc_block_mma(const tc_lane &L, uint4 wl, uint4 w
         decode_word<MX>(whw[u], ph);
         const uint32_t b0[2] = {xb[u].x, xb[u].y}, b1[2] = {xb[u].z, xb[u].w};
         const uint32_t a0[4] = {pl[0], ph[0], pl[1], ph[1]}, a1[4] = {pl[2], ph[2], pl[3], ph[3]};
-        mma_16816(d, a0, b0);
-        mma_16816(MX ? d : e, a1, b1);
+        mma_f16_16816(d, a0, b0);
+        mma_f16_16816(MX ? d : e, a1, b1);
     }
     if (L.scale_lane) {
         const float *sums = reinterpret_cast<const float *>(x + 32);
@@ -777,16 +769,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
                     for (int u = 0; u < 4; u++) {
                         const uint4 xb = b_active ? xf[u] : make_uint4(0, 0, 0, 0);
                         const uint32_t b0[2] = {xb.x, xb.y}, b1[2] = {xb.z, xb.w};
-                        mma_16816(d, a0[u], b0);
-                        mma_16816(MX ? d : e, a1[u], b1);
+                        mma_f16_16816(d, a0[u], b0);
+                        mma_f16_16816(MX ? d : e, a1[u], b1);
                     }
                 } else {
 #pragma unroll
                     for (int v = 0; v < 2; v++) {
                         const uint4 xb = b_active ? xf[v] : make_uint4(0, 0, 0, 0);
                         const uint32_t b0[2] = {xb.x, xb.y}, b1[2] = {xb.z, xb.w};
-                        mma_16816(d, a0[2 * v], b0);
-                        mma_16816(d, a0[2 * v + 1], b1);
+                        mma_f16_16816(d, a0[2 * v], b0);
+                        mma_f16_16816(d, a0[2 * v + 1], b1);
                     }
                 }
                 const int ot = j * per_mma + o_tok;

@@ -24,6 +24,28 @@ __device__ __forceinline__ int64_t kv_slot(const kv_tables &tb, int seq, int pos
     return (int64_t)block * tb.block_size + pos % tb.block_size;
 }
 
+/* A run of an attention tile's rows: tokens run_start.. of one sequence
+ * (consecutive, up to t_last), which share one pass over the union
+ * [*lo_u, *hi_u] of their key ranges (range_off 0: sliding, 2: full;
+ * *lo_u > *hi_u when none has a key). Returns the token after the run. */
+__device__ __forceinline__ int attn_run(const int32_t *seq, const int32_t *kv_range, int range_off, int run_start,
+                                        int t_last, int *lo_u, int *hi_u) {
+    const int s = seq[run_start];
+    int run_end = run_start + 1;
+    while (run_end <= t_last && seq[run_end] == s) run_end++;
+    int lo_min = INT32_MAX, hi_max = INT32_MIN;
+    for (int t = run_start; t < run_end; t++) {
+        const int lo = kv_range[4 * t + range_off], hi = kv_range[4 * t + range_off + 1];
+        if (lo <= hi) {
+            lo_min = min(lo_min, lo);
+            hi_max = max(hi_max, hi);
+        }
+    }
+    *lo_u = lo_min;
+    *hi_u = hi_max;
+    return run_end;
+}
+
 static inline kv_tables cuda_kv_tables(const g4_attn_batch *b, int sliding) {
     kv_tables tb;
     tb.table = sliding ? b->sliding_tables : b->full_tables;
