@@ -1612,23 +1612,22 @@ static void moe_speed(double bw) {
 }
 
 /* The one-token 4-bit tensor-core GEMV: the pipelined gemv_tc_pipe_kernel
- * at its default 5 stages beside gemv_tc_kernel (G4_CUDA_GEMV_TC_PIPE=0)
- * and 4, 6, 7 stages, at the 31B's down, o, gate|up-sized shapes. */
+ * at its default 5 stages beside gemv_tc_kernel (G4_CUDA_GEMV_TC_PIPE=0),
+ * at the 31B's q|k|v, gate, o, down and gate|up-sized shapes and E2B's
+ * q|k|v, o, gate|up and down. */
 static void gemv_pipe_speed(double bw) {
-    const char *stages[] = {"0", "4", "6", "7"};
-    g4_backend *pipe[4] = {NULL, NULL, NULL, NULL};
-    for (int v = 0; v < 4; v++) {
-        setenv("G4_CUDA_GEMV_TC_PIPE", stages[v], 1);
-        if (g4_backend_cuda_create(0, &pipe[v]) != G4_OK) pipe[v] = NULL;
-    }
+    g4_backend *pipe = NULL;
+    setenv("G4_CUDA_GEMV_TC_PIPE", "0", 1);
+    if (g4_backend_cuda_create(0, &pipe) != G4_OK) pipe = NULL;
     unsetenv("G4_CUDA_GEMV_TC_PIPE");
-    const int64_t shapes[][2] = {{21504, 5376}, {5376, 8192}, {5376, 21504}, {43008, 5376}};
+    const int64_t shapes[][2] = {{16384, 5376}, {21504, 5376}, {5376, 8192}, {5376, 21504}, {43008, 5376},
+                                 {2560, 1536},  {1536, 2048},  {12288, 1536}, {1536, 6144}};
     struct {
         g4_weight_format f;
         int bits, group;
         g4_dtype sdt;
     } formats[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
-    printf("  one-token 4-bit GEMV: default (5 stages) / G4_CUDA_GEMV_TC_PIPE = 0 (unpipelined), 4, 6, 7\n");
+    printf("  one-token 4-bit GEMV: default (pipelined, 5 stages) / G4_CUDA_GEMV_TC_PIPE=0 (unpipelined)\n");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
@@ -1637,22 +1636,21 @@ static void gemv_pipe_speed(double bw) {
             float *x = rand_floats((size_t)cols, 0.05f, 2.0f);
             float *dx = up(x, (size_t)cols * 4), *dout = poisoned((size_t)rows);
             const double bytes = (double)g4_matrix_bytes(&t.host);
-            g4_backend *bes[5] = {gpu, pipe[0], pipe[1], pipe[2], pipe[3]};
+            g4_backend *bes[2] = {gpu, pipe};
             printf("  gemv %-18s %lldx%lld n=1 ", t.name, (long long)rows, (long long)cols);
-            for (int v = 0; v < 5; v++) {
+            for (int v = 0; v < 2; v++) {
                 if (!bes[v]) continue;
                 matmul_arg a = {bes[v], &t.dev, dx, dout, 1};
                 const double us = time_op(bes[v], run_matmul, &a, 50) * 1e6;
                 printf(" %s%.1f us (%.0f%%)", v ? " / " : "", us, 100 * bytes / (us * 1e-6) / 1e9 / bw);
             }
             printf("\n");
-            if (pipe[3]) check_matmul_on(pipe[3], "tc-pipe 7 ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+            if (pipe) check_matmul_on(pipe, "tc-pipe 0 ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
             release(dx), release(dout);
             free(x);
             free_matrix(&t);
         }
-    for (int v = 0; v < 4; v++)
-        if (pipe[v]) g4_backend_destroy(pipe[v]);
+    if (pipe) g4_backend_destroy(pipe);
 }
 
 static void speed(void) {
@@ -2042,8 +2040,11 @@ int main(void) {
         g4_backend_destroy(cpu);
         return test_finish();
     }
-    if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone */
-        speed();
+    if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone (=gemv4: its one-token 4-bit GEMVs) */
+        if (!strcmp(getenv("G4_ONLY_SPEED"), "gemv4"))
+            gemv_pipe_speed(g4_cuda_probe_bandwidth(gpu));
+        else
+            speed();
         attn_tc_destroy();
         g4_backend_destroy(gpu);
         g4_backend_destroy(cpu);

@@ -187,11 +187,6 @@ template <int SD> __device__ __forceinline__ float group_value(uint32_t bits) {
     return e8m0_value(bits);
 }
 
-/* Scale or bias g of a row. */
-template <int SD> __device__ __forceinline__ float group_param(const uint8_t *row, int g) {
-    return group_value<SD>(group_bits<SD>(row, g));
-}
-
 /* 128-column blocks in flight per warp: weights, scales and prepared
  * activations of this many blocks are requested before any is used. */
 #define TC_PREFETCH 4
@@ -305,10 +300,15 @@ struct tc_params {
     float sl, sh, bl, bh;
 };
 
-/* The same as loaded, held until their block's turn: 16- and 8-bit values
- * two to a register (row g low, row g + 8 high), float32 one each. */
+/* The same as loaded, held until their block's turn, one to a register
+ * (scale lo, scale hi, bias lo, bias hi; MXFP4 has no biases). Nothing may
+ * touch them before then: an instruction that did (packing two 16-bit
+ * values into one register, as this did before) waits for the load right
+ * where it is issued, blocks early. (ncu on 16384 x 5376 affine4: a third
+ * of the stalls were on these loads; unpacked, 31b mlx4 decode 101.8 ->
+ * 107.1 t/s, 26b-a4b mlx4 258.8 -> 274.3.) */
 template <int SD> struct tc_params_raw {
-    uint32_t v[SD == TC_SCALE_F32 ? 4 : 2];
+    uint32_t v[SD == TC_SCALE_E8M0 ? 2 : 4];
 };
 
 /* group slot c of block blk (groups are 32, 64 or 128 columns); zero bits
@@ -316,32 +316,27 @@ template <int SD> struct tc_params_raw {
  * those columns' codes and activations are zero) */
 template <int SD>
 __device__ __forceinline__ tc_params_raw<SD> tc_block_params_raw(const gemv_tc_args &a, const tc_lane &L, int blk) {
-    constexpr bool MX = SD == TC_SCALE_E8M0, WIDE = SD == TC_SCALE_F32;
+    constexpr bool MX = SD == TC_SCALE_E8M0;
     tc_params_raw<SD> p = {};
     if (blk < L.last && L.scale_lane && (int64_t)blk * TC_BLOCK_COLS + L.c * L.gc < a.cols) {
         const int grp = blk * L.slots + L.c;
-        const uint32_t sl = group_bits<SD>(L.s_lo, grp), sh = group_bits<SD>(L.s_hi, grp);
-        uint32_t bl = 0, bh = 0;
-        if (!MX && L.b_lo) {
-            bl = group_bits<SD>(L.b_lo, grp);
-            bh = group_bits<SD>(L.b_hi, grp);
-        }
-        if constexpr (WIDE) {
-            p.v[0] = sl, p.v[1] = sh, p.v[2] = bl, p.v[3] = bh;
-        } else {
-            p.v[0] = sl | sh << 16;
-            p.v[1] = bl | bh << 16;
+        p.v[0] = group_bits<SD>(L.s_lo, grp);
+        p.v[1] = group_bits<SD>(L.s_hi, grp);
+        if constexpr (!MX) {
+            if (L.b_lo) {
+                p.v[2] = group_bits<SD>(L.b_lo, grp);
+                p.v[3] = group_bits<SD>(L.b_hi, grp);
+            }
         }
     }
     return p;
 }
 
 template <int SD> __device__ __forceinline__ tc_params tc_params_of(const tc_params_raw<SD> &r) {
-    if constexpr (SD == TC_SCALE_F32)
-        return {group_value<SD>(r.v[0]), group_value<SD>(r.v[1]), group_value<SD>(r.v[2]), group_value<SD>(r.v[3])};
+    if constexpr (SD == TC_SCALE_E8M0)
+        return {group_value<SD>(r.v[0]), group_value<SD>(r.v[1]), 0.0f, 0.0f};
     else
-        return {group_value<SD>(r.v[0] & 0xFFFFu), group_value<SD>(r.v[0] >> 16), group_value<SD>(r.v[1] & 0xFFFFu),
-                group_value<SD>(r.v[1] >> 16)};
+        return {group_value<SD>(r.v[0]), group_value<SD>(r.v[1]), group_value<SD>(r.v[2]), group_value<SD>(r.v[3])};
 }
 
 /* Whether the lane's 32 columns of block blk are in the row. */
@@ -705,7 +700,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
     for (int j = 0; j < NT; j++) acc_lo[j] = acc_hi[j] = 0.0f;
     for (int blk0 = first; blk0 < last; blk0 += PF) {
         uint4 wl[PF], wh[PF];
-        float sl[PF], sh[PF], bl[PF], bh[PF];
+        uint32_t sl[PF], sh[PF], bl[PF], bh[PF]; /* as loaded (see tc_params_raw) */
 #pragma unroll
         for (int k = 0; k < PF; k++) {
             const int blk = blk0 + k;
@@ -719,15 +714,15 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
             const size_t off = (size_t)blk * 64; /* 64 bytes of a row per block */
             wl[k] = in && ok_lo ? load_stream16(w_lo + off) : make_uint4(0, 0, 0, 0);
             wh[k] = in && ok_hi ? load_stream16(w_hi + off) : make_uint4(0, 0, 0, 0);
-            sl[k] = sh[k] = bl[k] = bh[k] = 0.0f;
+            sl[k] = sh[k] = bl[k] = bh[k] = 0;
             const int64_t slot_col = (int64_t)blk * BC + o_slot * gc;
             if (blk < last && slot_col < cols) {
                 const int grp = (int)(slot_col >> gs_log2);
-                sl[k] = group_param<SD>(s_lo, grp);
-                sh[k] = group_param<SD>(s_hi, grp);
+                sl[k] = group_bits<SD>(s_lo, grp);
+                sh[k] = group_bits<SD>(s_hi, grp);
                 if (!MX && b_lo) {
-                    bl[k] = group_param<SD>(b_lo, grp);
-                    bh[k] = group_param<SD>(b_hi, grp);
+                    bl[k] = group_bits<SD>(b_lo, grp);
+                    bh[k] = group_bits<SD>(b_hi, grp);
                 }
             }
         }
@@ -789,11 +784,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
                     const bool one = MX || BITS == 8; /* all products in one unit */
                     const float vlo = one ? d[0] + d[1] : (d[0] + d[1]) * 16.0f + (e[0] + e[1]);
                     const float vhi = one ? d[2] + d[3] : (d[2] + d[3]) * 16.0f + (e[2] + e[3]);
-                    acc_lo[j] = fmaf(sl[k], vlo * up, acc_lo[j]);
-                    acc_hi[j] = fmaf(sh[k], vhi * up, acc_hi[j]);
+                    acc_lo[j] = fmaf(group_value<SD>(sl[k]), vlo * up, acc_lo[j]);
+                    acc_hi[j] = fmaf(group_value<SD>(sh[k]), vhi * up, acc_hi[j]);
                     if (!MX) {
-                        acc_lo[j] = fmaf(bl[k], sums[o_slot], acc_lo[j]);
-                        acc_hi[j] = fmaf(bh[k], sums[o_slot], acc_hi[j]);
+                        acc_lo[j] = fmaf(group_value<SD>(bl[k]), sums[o_slot], acc_lo[j]);
+                        acc_hi[j] = fmaf(group_value<SD>(bh[k]), sums[o_slot], acc_hi[j]);
                     }
                 }
             }

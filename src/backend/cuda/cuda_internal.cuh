@@ -291,10 +291,22 @@ static inline dev_matrix dev_matrix_of(const g4_matrix *m) {
 
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t h) { return __uint_as_float(h << 16); }
 
+/* A group's scale or bias in two steps: the stored bits (zero-extended),
+ * then their value. Kernels that load ahead keep the bits and convert them
+ * when used (a conversion right after the load waits for it there). */
+__device__ __forceinline__ uint32_t load_group_bits(const uint8_t *row, int dtype, int64_t g) {
+    if (dtype == 0 || dtype == 1) return ((const uint16_t *)row)[g];
+    return ((const uint32_t *)row)[g];
+}
+
+__device__ __forceinline__ float group_bits_value(uint32_t bits, int dtype) {
+    if (dtype == 0) return bf16_bits_to_float(bits);
+    if (dtype == 1) return __half2float(__ushort_as_half((unsigned short)bits));
+    return __uint_as_float(bits);
+}
+
 __device__ __forceinline__ float load_group_param(const uint8_t *row, int dtype, int64_t g) {
-    if (dtype == 0) return bf16_bits_to_float(((const uint16_t *)row)[g]);
-    if (dtype == 1) return __half2float(((const __half *)row)[g]);
-    return ((const float *)row)[g];
+    return group_bits_value(load_group_bits(row, dtype, g), dtype);
 }
 
 /* 2^(e - 127) exactly, denormal for e = 0; NaN for 255 (OCP E8M0). */

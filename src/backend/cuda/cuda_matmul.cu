@@ -187,35 +187,49 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
     /* two chunks per thread per pass: twice the bytes in flight (four, or
      * the L2 256-byte prefetch hint on these loads, measured slower on the
      * 31B's bf16 shapes) */
+    constexpr bool GROUPED = is_affine<F>() || F == FF_MXFP4;
     for (int ch0 = first; ch0 < n_chunks; ch0 += 2 * STRIDE) {
         uint4 raw[2][R];
+        /* the chunks' scales and biases as loaded, requested with the codes
+         * and converted only when used (a conversion here would wait for
+         * the load on the spot) */
+        uint32_t s_bits[2][R], b_bits[2][R];
 #pragma unroll
         for (int u = 0; u < 2; u++)
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const int ch = ch0 + STRIDE * u;
-                raw[u][r] = ch < n_chunks && valid[r]
-                                ? load_stream16(data + (size_t)prow[r] * a.row_bytes + (size_t)ch * 16)
-                                : make_uint4(0, 0, 0, 0);
+                const bool in = ch < n_chunks && valid[r];
+                raw[u][r] = in ? load_stream16(data + (size_t)prow[r] * a.row_bytes + (size_t)ch * 16)
+                               : make_uint4(0, 0, 0, 0);
+                s_bits[u][r] = b_bits[u][r] = 0;
+                if constexpr (GROUPED) {
+                    if (in) {
+                        const int64_t g = (int64_t)ch * C / a.group_size;
+                        const size_t off = (size_t)prow[r] * a.scale_row_bytes;
+                        if constexpr (F == FF_MXFP4) {
+                            s_bits[u][r] = scales[off + g];
+                        } else {
+                            s_bits[u][r] = load_group_bits(scales + off, a.scale_dtype, g);
+                            b_bits[u][r] = load_group_bits(biases + off, a.scale_dtype, g);
+                        }
+                    }
+                }
             }
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int ch = ch0 + STRIDE * u;
             if (ch >= n_chunks) break;
             float s[R], b[R];
-            if constexpr (is_affine<F>() || F == FF_MXFP4) {
-                const int64_t g = (int64_t)ch * C / a.group_size;
+            if constexpr (GROUPED) {
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    s[r] = b[r] = 0.0f;
-                    if (valid[r]) {
-                        const uint8_t *sr = scales + (size_t)prow[r] * a.scale_row_bytes;
-                        if constexpr (F == FF_MXFP4) {
-                            s[r] = e8m0_value(sr[g]);
-                        } else {
-                            s[r] = load_group_param(sr, a.scale_dtype, g);
-                            b[r] = load_group_param(biases + (size_t)prow[r] * a.scale_row_bytes, a.scale_dtype, g);
-                        }
+                    if constexpr (F == FF_MXFP4) {
+                        s[r] = valid[r] ? e8m0_value(s_bits[u][r]) : 0.0f;
+                        b[r] = 0.0f;
+                    } else {
+                        s[r] = group_bits_value(s_bits[u][r], a.scale_dtype);
+                        b[r] = group_bits_value(b_bits[u][r], a.scale_dtype);
                     }
                 }
             }
