@@ -1,6 +1,7 @@
 #include "runtime/sampler.h"
 
 #include "tensor/logsumexp.h"
+#include "tensor/top_k.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -247,65 +248,6 @@ static int32_t argmax(const float *x, size_t n) {
     return -1;
 }
 
-/* ---- top-k: the k-th largest value, by a size-k min-heap ---- */
-
-typedef struct {
-    float v;
-    int32_t id;
-} scored;
-
-/* a ranks below b: smaller value, or equal value and larger id */
-static int ranks_below(scored a, scored b) { return a.v < b.v || (a.v == b.v && a.id > b.id); }
-
-static void heap_sift_down(scored *h, size_t n, size_t i) {
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && ranks_below(h[l], h[m])) m = l;
-        if (r < n && ranks_below(h[r], h[m])) m = r;
-        if (m == i) return;
-        scored t = h[i];
-        h[i] = h[m];
-        h[m] = t;
-        i = m;
-    }
-}
-
-/* The best k entries of x (by value, ties -> lower id) into h[0..k) as a
- * min-heap (root = the k-th best). k <= n. */
-static void top_k_heap(const float *x, size_t n, scored *h, size_t k) {
-    for (size_t i = 0; i < k; i++) h[i] = (scored){x[i], (int32_t)i};
-    for (size_t i = k / 2; i-- > 0;) heap_sift_down(h, k, i);
-    const size_t block = 16;
-    size_t i = k;
-    for (; i < n && i % block; i++)
-        if (x[i] > h[0].v) {
-            h[0] = (scored){x[i], (int32_t)i};
-            heap_sift_down(h, k, 0);
-        }
-    for (; i + block <= n; i += block) {
-        float bm = -INFINITY;
-#pragma omp simd reduction(max : bm)
-        for (size_t j = 0; j < block; j++) bm = x[i + j] > bm ? x[i + j] : bm;
-        if (!(bm > h[0].v)) continue; /* equal values never displace a lower id */
-        for (size_t j = i; j < i + block; j++)
-            if (x[j] > h[0].v) {
-                h[0] = (scored){x[j], (int32_t)j};
-                heap_sift_down(h, k, 0);
-            }
-    }
-    for (; i < n; i++)
-        if (x[i] > h[0].v) {
-            h[0] = (scored){x[i], (int32_t)i};
-            heap_sift_down(h, k, 0);
-        }
-}
-
-static int compare_desc(const void *a, const void *b) {
-    const scored *x = a, *y = b;
-    if (x->v != y->v) return x->v > y->v ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
 #define SUM_BLOCK 256
 
 static float block_sum(const float *w, size_t i, size_t e) {
@@ -356,10 +298,10 @@ typedef struct {
 
 /* Marks the top-p prefix (by value desc, id asc) of candidates c[0..n) in keep[]. */
 static g4_status top_p_sorted(g4_sampler *s, size_t n, double budget) {
-    scored *order = malloc(n * sizeof *order);
+    g4_scored *order = malloc(n * sizeof *order);
     if (!order) return g4_fail(G4_ERR_OUT_OF_MEMORY, "sampler: out of memory");
-    for (size_t i = 0; i < n; i++) order[i] = (scored){s->work[s->cand[i]], s->cand[i]};
-    qsort(order, n, sizeof *order, compare_desc);
+    for (size_t i = 0; i < n; i++) order[i] = (g4_scored){s->work[s->cand[i]], s->cand[i]};
+    qsort(order, n, sizeof *order, g4_scored_best_first);
     /* candidates are in ascending id order: find each sorted entry's slot by binary search */
     double above = 0;
     memset(s->keep, 0, n);
@@ -399,19 +341,19 @@ static g4_status top_p_histogram(g4_sampler *s, size_t n, double budget) {
     size_t edge = 0;
     while (edge < HIST_BUCKETS - 1 && above + s->hist_mass[edge] < budget) above += s->hist_mass[edge++];
     size_t m = s->hist_count[edge];
-    scored *order = malloc((m ? m : 1) * sizeof *order);
+    g4_scored *order = malloc((m ? m : 1) * sizeof *order);
     if (!order) return g4_fail(G4_ERR_OUT_OF_MEMORY, "sampler: out of memory");
     size_t j = 0;
     for (size_t i = 0; i < n; i++) {
         size_t b = bucket_of(s->weight[i]);
         s->keep[i] = b < edge;
         if (b == edge) {
-            order[j] = (scored){s->work[s->cand[i]], (int32_t)i}; /* id field holds the slot here */
+            order[j] = (g4_scored){s->work[s->cand[i]], (int32_t)i}; /* id field holds the slot here */
             j++;
         }
     }
     /* sort the edge bucket by value desc; slots ascend with ids, so ties go by id */
-    qsort(order, m, sizeof *order, compare_desc);
+    qsort(order, m, sizeof *order, g4_scored_best_first);
     for (size_t r = 0; r < m && above < budget; r++) {
         s->keep[order[r].id] = 1;
         above += s->weight[order[r].id];
@@ -440,9 +382,9 @@ static g4_status select_kept(g4_sampler *s, kept_set *ks) {
     const float *x = s->work;
     int k = s->p.top_k;
     if (k > 0 && (size_t)k < v) {
-        scored *heap = malloc((size_t)k * sizeof *heap);
+        g4_scored *heap = malloc((size_t)k * sizeof *heap);
         if (!heap) return g4_fail(G4_ERR_OUT_OF_MEMORY, "sampler: out of memory");
-        top_k_heap(x, v, heap, (size_t)k);
+        g4_top_k_heap(x, v, heap, (size_t)k);
         float kth = heap[0].v;
         free(heap);
         /* every token >= the k-th value, as HF's `scores < topk[-1]` removal keeps ties;
@@ -509,9 +451,9 @@ static void full_logprobs(const float *x, size_t v, int32_t token, int want_top,
     out->logprob = (float)((double)x[token] - lse);
     if (want_top > 0) {
         size_t k = (size_t)want_top < v ? (size_t)want_top : v;
-        scored h[G4_SAMPLER_MAX_TOP_LOGPROBS];
-        top_k_heap(x, v, h, k);
-        qsort(h, k, sizeof *h, compare_desc);
+        g4_scored h[G4_SAMPLER_MAX_TOP_LOGPROBS];
+        g4_top_k_heap(x, v, h, k);
+        qsort(h, k, sizeof *h, g4_scored_best_first);
         for (size_t i = 0; i < k; i++) out->top[i] = (g4_token_logprob){h[i].id, (float)((double)h[i].v - lse)};
         out->n_top = (int)k;
     }
@@ -523,23 +465,23 @@ static void kept_logprobs(g4_sampler *s, const kept_set *ks, int32_t token, int 
     out->logprob = (float)(((double)s->work[token] - ks->max) * inv_t - lz);
     if (want_top > 0) {
         size_t k = (size_t)want_top < ks->n ? (size_t)want_top : ks->n;
-        scored h[G4_SAMPLER_MAX_TOP_LOGPROBS];
+        g4_scored h[G4_SAMPLER_MAX_TOP_LOGPROBS];
         /* the kept set is small after filtering in practice; a heap keeps it linear anyway */
-        scored *all = malloc(ks->n * sizeof *all);
+        g4_scored *all = malloc(ks->n * sizeof *all);
         if (!all) {
             out->n_top = 0;
             return;
         }
-        for (size_t i = 0; i < ks->n; i++) all[i] = (scored){s->work[s->cand[i]], s->cand[i]};
+        for (size_t i = 0; i < ks->n; i++) all[i] = (g4_scored){s->work[s->cand[i]], s->cand[i]};
         for (size_t i = 0; i < k; i++) h[i] = all[i];
-        for (size_t i = k / 2; i-- > 0;) heap_sift_down(h, k, i);
+        for (size_t i = k / 2; i-- > 0;) g4_heap_sift_down(h, k, i);
         for (size_t i = k; i < ks->n; i++)
-            if (ranks_below(h[0], all[i])) {
+            if (g4_scored_below(h[0], all[i])) {
                 h[0] = all[i];
-                heap_sift_down(h, k, 0);
+                g4_heap_sift_down(h, k, 0);
             }
         free(all);
-        qsort(h, k, sizeof *h, compare_desc);
+        qsort(h, k, sizeof *h, g4_scored_best_first);
         for (size_t i = 0; i < k; i++)
             out->top[i] = (g4_token_logprob){h[i].id, (float)(((double)h[i].v - ks->max) * inv_t - lz)};
         out->n_top = (int)k;
