@@ -75,7 +75,7 @@ static size_t trie_longest(const g4_trie *t, const unsigned char *s, size_t n, s
     return best;
 }
 
-static int push_segment(g4_segments *out, size_t start, size_t end, int32_t token) {
+int g4_segments_push(g4_segments *out, size_t start, size_t end, int32_t token) {
     if (out->count == out->cap) {
         size_t cap = out->cap ? out->cap * 2 : 16;
         g4_segment *p = realloc(out->items, cap * sizeof *p);
@@ -149,11 +149,11 @@ int g4_added_split(const g4_tokenizer *t, const g4_trie *trie, const char *s, si
                 }
                 stop = ws_end;
             }
-            if (start_offset < start && !push_segment(out, start_offset, start, -1)) return 0;
-            if (!push_segment(out, start, stop, tok)) return 0;
+            if (start_offset < start && !g4_segments_push(out, start_offset, start, -1)) return 0;
+            if (!g4_segments_push(out, start, stop, tok)) return 0;
             start_offset = stop;
         }
     }
-    if (start_offset < n && !push_segment(out, start_offset, n, -1)) return 0;
+    if (start_offset < n && !g4_segments_push(out, start_offset, n, -1)) return 0;
     return 1;
 }

@@ -86,45 +86,33 @@ int g4_normalize(const g4_steps *steps, const char *s, size_t n, g4_strbuf *out)
     return ok;
 }
 
-static int seg_push(g4_segments *out, size_t start, size_t end, int32_t flag) {
-    if (out->count == out->cap) {
-        size_t cap = out->cap ? out->cap * 2 : 16;
-        g4_segment *p = realloc(out->items, cap * sizeof *p);
-        if (!p) return 0;
-        out->items = p;
-        out->cap = cap;
-    }
-    out->items[out->count++] = (g4_segment){start, end, flag};
-    return 1;
-}
-
 /* The (range, is_match) list of `tokenizers`' Pattern::find_matches for one
  * word, into m (token field = is_match). */
 static int find_matches(const g4_step *st, const char *s, size_t start, size_t end, g4_segments *m) {
     m->count = 0;
     size_t prev = start;
     if (st->kind == G4_STEP_SPLIT) {
-        if (!st->pattern_len) return seg_push(m, start, end, 0);
+        if (!st->pattern_len) return g4_segments_push(m, start, end, 0);
         size_t i = start;
         while (i < end) {
             size_t j = start + find_literal(s + start, end - start, i - start, st->pattern, st->pattern_len);
             if (j >= end) break;
-            if (prev != j && !seg_push(m, prev, j, 0)) return 0;
-            if (!seg_push(m, j, j + st->pattern_len, 1)) return 0;
+            if (prev != j && !g4_segments_push(m, prev, j, 0)) return 0;
+            if (!g4_segments_push(m, j, j + st->pattern_len, 1)) return 0;
             prev = i = j + st->pattern_len;
         }
     } else { /* whitespace, one match per character */
         size_t i = start, k;
         while (i < end) {
             if (is_space_at(s, end, i, &k)) {
-                if (prev != i && !seg_push(m, prev, i, 0)) return 0;
-                if (!seg_push(m, i, i + k, 1)) return 0;
+                if (prev != i && !g4_segments_push(m, prev, i, 0)) return 0;
+                if (!g4_segments_push(m, i, i + k, 1)) return 0;
                 prev = i + k;
             }
             i += k;
         }
     }
-    if (prev != end && !seg_push(m, prev, end, 0)) return 0;
+    if (prev != end && !g4_segments_push(m, prev, end, 0)) return 0;
     return 1;
 }
 
@@ -138,17 +126,17 @@ static int apply_behavior(g4_split_behavior b, int invert, g4_segments *m, g4_se
     switch (b) {
     case G4_SPLIT_REMOVED:
         for (size_t i = 0; i < n; i++)
-            if (!m->items[i].token && !seg_push(out, m->items[i].start, m->items[i].end, -1)) return 0;
+            if (!m->items[i].token && !g4_segments_push(out, m->items[i].start, m->items[i].end, -1)) return 0;
         break;
     case G4_SPLIT_ISOLATED:
         for (size_t i = 0; i < n; i++)
-            if (!seg_push(out, m->items[i].start, m->items[i].end, -1)) return 0;
+            if (!g4_segments_push(out, m->items[i].start, m->items[i].end, -1)) return 0;
         break;
     case G4_SPLIT_MERGED_WITH_PREVIOUS:
         for (size_t i = 0; i < n; i++) {
             int is = m->items[i].token;
             if (is && !prev_match && out->count > first) out->items[out->count - 1].end = m->items[i].end;
-            else if (!seg_push(out, m->items[i].start, m->items[i].end, -1)) return 0;
+            else if (!g4_segments_push(out, m->items[i].start, m->items[i].end, -1)) return 0;
             prev_match = is;
         }
         break;
@@ -156,7 +144,7 @@ static int apply_behavior(g4_split_behavior b, int invert, g4_segments *m, g4_se
         for (size_t r = n; r-- > 0;) {
             int is = m->items[r].token;
             if (is && !prev_match && out->count > first) out->items[out->count - 1].start = m->items[r].start;
-            else if (!seg_push(out, m->items[r].start, m->items[r].end, -1)) return 0;
+            else if (!g4_segments_push(out, m->items[r].start, m->items[r].end, -1)) return 0;
             prev_match = is;
         }
         for (size_t a = first, z = out->count; a + 1 < z; a++, z--) {
@@ -169,7 +157,7 @@ static int apply_behavior(g4_split_behavior b, int invert, g4_segments *m, g4_se
         for (size_t i = 0; i < n; i++) {
             int is = m->items[i].token;
             if (is == prev_match && out->count > first) out->items[out->count - 1].end = m->items[i].end;
-            else if (!seg_push(out, m->items[i].start, m->items[i].end, -1)) return 0;
+            else if (!g4_segments_push(out, m->items[i].start, m->items[i].end, -1)) return 0;
             prev_match = is;
         }
         break;
@@ -180,7 +168,7 @@ static int apply_behavior(g4_split_behavior b, int invert, g4_segments *m, g4_se
 int g4_pre_tokenize(const g4_steps *steps, const char *s, size_t n, g4_segments *out) {
     out->count = 0;
     if (n == 0) return 1;
-    if (!seg_push(out, 0, n, -1)) return 0;
+    if (!g4_segments_push(out, 0, n, -1)) return 0;
     g4_segments next = {0}, matches = {0};
     int ok = 1;
     for (int i = 0; i < steps->count && ok; i++) {

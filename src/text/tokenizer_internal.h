@@ -136,6 +136,9 @@ typedef struct {
     size_t count, cap;
 } g4_segments;
 
+/* Appends one segment (added_tokens.c); 0 on allocation failure. */
+int g4_segments_push(g4_segments *out, size_t start, size_t end, int32_t token);
+
 /* Appends to out the splits of s[0..n) by the trie, as `tokenizers`'
  * AddedVocabulary::find_matches does. 0 on allocation failure. */
 int g4_added_split(const g4_tokenizer *t, const g4_trie *trie, const char *s, size_t n, int plain_text,
