@@ -97,17 +97,9 @@ void cuda_kv_read(g4_backend *be, const void *p, float *k, float *v, const g4_at
     cuda_launched(c, "kv_read");
 }
 
-struct attn_params {
-    const float *q;
-    float *out;
-    const float *kp, *vp;
-    const int32_t *seq, *kv_range;
-    kv_tables tb;
-    int range_off; /* 0: sliding range, 2: full range */
-    int n_tokens, n_heads, n_kv, D, G;
+struct attn_params : attn_common {
     int rows_per_tile, splits;
     int split_len; /* positions per split, counted from the run's first key */
-    float scale;
     float *part_acc, *part_ml;
 };
 
@@ -544,23 +536,10 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         if (splits < 1) splits = 1;
     }
     attn_params p;
-    p.q = q;
-    p.out = out;
-    p.kp = kv->k;
-    p.vp = kv->v;
-    p.seq = b->seq;
-    p.kv_range = b->kv_range;
-    p.tb = cuda_kv_tables(b, sliding);
-    p.range_off = sliding ? 0 : 2;
-    p.n_tokens = n;
-    p.n_heads = n_heads;
-    p.n_kv = Hkv;
-    p.D = D;
-    p.G = G;
+    static_cast<attn_common &>(p) = attn_common_of(out, q, kv, b, sliding, n_heads, scale);
     p.rows_per_tile = rows_per_tile;
     p.splits = splits;
     p.split_len = split_len;
-    p.scale = scale;
     p.part_acc = p.part_ml = NULL;
     if (splits > 1) {
         const size_t th = (size_t)n * n_heads * splits;

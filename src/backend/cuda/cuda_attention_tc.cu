@@ -44,16 +44,7 @@
 #define TCA_V_EXP_START 100 /* the V scale before any tile (and for a tile of zeros) */
 #define TCA_U 4            /* loads in flight per thread in the staging loops */
 
-struct attn_tc_params {
-    const float *q;
-    float *out;
-    const float *kp, *vp;
-    const int32_t *seq, *kv_range;
-    kv_tables tb;
-    int range_off; /* 0: sliding range, 2: full range */
-    int n_tokens, n_heads, n_kv, D, G;
-    float scale;
-};
+struct attn_tc_params : attn_common {};
 
 /* 2^e as a float, e in [-126, 127] */
 __device__ __forceinline__ float tca_pow2(int e) { return __int_as_float((e + 127) << 23); }
@@ -511,20 +502,7 @@ int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv
     const size_t smem = tca_smem_bytes(D, BM);
     if (smem > c->smem_optin) return 0; /* (512 needs ~155 KB: fits an A100's 163 KB) */
     attn_tc_params p;
-    p.q = q;
-    p.out = out;
-    p.kp = kv->k;
-    p.vp = kv->v;
-    p.seq = b->seq;
-    p.kv_range = b->kv_range;
-    p.tb = cuda_kv_tables(b, sliding);
-    p.range_off = sliding ? 0 : 2;
-    p.n_tokens = b->n_tokens;
-    p.n_heads = n_heads;
-    p.n_kv = Hkv;
-    p.D = D;
-    p.G = G;
-    p.scale = scale;
+    static_cast<attn_common &>(p) = attn_common_of(out, q, kv, b, sliding, n_heads, scale);
     if (dmax == 128 && BM == 64)
         launch_attention_tc<128, 64>(c, p, smem);
     else if (dmax == 128)

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_norm_rope.cuh"
 
 #define THREADS 256
 
@@ -189,32 +190,7 @@ void cuda_copy_rows(g4_backend *be, float *dst, int dst_stride, const float *src
 
 /* ---- RMSNorm ---- */
 
-/* 1 / sqrt(sum / dim + eps) from each thread's share of the sum of
- * squares (double, as the host sums), by the whole block. */
-__device__ float block_inv_rms_of(double ss, int dim, float eps) {
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    __shared__ double part[32];
-    __shared__ float inv_s;
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0;
-        for (int k = 0; k < (int)(blockDim.x >> 5); k++) total += part[k];
-        inv_s = (float)(1.0 / sqrt(total / dim + (double)eps));
-    }
-    __syncthreads();
-    const float inv = inv_s;
-    __syncthreads(); /* part and inv_s may be reused by a second call */
-    return inv;
-}
-
-/* The same over a row in memory: each thread sums elements threadIdx.x,
- * + blockDim.x, ... in that order. */
-__device__ float block_inv_rms(const float *xr, int dim, float eps) {
-    double ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
-    return block_inv_rms_of(ss, dim, eps);
-}
+/* block_inv_rms_of, block_inv_rms: cuda_norm_rope.cuh */
 
 /* One block per row, rows longer than NORM_ROW_MAX_PER_THREAD values per
  * thread (the register kernels below take the rest). */
@@ -365,11 +341,7 @@ void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, 
 
 /* ---- RoPE ---- */
 
-#define ROPE_MAX_PAIRS 512
-
-struct rope_freqs {
-    float inv_freq[ROPE_MAX_PAIRS];
-};
+/* ROPE_MAX_PAIRS, rope_freqs: cuda_norm_rope.cuh */
 
 /* One block per token: cos/sin of its angles once, then every head. x is
  * [n][n_heads][head_dim] with the rotated part of head h at
@@ -405,9 +377,7 @@ void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim
         cuda_fail_op(c, "rope: %d frequency pairs exceed the supported %d", n_pairs, ROPE_MAX_PAIRS);
         return;
     }
-    rope_freqs f;
-    /* exactly as PyTorch (and the CPU backend) build them, in float32 */
-    for (int j = 0; j < n_pairs; j++) f.inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+    const rope_freqs f = rope_freqs_of(theta, head_dim, n_pairs);
     rope_kernel<<<n_tokens, 128, 0, c->stream>>>(x, n_heads, head_dim, half, 0, n_pairs, pos, 1, f);
     cuda_launched(c, "rope");
 }
@@ -418,29 +388,10 @@ void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim
 __global__ void rmsnorm_rope_kernel(float *x, const float *w, int n_heads, int head_dim, int n_pairs, float eps,
                                     const int32_t *pos, rope_freqs f) {
     pdl_wait();
-    const int t = blockIdx.x, h = blockIdx.y, half = head_dim / 2;
+    const int t = blockIdx.x, h = blockIdx.y;
     float *v = x + ((size_t)t * n_heads + h) * head_dim;
     const float inv = block_inv_rms(v, head_dim, eps);
-    const float p = (float)pos[t];
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        float a = __fmul_rn(v[j], inv), b = __fmul_rn(v[j + half], inv);
-        if (w) {
-            a = __fmul_rn(a, w[j]);
-            b = __fmul_rn(b, w[j + half]);
-        }
-        if (j < n_pairs) {
-            const float angle = __fmul_rn(p, f.inv_freq[j]), cs = cosf(angle), sn = sinf(angle);
-            v[j] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
-            v[j + half] = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
-        } else {
-            v[j] = a;
-            v[j + half] = b;
-        }
-    }
-    if ((head_dim & 1) && threadIdx.x == 0) { /* an odd last element is only normalised */
-        const int i = head_dim - 1;
-        v[i] = w ? __fmul_rn(__fmul_rn(v[i], inv), w[i]) : __fmul_rn(v[i], inv);
-    }
+    norm_rope_head(v, v, w, inv, head_dim, n_pairs, (float)pos[t], f);
 }
 
 void cuda_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, int n_heads, int head_dim,
@@ -457,8 +408,7 @@ void cuda_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, i
         cuda_fail_op(c, "rmsnorm_rope: %d heads", n_heads);
         return;
     }
-    rope_freqs f;
-    for (int j = 0; j < n_pairs; j++) f.inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+    const rope_freqs f = rope_freqs_of(theta, head_dim, n_pairs);
     dim3 grid((unsigned)n_tokens, (unsigned)n_heads);
     cuda_launch(c, rmsnorm_rope_kernel, grid, head_dim >= 512 ? 256 : 128, 0, x, w, n_heads, head_dim, n_pairs, eps,
                                                                              pos, f);

@@ -95,28 +95,48 @@ __device__ __forceinline__ uint32_t tc_half_pair(float a, float b, int part) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* One warp per block of columns. */
+/* 8-bit blocks: 64 columns; per activation row and block 16 uint4 of B
+ * fragments (index (c * 2 + h) * 2 + v: quad lane c, part h, code words
+ * 2v and 2v + 1) then the same 8 floats as TC_BLOCK_UINT4's. */
+#define TC8_BLOCK_COLS 64
+#define TC8_BLOCK_UINT4 18
+
+/* One warp per block of columns (128 of 4-bit weights, 64 of 8-bit). */
+template <int BITS>
 __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
                                        int n_rows, int group_cols) {
+    constexpr int BC = BITS == 4 ? TC_BLOCK_COLS : TC8_BLOCK_COLS, BU = BITS == 4 ? TC_BLOCK_UINT4 : TC8_BLOCK_UINT4;
+    constexpr int PER = BC / 32, FRAGS = BU - 2; /* columns per lane; uint4 of B fragments */
     pdl_wait();
-    __shared__ float xs[TC_WARPS][TC_BLOCK_COLS];
+    __shared__ float xs[TC_WARPS][BC];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
     if (item >= (int64_t)n_blocks * n_rows) return;
     const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
-    uint4 *frags = prepared + item * TC_BLOCK_UINT4;
+    uint4 *frags = prepared + item * BU;
     /* lanes per group slot: 8, 16 or 32 */
-    const float down = tc_stage_block<4>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * TC_BLOCK_COLS, cols,
-                                         lane, group_cols / 4, reinterpret_cast<float *>(frags + 32));
-    /* this lane's uint4: quad lane c, part h, word u; its four registers
-     * hold the columns of code pairs 0, 2, 1, 3 (see decode_word) */
-    const int c = lane >> 3, h = (lane >> 2) & 1, u = lane & 3;
-    const int pair_of[4] = {0, 2, 1, 3};
+    const float down = tc_stage_block<PER>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * BC, cols, lane,
+                                           group_cols / PER, reinterpret_cast<float *>(frags + FRAGS));
+    if (lane >= FRAGS) return;
     uint32_t out[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int k = 32 * c + 8 * u + pair_of[j];
-        out[j] = tc_half_pair(xs[warp][k] * down, xs[warp][k + 4] * down, h);
+        int k, partner;
+        if constexpr (BITS == 4) {
+            /* quad lane c, part h, word u; its four registers hold the
+             * columns of code pairs 0, 2, 1, 3 (see decode_word) */
+            const int c = lane >> 3, u = lane & 3, pair_of[4] = {0, 2, 1, 3};
+            k = 32 * c + 8 * u + pair_of[j];
+            partner = k + 4;
+        } else {
+            /* quad lane c, part h, words 2v and 2v + 1 of the lane's 16
+             * columns; per word the pairs of bytes (0, 2) and (1, 3) */
+            const int c = lane >> 2, v = lane & 1;
+            k = 16 * c + 4 * (2 * v + (j >> 1)) + (j & 1);
+            partner = k + 2;
+        }
+        const int h = BITS == 4 ? (lane >> 2) & 1 : (lane >> 1) & 1;
+        out[j] = tc_half_pair(xs[warp][k] * down, xs[warp][partner] * down, h);
     }
     frags[lane] = make_uint4(out[0], out[1], out[2], out[3]);
 }
@@ -149,11 +169,8 @@ __device__ __forceinline__ void decode_word(uint32_t w, uint32_t *p) {
     }
 }
 
-struct gemv_tc_args {
-    const uint8_t *data, *scales, *biases;
-    size_t row_bytes, scale_row_bytes;
-    int group_size;
-    int64_t rows, cols;
+/* the weights (rows: of one expert with ids), then the product's operands */
+struct gemv_tc_args : dev_matrix {
     const uint4 *prepared; /* TC_BLOCK_UINT4 per activation row and block */
     int n_blocks;
     float *out;
@@ -584,41 +601,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_pipe_kernel(gemv_tc_
  * q 2^-24, so a mask takes bytes 0 and 2 of a word as one fp16 pair and a
  * shift and the mask bytes 1 and 3 (decode_word8): one word, four k of an
  * mma. A quad lane's 16 bytes are then 16 columns and a block 64 columns
- * (64 bytes of a row, as for 4 bits); gemv_tc_prepare8_kernel writes the
+ * (64 bytes of a row, as for 4 bits); gemv_tc_prepare_kernel<8> writes the
  * activations in that order. Groups of 128 columns span two blocks: each
  * block adds its share with the group's scale and bias. */
-
-/* 8-bit blocks: 64 columns; per activation row and block 16 uint4 of B
- * fragments (index (c * 2 + h) * 2 + v: quad lane c, part h, code words
- * 2v and 2v + 1) then the same 8 floats as TC_BLOCK_UINT4's. */
-#define TC8_BLOCK_COLS 64
-#define TC8_BLOCK_UINT4 18
-
-/* One warp per 64-column block; each lane reads two columns. */
-__global__ void gemv_tc_prepare8_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                                        int n_rows, int group_cols) {
-    pdl_wait();
-    __shared__ float xs[TC_WARPS][TC8_BLOCK_COLS];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
-    if (item >= (int64_t)n_blocks * n_rows) return;
-    const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
-    uint4 *frags = prepared + item * TC8_BLOCK_UINT4;
-    /* lanes per group slot: 16 or 32 */
-    const float down = tc_stage_block<2>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * TC8_BLOCK_COLS, cols,
-                                         lane, group_cols / 2, reinterpret_cast<float *>(frags + 16));
-    if (lane >= 16) return;
-    /* this lane's uint4: quad lane c, part h, words 2v and 2v + 1 of the
-     * lane's 16 columns; per word the pairs of bytes (0, 2) and (1, 3) */
-    const int c = lane >> 2, h = (lane >> 1) & 1, v = lane & 1;
-    uint32_t out[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int k = 16 * c + 4 * (2 * v + (j >> 1)) + (j & 1);
-        out[j] = tc_half_pair(xs[warp][k] * down, xs[warp][k + 2] * down, h);
-    }
-    frags[lane] = make_uint4(out[0], out[1], out[2], out[3]);
-}
 
 /* A word of four 8-bit codes as two fp16 pairs: (code 0, code 2), (code 1,
  * code 3), each code q the subnormal q 2^-24 (the caller multiplies by 2^24). */
@@ -943,20 +928,15 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     const int gc = gs < block_cols ? gs : block_cols;
     const int64_t items = (int64_t)n_x * n_blocks;
     if (bits == 8)
-        cuda_launch(c, gemv_tc_prepare8_kernel, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
+        cuda_launch(c, gemv_tc_prepare_kernel<8>, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
                     x_stride, w->cols, n_blocks, n_x, gc);
     else
-        cuda_launch(c, gemv_tc_prepare_kernel, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
+        cuda_launch(c, gemv_tc_prepare_kernel<4>, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
                     x_stride, w->cols, n_blocks, n_x, gc);
     if (!cuda_launched(c, "gemv_tc_prepare")) return 1;
 
     gemv_tc_args a;
-    a.data = (const uint8_t *)w->data;
-    a.scales = (const uint8_t *)w->scales;
-    a.biases = (const uint8_t *)w->biases;
-    a.row_bytes = w->row_bytes;
-    a.scale_row_bytes = w->scale_row_bytes;
-    a.group_size = gs;
+    static_cast<dev_matrix &>(a) = dev_matrix_of(w);
     a.rows = w->rows;
     a.cols = w->cols;
     a.prepared = prepared;

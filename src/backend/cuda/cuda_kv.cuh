@@ -55,6 +55,39 @@ static inline kv_tables cuda_kv_tables(const g4_attn_batch *b, int sliding) {
     return tb;
 }
 
+/* What both attention kernels are given (cuda_attention.cu's attn_params
+ * and cuda_attention_tc.cu's attn_tc_params add their own tiling). */
+struct attn_common {
+    const float *q;
+    float *out;
+    const float *kp, *vp;
+    const int32_t *seq, *kv_range;
+    kv_tables tb;
+    int range_off; /* 0: sliding range, 2: full range */
+    int n_tokens, n_heads, n_kv, D, G;
+    float scale;
+};
+
+static inline attn_common attn_common_of(float *out, const float *q, const cuda_kv *kv, const g4_attn_batch *b,
+                                         int sliding, int n_heads, float scale) {
+    attn_common p;
+    p.q = q;
+    p.out = out;
+    p.kp = kv->k;
+    p.vp = kv->v;
+    p.seq = b->seq;
+    p.kv_range = b->kv_range;
+    p.tb = cuda_kv_tables(b, sliding);
+    p.range_off = sliding ? 0 : 2;
+    p.n_tokens = b->n_tokens;
+    p.n_heads = n_heads;
+    p.n_kv = kv->n_kv_heads;
+    p.D = kv->head_dim;
+    p.G = n_heads / kv->n_kv_heads;
+    p.scale = scale;
+    return p;
+}
+
 /* Prefill attention on tensor cores (cuda_attention_tc.cu): 1 when it ran
  * (or recorded a failure), 0 when the shape is not its own (head_dim not
  * 64..512 in multiples of 16, misaligned q/out, too little shared memory). */

@@ -100,11 +100,8 @@ __device__ __forceinline__ void decode_chunk(const uint4 raw, float *v, const fl
     }
 }
 
-struct gemv_args {
-    const uint8_t *data, *scales, *biases;
-    size_t row_bytes, scale_row_bytes;
-    int scale_dtype, group_size;
-    int64_t rows, cols;
+/* the weights (rows: of one expert with ids), then the product's operands */
+struct gemv_args : dev_matrix {
     const float *x;
     size_t x_stride;
     float *out;
@@ -440,13 +437,7 @@ int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t
                      n_experts, gelu_mul, pair))
         return 1;
     gemv_args a;
-    a.data = (const uint8_t *)w->data;
-    a.scales = (const uint8_t *)w->scales;
-    a.biases = (const uint8_t *)w->biases;
-    a.row_bytes = w->row_bytes;
-    a.scale_row_bytes = w->scale_row_bytes;
-    a.scale_dtype = dev_matrix_of(w).scale_dtype;
-    a.group_size = w->group_size;
+    static_cast<dev_matrix &>(a) = dev_matrix_of(w);
     a.rows = w->rows; /* with ids: rows of one expert */
     a.cols = w->cols;
     a.x = x;
@@ -703,10 +694,7 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
 #define MMA_BK 32
 #define MMA_LDS (MMA_BK + 8) /* bf16 per shared row: 80 bytes, conflict-free fragment loads */
 
-struct mma_args {
-    const uint8_t *data, *scales, *biases;
-    size_t row_bytes, scale_row_bytes;
-    int scale_dtype, group_size;
+struct mma_args : dev_matrix {
     int64_t N, K; /* weight rows (per expert) and columns */
     int64_t expert_stride, row_offset;
     const float *x;
@@ -1021,13 +1009,7 @@ static void launch_mma_format(cuda_ctx *c, int f, const mma_args &a, unsigned ti
 void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int x_div, int n_rows,
                    const g4_matrix *w, int64_t rows, int64_t expert_stride, int64_t row_offset, const cuda_groups *g) {
     mma_args a;
-    a.data = (const uint8_t *)w->data;
-    a.scales = (const uint8_t *)w->scales;
-    a.biases = (const uint8_t *)w->biases;
-    a.row_bytes = w->row_bytes;
-    a.scale_row_bytes = w->scale_row_bytes;
-    a.scale_dtype = dev_matrix_of(w).scale_dtype;
-    a.group_size = w->group_size;
+    static_cast<dev_matrix &>(a) = dev_matrix_of(w);
     a.N = rows;
     a.K = w->cols;
     a.expert_stride = expert_stride;

@@ -2,18 +2,14 @@
  * (token, output head): q heads go to q, k heads (normalised and rotated)
  * and v heads (normalised, no weight) to the token's cache slot, each read
  * from the merged projection's row [q | k | v]. The arithmetic is
- * rmsnorm_rope_kernel's (cuda_elementwise.cu) step by step, with its thread
- * counts, so the sums run in the same order. */
+ * rmsnorm_rope_kernel's (cuda_elementwise.cu; the same norm_rope_head of
+ * cuda_norm_rope.cuh), with its thread counts, so the sums run in the same
+ * order. */
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_kv.cuh"
-
-#define QKV_MAX_PAIRS 512
-
-struct qkv_freqs {
-    float inv_freq[QKV_MAX_PAIRS];
-};
+#include "backend/cuda/cuda_norm_rope.cuh"
 
 struct qkv_args {
     const float *qkv;
@@ -27,28 +23,9 @@ struct qkv_args {
     float eps;
 };
 
-/* 1 / sqrt(mean(x^2) + eps) of one head by the whole block, the sum of
- * squares in double (block_inv_rms of cuda_elementwise.cu). */
-static __device__ float head_inv_rms(const float *x, int dim, float eps) {
-    double ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)x[i] * (double)x[i];
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    __shared__ double part[32];
-    __shared__ float inv_s;
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0;
-        for (int k = 0; k < (int)(blockDim.x >> 5); k++) total += part[k];
-        inv_s = (float)(1.0 / sqrt(total / dim + (double)eps));
-    }
-    __syncthreads();
-    return inv_s;
-}
-
-__global__ void qkv_prepare_kernel(qkv_args a, qkv_freqs f) {
+__global__ void qkv_prepare_kernel(qkv_args a, rope_freqs f) {
     pdl_wait();
-    const int t = blockIdx.x, head = blockIdx.y, D = a.D, half = D / 2;
+    const int t = blockIdx.x, head = blockIdx.y, D = a.D;
     const float *row = a.qkv + (size_t)t * a.stride;
     const float *src, *w;
     float *dst;
@@ -74,27 +51,7 @@ __global__ void qkv_prepare_kernel(qkv_args a, qkv_freqs f) {
             n_pairs = 0;
         }
     }
-    const float inv = head_inv_rms(src, D, a.eps);
-    const float p = (float)a.pos[t];
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        float x0 = __fmul_rn(src[j], inv), x1 = __fmul_rn(src[j + half], inv);
-        if (w) {
-            x0 = __fmul_rn(x0, w[j]);
-            x1 = __fmul_rn(x1, w[j + half]);
-        }
-        if (j < n_pairs) {
-            const float angle = __fmul_rn(p, f.inv_freq[j]), cs = cosf(angle), sn = sinf(angle);
-            dst[j] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-            dst[j + half] = __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn));
-        } else {
-            dst[j] = x0;
-            dst[j + half] = x1;
-        }
-    }
-    if ((D & 1) && threadIdx.x == 0) { /* an odd last element is only normalised */
-        const int i = D - 1;
-        dst[i] = w ? __fmul_rn(__fmul_rn(src[i], inv), w[i]) : __fmul_rn(src[i], inv);
-    }
+    norm_rope_head(dst, src, w, block_inv_rms(src, D, a.eps), D, n_pairs, (float)a.pos[t], f);
 }
 
 void cuda_qkv_prepare(g4_backend *be, float *q, const float *qkv, const g4_qkv_params *p, void *kv,
@@ -104,8 +61,8 @@ void cuda_qkv_prepare(g4_backend *be, float *q, const float *qkv, const g4_qkv_p
     int n_pairs = p->n_pairs < D / 2 ? p->n_pairs : D / 2;
     if (n_pairs < 0) n_pairs = 0;
     if (n <= 0 || D <= 0 || p->n_q_heads <= 0) return;
-    if (n_pairs > QKV_MAX_PAIRS) {
-        cuda_fail_op(c, "qkv_prepare: %d frequency pairs exceed the supported %d", n_pairs, QKV_MAX_PAIRS);
+    if (n_pairs > ROPE_MAX_PAIRS) {
+        cuda_fail_op(c, "qkv_prepare: %d frequency pairs exceed the supported %d", n_pairs, ROPE_MAX_PAIRS);
         return;
     }
     const cuda_kv *cache = (const cuda_kv *)kv;
@@ -137,9 +94,7 @@ void cuda_qkv_prepare(g4_backend *be, float *q, const float *qkv, const g4_qkv_p
     a.k_eq_v = p->k_eq_v;
     a.stride = (size_t)(p->n_q_heads + (p->k_eq_v ? 1 : 2) * p->n_kv_heads) * D;
     a.eps = p->eps;
-    qkv_freqs f;
-    /* exactly as PyTorch (and the CPU backend) build them, in float32 */
-    for (int j = 0; j < n_pairs; j++) f.inv_freq[j] = 1.0f / powf(p->theta, (float)(2 * j) / (float)D);
+    const rope_freqs f = rope_freqs_of(p->theta, D, n_pairs);
     dim3 grid((unsigned)n, (unsigned)heads);
     cuda_launch(c, qkv_prepare_kernel, grid, D >= 512 ? 256 : 128, 0, a, f);
     cuda_launched(c, "qkv_prepare");
