@@ -91,6 +91,21 @@ void g4_audio_downmix(const float *in, size_t frames, int channels, float *out) 
     }
 }
 
+g4_status g4_audio_append_mono(float **mono, size_t *n, size_t *cap, size_t keep, const float *in, size_t frames,
+                               int channels, const char *name) {
+    if (*n + frames > *cap) {
+        size_t grown = *cap * 2 < keep ? *cap * 2 : keep;
+        if (grown < *n + frames) grown = *n + frames;
+        float *p = realloc(*mono, grown * sizeof *p);
+        if (!p) return g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu samples", name, grown);
+        *mono = p;
+        *cap = grown;
+    }
+    g4_audio_downmix(in, frames, channels, *mono + *n);
+    *n += frames;
+    return G4_OK;
+}
+
 /* A NaN or infinity would poison every feature downstream. */
 static g4_status check_finite(const g4_audio *a, const char *name) {
     for (size_t i = 0; i < a->n_samples; i++)

@@ -68,4 +68,10 @@ g4_status g4_sndfile_decode(const unsigned char *data, size_t size, const char *
  * mono (in may equal out). */
 void g4_audio_downmix(const float *in, size_t frames, int channels, float *out);
 
+/* Appends `frames` interleaved frames to the mono samples mono[0..*n),
+ * growing the buffer (capacity *cap) by doubling up to `keep` samples
+ * (frames must fit in keep - *n). */
+g4_status g4_audio_append_mono(float **mono, size_t *n, size_t *cap, size_t keep, const float *in, size_t frames,
+                               int channels, const char *name);
+
 #endif

@@ -92,18 +92,8 @@ g4_status g4_mp3_decode(const unsigned char *data, size_t size, const char *name
                          mpg123_strerror(mh));
             goto done;
         }
-        if (n + got > cap) {
-            size_t grown = cap * 2 < keep ? cap * 2 : keep;
-            float *p = realloc(mono, grown * sizeof *mono);
-            if (!p) {
-                st = g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu samples", name, grown);
-                goto done;
-            }
-            mono = p;
-            cap = grown;
-        }
-        g4_audio_downmix(frame_buf, got, channels, mono + n);
-        n += got;
+        st = g4_audio_append_mono(&mono, &n, &cap, keep, frame_buf, got, channels, name);
+        if (st != G4_OK) goto done;
         if (rc == MPG123_DONE) break;
     }
     out->samples = mono;

@@ -77,18 +77,8 @@ g4_status g4_sndfile_decode(const unsigned char *data, size_t size, const char *
         }
         sf_count_t got = sf_readf_float(snd, frame_buf, (sf_count_t)want);
         if (got <= 0) break;
-        if (n + (size_t)got > cap) {
-            size_t grown = cap * 2 < keep ? cap * 2 : keep;
-            float *p = realloc(mono, grown * sizeof *mono);
-            if (!p) {
-                st = g4_fail(G4_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu samples", name, grown);
-                goto done;
-            }
-            mono = p;
-            cap = grown;
-        }
-        g4_audio_downmix(frame_buf, (size_t)got, channels, mono + n);
-        n += (size_t)got;
+        st = g4_audio_append_mono(&mono, &n, &cap, keep, frame_buf, (size_t)got, channels, name);
+        if (st != G4_OK) goto done;
     }
     if (sf_error(snd) != SF_ERR_NO_ERROR) {
         st = g4_fail(G4_ERR_FORMAT, "%s: decoding failed after %zu samples: %s", name, n, sf_strerror(snd));
