@@ -6,6 +6,7 @@
 
 #include "fixture_ref.h"
 #include "model/model.h"
+#include "runtime/session.h"
 #include "test_util.h"
 
 /* 1 when both *ref and *m are open (close them with fixture_ref_close and
@@ -33,6 +34,25 @@ static inline int test_argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
     return best;
+}
+
+/* Greedy decoding from the prompt after a session reset: 1 when the ids
+ * equal the n_greedy of `greedy` (the first difference is printed, `who`
+ * naming the reference), 0 otherwise or on an error. logits: V floats of
+ * scratch. */
+static inline int test_greedy_matches(g4_session *s, const int32_t *prompt, int n_prompt, const int32_t *greedy,
+                                      int n_greedy, float *logits, int V, const char *name, const char *who) {
+    g4_session_reset(s);
+    g4_status st = g4_session_eval(s, prompt, n_prompt, NULL, G4_LOGITS_LAST, logits);
+    for (int i = 0; i < n_greedy && st == G4_OK; i++) {
+        int32_t next = test_argmax(logits, V);
+        if (next != greedy[i]) {
+            fprintf(stderr, "%s: greedy step %d: got %d, %s %d\n", name, i, next, who, greedy[i]);
+            return 0;
+        }
+        st = g4_session_eval(s, &next, 1, NULL, G4_LOGITS_LAST, logits);
+    }
+    return st == G4_OK;
 }
 
 #endif

@@ -112,19 +112,8 @@ static void check_text(const char *name) {
     if (err > worst_decode) worst_decode = err;
     g4_session_destroy(sc);
 
-    g4_session_reset(s);
-    st = g4_session_eval(s, prompt, n_prompt, NULL, G4_LOGITS_LAST, logits);
-    int same = st == G4_OK;
-    for (int i = 0; i < n_greedy && st == G4_OK; i++) {
-        int32_t next = test_argmax(logits, V);
-        if (next != greedy[i]) {
-            same = 0;
-            fprintf(stderr, "%s: greedy step %d: got %d, transformers %d\n", name, i, next, greedy[i]);
-            break;
-        }
-        st = g4_session_eval(s, &next, 1, NULL, G4_LOGITS_LAST, logits);
-    }
-    CHECK(same && st == G4_OK, "%s: greedy ids differ from transformers on CUDA", name);
+    const int same = test_greedy_matches(s, prompt, n_prompt, greedy, n_greedy, logits, V, name, "transformers");
+    CHECK(same, "%s: greedy ids differ from transformers on CUDA", name);
     printf("  %-10s greedy: %d of %d ids identical to transformers\n", name, same ? n_greedy : 0, n_greedy);
 
     g4_session_destroy(s);

@@ -127,19 +127,8 @@ static void check_text_f32(const char *name, g4_model *m, const fixture_ref *ref
     CHECK(err < F32_TOLERANCE, "%s decode vs MLX f32 rel_rms %.3e", name, err);
 
     /* greedy continuation = MLX f32's (its smallest top-2 margin is in ref.json) */
-    g4_session_reset(s);
-    st = g4_session_eval(s, prompt, n_prompt, NULL, G4_LOGITS_LAST, logits);
-    int equal = st == G4_OK;
-    for (int i = 0; i < n_greedy && st == G4_OK; i++) {
-        int32_t next = test_argmax(logits, V);
-        if (next != greedy[i]) {
-            equal = 0;
-            fprintf(stderr, "%s: greedy step %d: got %d, MLX f32 %d\n", name, i, next, greedy[i]);
-            break;
-        }
-        st = g4_session_eval(s, &next, 1, NULL, G4_LOGITS_LAST, logits);
-    }
-    CHECK(equal && st == G4_OK, "%s: greedy ids differ from MLX f32", name);
+    CHECK(test_greedy_matches(s, prompt, n_prompt, greedy, n_greedy, logits, V, name, "MLX f32"),
+          "%s: greedy ids differ from MLX f32", name);
     g4_session_destroy(s);
     free(logits);
 done:

@@ -97,19 +97,8 @@ static void check_fixture(const char *name) {
     g4_session_destroy(sc);
 
     /* greedy continuation of the prompt */
-    g4_session_reset(s);
-    st = g4_session_eval(s, prompt, n_prompt, NULL, G4_LOGITS_LAST, logits);
-    int same = st == G4_OK;
-    for (int i = 0; i < n_greedy && st == G4_OK; i++) {
-        int32_t next = test_argmax(logits, V);
-        if (next != greedy[i]) {
-            same = 0;
-            fprintf(stderr, "%s: greedy step %d: got %d, transformers %d\n", name, i, next, greedy[i]);
-            break;
-        }
-        st = g4_session_eval(s, &next, 1, NULL, G4_LOGITS_LAST, logits);
-    }
-    CHECK(same && st == G4_OK, "%s: greedy ids differ from transformers", name);
+    CHECK(test_greedy_matches(s, prompt, n_prompt, greedy, n_greedy, logits, V, name, "transformers"),
+          "%s: greedy ids differ from transformers", name);
 
     g4_session_destroy(s);
     free(logits);
