@@ -5,6 +5,7 @@
 #include "text/chat.h"
 #include "text/chat_pyvalue.h"
 #include "text/chat_strbuf.h"
+#include "text/strbuf.h"
 
 #define STR_DELIM "<|\"|>"
 #define STR_DELIM_LEN 5
@@ -45,10 +46,8 @@ static g4_status read_delimited(dsl_reader *r, char **out) {
         }
     if (!end) return dsl_error(r, "unterminated <|\"|> string");
     size_t n = (size_t)(end - start);
-    *out = malloc(n + 1);
+    *out = g4_dup_bytes(start, n);
     if (!*out) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    memcpy(*out, start, n);
-    (*out)[n] = 0;
     r->pos += n + STR_DELIM_LEN;
     return G4_OK;
 }
@@ -59,10 +58,8 @@ static g4_status read_bare(dsl_reader *r, const char *stops, char **out) {
     while (r->pos < r->len && !strchr(stops, r->s[r->pos])) r->pos++;
     size_t a, n;
     py_strip(r->s + start, r->pos - start, &a, &n);
-    *out = malloc(n + 1);
+    *out = g4_dup_bytes(r->s + start + a, n);
     if (!*out) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    memcpy(*out, r->s + start + a, n);
-    (*out)[n] = 0;
     return G4_OK;
 }
 
@@ -226,15 +223,6 @@ static const char *find(const char *s, const char *end, const char *needle) {
     return NULL;
 }
 
-static char *dup_range(const char *s, size_t n) {
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = 0;
-    }
-    return d;
-}
-
 /* "<|tool_call>call:NAME{...}<tool_call|>" body (between the markers). */
 static int parse_call(const char *s, size_t n, g4_tool_call *call) {
     static const char prefix[] = "call:";
@@ -250,7 +238,7 @@ static int parse_call(const char *s, size_t n, g4_tool_call *call) {
     if (name_len == 0) return 0;
     char *args = NULL;
     if (g4_chat_tool_args_to_json(brace, (size_t)(end - brace), &args) != G4_OK) return 0;
-    call->name = dup_range(name + name_a, name_len);
+    call->name = g4_dup_bytes(name + name_a, name_len);
     call->arguments = args;
     if (!call->name) {
         free(args);

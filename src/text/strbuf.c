@@ -19,3 +19,12 @@ void g4_strbuf_free(g4_strbuf *b) {
     b->data = NULL;
     b->len = b->cap = 0;
 }
+
+char *g4_dup_bytes(const char *s, size_t n) {
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}

@@ -30,4 +30,8 @@ static inline void g4_strbuf_clear(g4_strbuf *b) {
 
 void g4_strbuf_free(g4_strbuf *b);
 
+/* A NUL-terminated copy of s[0..n) (s need not be terminated); NULL when
+ * out of memory. */
+char *g4_dup_bytes(const char *s, size_t n);
+
 #endif

@@ -28,15 +28,6 @@ static g4_step *steps_add(g4_steps *s, g4_step_kind kind) {
     return st;
 }
 
-static char *dup_bytes(const char *s, size_t n) {
-    char *p = malloc(n + 1);
-    if (p) {
-        memcpy(p, s, n);
-        p[n] = 0;
-    }
-    return p;
-}
-
 const char *g4_json_type_name(const cJSON *obj) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
     return cJSON_IsString(t) ? t->valuestring : NULL;
@@ -53,7 +44,7 @@ static g4_status read_pattern(const char *label, const char *where, const cJSON 
     const cJSON *str = cJSON_GetObjectItemCaseSensitive(pat, "String");
     if (cJSON_IsString(str)) {
         st->pattern_len = strlen(str->valuestring);
-        st->pattern = dup_bytes(str->valuestring, st->pattern_len);
+        st->pattern = g4_dup_bytes(str->valuestring, st->pattern_len);
         return st->pattern ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "%s", label);
     }
     if (cJSON_GetObjectItemCaseSensitive(pat, "Regex"))
@@ -65,7 +56,7 @@ static g4_status read_content(const char *label, const char *where, const cJSON 
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!cJSON_IsString(c)) return g4_fail(G4_ERR_FORMAT, "%s: %s needs a string \"%s\"", label, where, key);
     st->content_len = strlen(c->valuestring);
-    st->content = dup_bytes(c->valuestring, st->content_len);
+    st->content = g4_dup_bytes(c->valuestring, st->content_len);
     return st->content ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "%s", label);
 }
 
