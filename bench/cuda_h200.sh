@@ -126,9 +126,9 @@ if [ "$mode" != tests ] && [ -n "${STREAMS:-}" ]; then
   timeout 120 "$GEMMA4" bench --device cuda --synthetic e2b --format bf16 -p 16 -n 128 -r 1 --streams "$STREAMS" \
     2>&1 | grep "streams" | tee -a "$summary"
 fi
-# the op test's speed section alone (SPEED=1)
+# the op test's speed section alone (SPEED=1; SPEED=attn: its prefill attention cases, gemv4: one-token 4-bit GEMVs)
 if [ -n "${SPEED:-}" ]; then
-  G4_ONLY_SPEED=1 run_step speed 240 "$TESTS/test_cuda_backend"
+  G4_ONLY_SPEED=$SPEED run_step speed 240 "$TESTS/test_cuda_backend"
   grep -E "^  " "$OUT/speed.log" | tee -a "$summary"
 fi
 # decode under experimental knobs: KNOBS="31b:bf16:G4_CUDA_GEMV_SPLIT=1 31b:bf16:-" (NAME:FORMAT:VAR=V,VAR=V

@@ -833,19 +833,29 @@ static void shuffle(int32_t *v, int n) {
 }
 
 /* Backends with the tensor-core prefill attention on (G4_CUDA_ATTN_TC=1:
- * rows per block by shape; 32 and 64 forced) and off (0), made once. */
-#define ATTN_TC_VARIANTS 4
-static const char *const attn_tc_knob[ATTN_TC_VARIANTS] = {"1", "32", "64", "0"};
+ * rows per block by shape; 32 and 64 forced; G4_CUDA_ATTN_TC_SPLIT: keys
+ * per piece when each tile's keys are split over blocks, "" by shape) and
+ * off (0, last), made once. */
+#define ATTN_TC_VARIANTS 9
+static const char *const attn_tc_knob[ATTN_TC_VARIANTS][2] = {
+    {"1", ""}, {"32", "0"}, {"64", "0"}, {"32", "32"}, {"64", "64"}, {"32", "256"}, {"64", "256"}, {"1", "128"}, {"0", ""}};
+static const char *attn_tc_name[ATTN_TC_VARIANTS];
 static g4_backend *attn_tc_be[ATTN_TC_VARIANTS];
 static int attn_tc_made;
 
 static void attn_tc_backends(void) {
     if (attn_tc_made) return;
     attn_tc_made = 1;
+    static char names[ATTN_TC_VARIANTS][64];
     for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
-        setenv("G4_CUDA_ATTN_TC", attn_tc_knob[v], 1);
+        setenv("G4_CUDA_ATTN_TC", attn_tc_knob[v][0], 1);
+        if (attn_tc_knob[v][1][0]) setenv("G4_CUDA_ATTN_TC_SPLIT", attn_tc_knob[v][1], 1);
+        snprintf(names[v], sizeof names[v], "G4_CUDA_ATTN_TC=%s%s%s", attn_tc_knob[v][0],
+                 attn_tc_knob[v][1][0] ? " G4_CUDA_ATTN_TC_SPLIT=" : "", attn_tc_knob[v][1]);
+        attn_tc_name[v] = names[v];
         if (g4_backend_cuda_create(0, &attn_tc_be[v]) != G4_OK) attn_tc_be[v] = NULL;
-        CHECK(attn_tc_be[v] != NULL, "CUDA backend with G4_CUDA_ATTN_TC=%s: %s", attn_tc_knob[v], g4_error_message());
+        CHECK(attn_tc_be[v] != NULL, "CUDA backend with %s: %s", attn_tc_name[v], g4_error_message());
+        unsetenv("G4_CUDA_ATTN_TC_SPLIT");
     }
     unsetenv("G4_CUDA_ATTN_TC");
 }
@@ -853,8 +863,8 @@ static void attn_tc_backends(void) {
 static void attn_tc_destroy(void) {
     for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
         if (!attn_tc_be[v]) continue;
-        CHECK(g4_cuda_status(attn_tc_be[v]) == G4_OK, "no CUDA failure recorded with G4_CUDA_ATTN_TC=%s: %s",
-              attn_tc_knob[v], g4_error_message());
+        CHECK(g4_cuda_status(attn_tc_be[v]) == G4_OK, "no CUDA failure recorded with %s: %s", attn_tc_name[v],
+              g4_error_message());
         g4_backend_destroy(attn_tc_be[v]);
         attn_tc_be[v] = NULL;
     }
@@ -953,15 +963,14 @@ static void check_attention(const attn_case *ac) {
             be->ops->synchronize(be);
             res[v] = down(o, nq);
             release(o);
-            snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, G4_CUDA_ATTN_TC=%s", ac->label, n, Hq, Hkv, D,
-                     attn_tc_knob[v]);
+            snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, %s", ac->label, n, Hq, Hkv, D, attn_tc_name[v]);
             compare(v + 1 < ATTN_TC_VARIANTS ? "attention_tc" : "attention", what, res[v], want, nq, TOL_REDUCE);
         }
         const float *off = res[ATTN_TC_VARIANTS - 1];
         for (int v = 0; off && v + 1 < ATTN_TC_VARIANTS; v++)
             if (res[v] && attn_tc_eligible(n, Hq / Hkv, D))
                 CHECK(memcmp(res[v], off, nq * sizeof *off) != 0,
-                      "%s: G4_CUDA_ATTN_TC=%s gave the CUDA-core kernel's bits", ac->label, attn_tc_knob[v]);
+                      "%s: %s gave the CUDA-core kernel's bits", ac->label, attn_tc_name[v]);
         for (int v = 0; v < ATTN_TC_VARIANTS; v++) free(res[v]);
     }
     release(dq), release(dout);
@@ -1540,19 +1549,19 @@ static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
     gpu->ops->kv_store(gpu, kv, dk, dv, &a.b, 0);
     cpu->ops->kv_store(cpu, kc, k, v, &hb, 0);
     cpu->ops->attention(cpu, want, q, kc, &hb, 0, Hq, 1.0f);
-    /* G4_CUDA_ATTN_TC=1 (the default), 32, 64 (the same kernel at head_dim
-     * 512), then 0 (the CUDA-core kernel) */
+    /* each variant of attn_tc_backends (32 or 64 rows per block are the
+     * same kernel at head_dim 512), the CUDA-core kernel last */
     for (int variant = 0; variant < ATTN_TC_VARIANTS; variant++) {
         g4_backend *be = attn_tc_be[variant];
-        if (!be || (D > 256 && (variant == 1 || variant == 2))) continue;
+        if (!be || (D > 256 && !strcmp(attn_tc_knob[variant][0], "64"))) continue;
         a.be = be;
         const double s = time_op(be, run_attention, &a, 10);
-        char knob[40];
-        snprintf(knob, sizeof knob, ", G4_CUDA_ATTN_TC=%s", attn_tc_knob[variant]);
+        char knob[80];
+        snprintf(knob, sizeof knob, ", %s", attn_tc_name[variant]);
         printf("  attention prefill %d/%d heads x %d, %d tokens, window %d: %8.1f us (%.1f TFLOP/s)%s\n", Hq, Hkv, D, n,
                window, s * 1e6, 4.0 * pairs * Hq * D / s / 1e12, knob);
         float *got = down(a.out, nq);
-        char what[96];
+        char what[160];
         snprintf(what, sizeof what, "speed case %d/%d x %d, %d tokens%s", Hq, Hkv, D, n, knob);
         compare(variant + 1 < ATTN_TC_VARIANTS ? "attention_tc" : "attention", what, got, want, nq, TOL_REDUCE);
         free(got);
@@ -1562,6 +1571,16 @@ static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
     release(dk), release(dv), release(a.q), release(a.out), release((void *)a.b.pos), release((void *)a.b.seq),
         release((void *)a.b.kv_range), release((void *)a.b.full_tables), release((void *)a.b.sliding_tables);
     free(table), free(pos), free(seq), free(range), free(q), free(k), free(v), free(want);
+}
+
+/* prefill attention at 512 tokens: 31B sliding and global layers, E2B's;
+ * then a longer prompt, whose keys reach the 31B's window */
+static void attention_prefill_speeds(void) {
+    attention_prefill_speed(32, 16, 256, 1024, 512);
+    attention_prefill_speed(32, 4, 512, 1 << 30, 512);
+    attention_prefill_speed(8, 1, 256, 512, 512);
+    attention_prefill_speed(8, 1, 512, 1 << 30, 512);
+    attention_prefill_speed(32, 16, 256, 1024, 2048);
 }
 
 typedef struct {
@@ -1725,11 +1744,7 @@ static void speed(void) {
     attention_decode_speed(32, 8, 256, 4096, 4096);
     attention_decode_speed(8, 1, 256, 600, 2048);
     attention_decode_speed(8, 1, 512, 600, 2048);
-    /* prefill attention at 512 tokens: 31B sliding and global layers, E2B's */
-    attention_prefill_speed(32, 16, 256, 1024, 512);
-    attention_prefill_speed(32, 4, 512, 1 << 30, 512);
-    attention_prefill_speed(8, 1, 256, 512, 512);
-    attention_prefill_speed(8, 1, 512, 1 << 30, 512);
+    attention_prefill_speeds();
 }
 
 /* ---- the merged attention input: stacked q|k|v weights, qkv_prepare ---- */
@@ -2040,9 +2055,12 @@ int main(void) {
         g4_backend_destroy(cpu);
         return test_finish();
     }
-    if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone (=gemv4: its one-token 4-bit GEMVs) */
+    if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone (=gemv4: its one-token 4-bit GEMVs;
+                                     =attn: the prefill attention cases) */
         if (!strcmp(getenv("G4_ONLY_SPEED"), "gemv4"))
             gemv_pipe_speed(g4_cuda_probe_bandwidth(gpu));
+        else if (!strcmp(getenv("G4_ONLY_SPEED"), "attn"))
+            attention_prefill_speeds();
         else
             speed();
         attn_tc_destroy();

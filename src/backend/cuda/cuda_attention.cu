@@ -103,8 +103,6 @@ struct attn_params : attn_common {
     float *part_acc, *part_ml;
 };
 
-#define ATTN_MAX_SPLITS 64
-
 /* Merges the split partial softmaxes of one (token, head) (at most
  * ATTN_MAX_SPLITS splits), one block per (token, head).
  * (Measured and dropped: the last split of each tile merging inside the
@@ -541,13 +539,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     p.splits = splits;
     p.split_len = split_len;
     p.part_acc = p.part_ml = NULL;
-    if (splits > 1) {
-        const size_t th = (size_t)n * n_heads * splits;
-        float *part = (float *)cuda_scratch(c, SCRATCH_ATTN_PART, th * ((size_t)D + 2) * sizeof(float));
-        if (!part) return;
-        p.part_acc = part;
-        p.part_ml = part + th * D;
-    }
+    if (splits > 1 && !cuda_attention_parts(c, (int64_t)n * n_heads, splits, D, &p.part_acc, &p.part_ml)) return;
     const size_t smem = ((size_t)ATTN_WARPS * rpt * D + (size_t)T * attn_k_stride(D) + (size_t)T * D + 1) * sizeof(float) +
                         (size_t)T * sizeof(int64_t) + 8;
     if (smem > c->smem_optin) {
@@ -560,9 +552,20 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     case 256: launch_attention_rpt<256>(c, p, rpt, tiles, smem); break;
     default: launch_attention_rpt<512>(c, p, rpt, tiles, smem); break;
     }
-    if (splits > 1) {
-        cuda_launch(c, attention_merge_kernel, n * n_heads, D > 128 ? 256 : 128, 0, out, p.part_acc, p.part_ml, splits,
-                    D);
-        cuda_launched(c, "attention_merge");
-    }
+    if (splits > 1) cuda_attention_merge(c, out, p.part_acc, p.part_ml, n * n_heads, splits, D);
+}
+
+int cuda_attention_parts(cuda_ctx *c, int64_t rows, int splits, int D, float **part_acc, float **part_ml) {
+    const size_t th = (size_t)rows * splits;
+    float *part = (float *)cuda_scratch(c, SCRATCH_ATTN_PART, th * ((size_t)D + 2) * sizeof(float));
+    if (!part) return 0;
+    *part_acc = part;
+    *part_ml = part + th * D;
+    return 1;
+}
+
+void cuda_attention_merge(cuda_ctx *c, float *out, const float *part_acc, const float *part_ml, int64_t rows,
+                          int splits, int D) {
+    cuda_launch(c, attention_merge_kernel, (unsigned)rows, D > 128 ? 256 : 128, 0, out, part_acc, part_ml, splits, D);
+    cuda_launched(c, "attention_merge");
 }

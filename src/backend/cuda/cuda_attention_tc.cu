@@ -29,6 +29,13 @@
  * (emulated: ~1e-7 relative against float64, the float32 kernel ~1e-7 too).
  * bf16 hi + lo (16 bits) would leave ~1e-5 relative error on the scores.
  *
+ * Blocks run the tiles of the latest tokens first (they see the most keys:
+ * a causal prompt's work per tile grows along it, and the longest tiles
+ * started last would leave the GPU waiting on them; measured 31B 32/16
+ * heads x 256 at 512 tokens 294 -> 204 us). Where there are too few tiles
+ * to fill the GPU (E2B's one KV head), each tile's keys are also split into
+ * pieces, one block each, merged by cuda_attention_merge (tca_split_len).
+ *
  * Shared memory: Q hi/lo, one K-or-V^T buffer, S, P: 155 KB at head_dim 512
  * (32 rows), 126 KB at 256 with 64 rows, 83 KB with 32. K=V and KV-shared
  * layers need nothing here: the caller passes the cache to read. */
@@ -42,9 +49,15 @@
 #define TCA_BN 32          /* keys per tile */
 #define TCA_P_EXP 14       /* P is stored as p * 2^14: its lo part stays normal down to p = 2^-17 */
 #define TCA_V_EXP_START 100 /* the V scale before any tile (and for a tile of zeros) */
-#define TCA_U 4            /* loads in flight per thread in the staging loops */
+#define TCA_U 4            /* loads in flight per thread in the staging loops (two blocks per SM) */
+#define TCA_U_WIDE 8       /* the same with one block per SM (more registers) */
+#define TCA_MAX_PIECES 8   /* key pieces per tile when split (at most ATTN_MAX_SPLITS) */
 
-struct attn_tc_params : attn_common {};
+struct attn_tc_params : attn_common {
+    int tiles;            /* blocks of BM query rows per KV head */
+    int splits, split_len; /* key pieces per run (counted from its first key) and their length */
+    float *part_acc, *part_ml; /* splits > 1: the pieces' partials (cuda_attention_merge) */
+};
 
 /* 2^e as a float, e in [-126, 127] */
 __device__ __forceinline__ float tca_pow2(int e) { return __int_as_float((e + 127) << 23); }
@@ -117,6 +130,7 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
     constexpr int KPT = BN / TPR;          /* keys per softmax thread */
     constexpr int LDP = BN + 8;            /* halves per P row and per V^T row: conflict-free fragment loads */
     constexpr int LDS = BN + 4;            /* floats per score row */
+    constexpr int U = DMAX <= 256 && BM == 32 ? TCA_U : TCA_U_WIDE; /* loads in flight per thread */
     static_assert(MW * DW == TCA_WARPS && QN >= 1 && KPT >= 2 && KPT % 2 == 0 && TPR <= 32, "tile shape");
     extern __shared__ __align__(16) unsigned char tca_smem[];
     const int D = p.D, ldq = D + 8; /* halves per Q and K row: (D + 8) / 2 words, an odd multiple of 4 */
@@ -134,25 +148,29 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tig = lane & 3;
     const int mt = warp % MW, wd = warp / MW;
-    const int first_row = blockIdx.x * BM, kvh = blockIdx.y;
+    /* blocks in order of (tile, last first; KV head; key piece): the tiles of
+     * the latest tokens, which see the most keys, start first */
+    const int split = (int)(blockIdx.x % p.splits), kvh = (int)(blockIdx.x / p.splits % p.n_kv);
+    const int tile = p.tiles - 1 - (int)(blockIdx.x / p.splits / p.n_kv);
+    const int first_row = tile * BM;
     const int total_rows = p.n_tokens * p.G;
     const int last_row = min(first_row + BM, total_rows) - 1;
     if (last_row < first_row) return; /* the whole block */
     const size_t kv_row = (size_t)p.n_kv * D;
 
     /* the block's query rows as hi + lo, scaled by one power of two */
-    /* (every staging loop below issues TCA_U loads before it uses any: in
+    /* (every staging loop below issues U loads before it uses any: in
      * a plain loop each load would wait for the one before) */
     float peak = 0.0f;
     for (tca_walk w(tid, D4); w.r < BM;) {
-        float4 v[TCA_U];
+        float4 v[U];
 #pragma unroll
-        for (int u = 0; u < TCA_U; u++, w.next())
+        for (int u = 0; u < U; u++, w.next())
             v[u] = w.r < BM && first_row + w.r <= last_row
                        ? *reinterpret_cast<const float4 *>(tca_q_row(p, kvh, first_row + w.r) + w.c * 4)
                        : make_float4(0, 0, 0, 0);
 #pragma unroll
-        for (int u = 0; u < TCA_U; u++) peak = fmaxf(peak, tca_absmax4(v[u]));
+        for (int u = 0; u < U; u++) peak = fmaxf(peak, tca_absmax4(v[u]));
     }
     peak = warp_max(peak);
     if (lane == 0) red[warp] = peak;
@@ -162,10 +180,10 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
     const int eq = tca_exponent(peak, 0, 126);
     const float q_up = tca_pow2(eq), q_down = tca_pow2(-eq);
     for (tca_walk w(tid, D4); w.r < BM;) {
-        float4 v[TCA_U];
-        int rr[TCA_U], dd[TCA_U];
+        float4 v[U];
+        int rr[U], dd[U];
 #pragma unroll
-        for (int u = 0; u < TCA_U; u++, w.next()) {
+        for (int u = 0; u < U; u++, w.next()) {
             rr[u] = w.r;
             dd[u] = w.c * 4;
             v[u] = w.r < BM && first_row + w.r <= last_row
@@ -173,7 +191,7 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
                        : make_float4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int u = 0; u < TCA_U; u++) {
+        for (int u = 0; u < U; u++) {
             if (rr[u] >= BM) break;
             uint32_t h0, l0, h1, l1;
             tca_split(v[u].x * q_up, v[u].y * q_up, h0, l0);
@@ -199,6 +217,14 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
         const int s = p.seq[run_start];
         int lo_u, hi_u;
         const int run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
+        if (p.splits > 1) { /* this block's piece of the run's keys */
+            if (lo_u <= hi_u && (int64_t)split * p.split_len <= (int64_t)(hi_u - lo_u)) {
+                lo_u += split * p.split_len;
+                if (split + 1 < p.splits) hi_u = (int)min((int64_t)hi_u, (int64_t)lo_u + p.split_len - 1);
+            } else {
+                hi_u = lo_u - 1;
+            }
+        }
         const bool s_active = s_t >= run_start && s_t < run_end;
         float m = -INFINITY, l = 0.0f; /* this thread's row */
         int ev = TCA_V_EXP_START;      /* V's scale exponent (block-uniform, never increases) */
@@ -215,9 +241,9 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
             /* 2. the tile's peaks */
             float pk = 0.0f, pv = 0.0f;
             for (tca_walk w(tid, D4); w.r < BN;) {
-                float4 kv4[TCA_U], vv4[TCA_U];
+                float4 kv4[U], vv4[U];
 #pragma unroll
-                for (int u = 0; u < TCA_U; u++, w.next()) {
+                for (int u = 0; u < U; u++, w.next()) {
                     kv4[u] = vv4[u] = make_float4(0, 0, 0, 0);
                     if (w.r < BN && slots[w.r] >= 0) {
                         const size_t off = (size_t)slots[w.r] * kv_row + (size_t)kvh * D + w.c * 4;
@@ -226,7 +252,7 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
                     }
                 }
 #pragma unroll
-                for (int u = 0; u < TCA_U; u++) {
+                for (int u = 0; u < U; u++) {
                     pk = fmaxf(pk, tca_absmax4(kv4[u]));
                     pv = fmaxf(pv, tca_absmax4(vv4[u]));
                 }
@@ -248,10 +274,10 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
             const int ek = tca_exponent(pk, 0, 126);
             const float k_up = tca_pow2(ek);
             for (tca_walk w(tid, D4); w.r < BN;) {
-                float4 v[TCA_U];
-                int jj[TCA_U], dd[TCA_U];
+                float4 v[U];
+                int jj[U], dd[U];
 #pragma unroll
-                for (int u = 0; u < TCA_U; u++, w.next()) {
+                for (int u = 0; u < U; u++, w.next()) {
                     jj[u] = w.r;
                     dd[u] = w.c * 4;
                     v[u] = make_float4(0, 0, 0, 0);
@@ -260,7 +286,7 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
                                                                  w.c * 4);
                 }
 #pragma unroll
-                for (int u = 0; u < TCA_U; u++) {
+                for (int u = 0; u < U; u++) {
                     if (jj[u] >= BN) break;
                     uint32_t h0, l0, h1, l1;
                     tca_split(v[u].x * k_up, v[u].y * k_up, h0, l0);
@@ -363,10 +389,10 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
             ev = ev_new;
             {
                 const float v_up = tca_pow2(ev);
-                for (int i0 = tid; i0 < (BN / 2) * D4; i0 += TCA_U * TCA_THREADS) {
-                    float4 v0[TCA_U], v1[TCA_U];
+                for (int i0 = tid; i0 < (BN / 2) * D4; i0 += U * TCA_THREADS) {
+                    float4 v0[U], v1[U];
 #pragma unroll
-                    for (int u = 0; u < TCA_U; u++) {
+                    for (int u = 0; u < U; u++) {
                         const int i = i0 + u * TCA_THREADS;
                         const int j = 2 * (i % (BN / 2)), d = (i / (BN / 2)) * 4;
                         v0[u] = v1[u] = make_float4(0, 0, 0, 0);
@@ -380,7 +406,7 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
                         }
                     }
 #pragma unroll
-                    for (int u = 0; u < TCA_U; u++) {
+                    for (int u = 0; u < U; u++) {
                         const int i = i0 + u * TCA_THREADS;
                         if (i >= (BN / 2) * D4) break;
                         const int j = 2 * (i % (BN / 2)), d = (i / (BN / 2)) * 4;
@@ -439,8 +465,14 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
             }
         }
         __syncthreads(); /* row_l of the last tile */
-        /* results of this run's rows: O 2^-(ev + 14) / l */
+        /* results of this run's rows: O 2^-(ev + 14) / l, or as a piece's
+         * partial (O 2^-(ev + 14), m, l) */
         const float out_f = tca_pow2(-(ev + TCA_P_EXP));
+        if (p.splits > 1 && spart == 0 && s_active) {
+            const size_t ps = ((size_t)s_t * p.n_heads + kvh * p.G + (first_row + srow) % p.G) * p.splits + split;
+            p.part_ml[2 * ps] = any_keys ? m : -INFINITY;
+            p.part_ml[2 * ps + 1] = any_keys ? l : 0.0f;
+        }
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int r = mt * 16 + g + 8 * half, gr = first_row + r;
@@ -448,13 +480,18 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
             const int t = gr / p.G;
             if (t < run_start || t >= run_end) continue;
             const float lr = any_keys ? row_l[r] : 0.0f;
-            float *o = p.out + ((size_t)t * p.n_heads + kvh * p.G + gr % p.G) * D;
+            const size_t th = (size_t)t * p.n_heads + kvh * p.G + gr % p.G;
+            float *o = p.splits > 1 ? p.part_acc + (th * p.splits + split) * D : p.out + th * D;
 #pragma unroll
             for (int i = 0; i < NT; i++) {
                 const int nt = wd + DW * i;
                 if (nt < dn) {
                     float2 v = make_float2(0.0f, 0.0f);
-                    if (lr > 0.0f) {
+                    if (p.splits > 1) {
+                        if (!(lr > 0.0f)) continue; /* a piece without keys: the merge skips it */
+                        v.x = acc[i][2 * half] * out_f;
+                        v.y = acc[i][2 * half + 1] * out_f;
+                    } else if (lr > 0.0f) {
                         v.x = acc[i][2 * half] * out_f / lr;
                         v.y = acc[i][2 * half + 1] * out_f / lr;
                     }
@@ -477,10 +514,27 @@ static void launch_attention_tc(cuda_ctx *c, const attn_tc_params &p, size_t sme
             return;
         configured = 1;
     }
-    const int tiles = (int)(((int64_t)p.n_tokens * p.G + BM - 1) / BM);
-    dim3 grid((unsigned)tiles, (unsigned)p.n_kv);
-    cuda_launch(c, attention_tc_kernel<DMAX, BM>, grid, TCA_THREADS, smem, p);
+    const int64_t blocks = (int64_t)p.tiles * p.n_kv * p.splits;
+    if (blocks > INT32_MAX) {
+        cuda_fail_op(c, "attention_tc: %lld blocks", (long long)blocks);
+        return;
+    }
+    cuda_launch(c, attention_tc_kernel<DMAX, BM>, dim3((unsigned)blocks), TCA_THREADS, smem, p);
     cuda_launched(c, "attention_tc");
+}
+
+/* Keys per piece when each tile's keys are split over several blocks (0:
+ * not split). A causal prompt gives its last tiles the most keys: with no
+ * more tiles than multiprocessors the longest tile alone sets the time.
+ * Measured on the H200 at 512 tokens, 256-key pieces: E2B's one KV head,
+ * 8/1 heads x 256 128 -> 90 us (64 rows per block), x 512 215 -> 168 us;
+ * but 31B 32/16 x 256 187 -> 270 us (128 tiles of 64 rows), where the
+ * pieces' partials and their merge cost more than the balance gains. So:
+ * pieces where one or two KV heads leave the multiprocessors short of
+ * tiles. G4_CUDA_ATTN_TC_SPLIT=N forces N keys (0: never). */
+static int tca_split_len(const cuda_ctx *c, int tiles, int n_kv) {
+    if (c->attn_tc_split >= 0) return c->attn_tc_split;
+    return n_kv <= 2 && (int64_t)tiles * n_kv <= c->sm_count ? 256 : 0;
 }
 
 int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv, const g4_attn_batch *b, int sliding,
@@ -490,19 +544,38 @@ int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv
     const int dmax = D <= 128 ? 128 : D <= 256 ? 256 : 512;
     const int G = n_heads / Hkv;
     /* Rows per block: 32 at head_dim 512 (registers and shared memory);
-     * below, 64 (K/V staged once for twice the rows, one block per
-     * multiprocessor at 256) when that still makes two blocks per
-     * multiprocessor, else 32 (two resident blocks). Unmeasured;
+     * below, 64: K/V staged once for twice the rows, one block per
+     * multiprocessor. Measured on the H200 against 32 (two blocks per
+     * multiprocessor): 31B 32/16 heads x 256 at 512 tokens 204 -> 187 us,
+     * at 2048 2051 -> 1836 us, E2B 8/1 x 256 at 512 (split) 101 -> 90 us.
      * G4_CUDA_ATTN_TC=32 or 64 forces one. */
-    int BM = 32;
-    if (dmax <= 256) {
-        const int64_t tiles64 = ((int64_t)b->n_tokens * G + 63) / 64;
-        BM = c->attn_tc == 32 || c->attn_tc == 64 ? c->attn_tc : tiles64 * Hkv >= 2 * (int64_t)c->sm_count ? 64 : 32;
-    }
+    int BM = dmax > 256 ? 32 : c->attn_tc == 32 ? 32 : 64;
+    if (BM == 64 && tca_smem_bytes(D, 64) > c->smem_optin) BM = 32; /* GPUs with less shared memory */
     const size_t smem = tca_smem_bytes(D, BM);
     if (smem > c->smem_optin) return 0; /* (512 needs ~155 KB: fits an A100's 163 KB) */
     attn_tc_params p;
     static_cast<attn_common &>(p) = attn_common_of(out, q, kv, b, sliding, n_heads, scale);
+    p.tiles = (int)(((int64_t)b->n_tokens * G + BM - 1) / BM);
+    p.splits = 1;
+    p.split_len = INT32_MAX / 2;
+    p.part_acc = p.part_ml = NULL;
+    const int split_len = tca_split_len(c, p.tiles, Hkv);
+    if (split_len > 0) {
+        /* pieces of split_len keys from each run's first key, as many as
+         * the longest possible run needs (the cache's capacity), at most
+         * TCA_MAX_PIECES (their partials take rows x pieces x head_dim
+         * floats: a long context gets longer pieces instead) */
+        const int64_t span = (int64_t)(sliding ? b->ring_blocks : b->full_table_stride) * b->block_size + 2 * BM;
+        int64_t len = split_len;
+        if ((span + len - 1) / len > TCA_MAX_PIECES) len = (span + TCA_MAX_PIECES - 1) / TCA_MAX_PIECES;
+        len = (len + TCA_BN - 1) / TCA_BN * TCA_BN;
+        p.split_len = (int)len;
+        p.splits = (int)((span + len - 1) / len);
+        if (p.splits > 1 &&
+            !cuda_attention_parts(c, (int64_t)b->n_tokens * n_heads, p.splits, D, &p.part_acc, &p.part_ml))
+            return 1;
+        if (p.splits <= 1) p.splits = 1, p.split_len = INT32_MAX / 2;
+    }
     if (dmax == 128 && BM == 64)
         launch_attention_tc<128, 64>(c, p, smem);
     else if (dmax == 128)
@@ -513,5 +586,6 @@ int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv
         launch_attention_tc<256, 32>(c, p, smem);
     else
         launch_attention_tc<512, 32>(c, p, smem);
+    if (p.splits > 1) cuda_attention_merge(c, out, p.part_acc, p.part_ml, (int64_t)b->n_tokens * n_heads, p.splits, D);
     return 1;
 }

@@ -409,6 +409,9 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * the CUDA-core kernel */
     const char *attn_tc = getenv("G4_CUDA_ATTN_TC");
     c->attn_tc = !attn_tc ? 1 : !strcmp(attn_tc, "0") ? 0 : !strcmp(attn_tc, "32") || !strcmp(attn_tc, "64") ? atoi(attn_tc) : 1;
+    const char *tc_split = getenv("G4_CUDA_ATTN_TC_SPLIT");
+    c->attn_tc_split = tc_split ? atoi(tc_split) : -1;
+    if (c->attn_tc_split < -1) c->attn_tc_split = -1;
     const char *graphs = getenv("G4_CUDA_GRAPHS");
     c->graphs_enabled = !graphs || strcmp(graphs, "0") != 0;
     c->pinned_bytes = 64u << 20;

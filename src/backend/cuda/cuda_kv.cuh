@@ -88,6 +88,16 @@ static inline attn_common attn_common_of(float *out, const float *q, const cuda_
     return p;
 }
 
+/* Split-K attention: a (token, head) row's keys in up to ATTN_MAX_SPLITS
+ * pieces, each giving its partial sum acc (part_acc [row][split][D]) and its
+ * softmax max and sum (part_ml [row][split][2]; sum 0: no keys). */
+#define ATTN_MAX_SPLITS 64
+/* Scratch for rows x splits partials (0 and a recorded failure when out of memory). */
+int cuda_attention_parts(cuda_ctx *c, int64_t rows, int splits, int D, float **part_acc, float **part_ml);
+/* out[row] = sum_k acc_k e^(m_k - M) / sum_k l_k e^(m_k - M) over the row's pieces. */
+void cuda_attention_merge(cuda_ctx *c, float *out, const float *part_acc, const float *part_ml, int64_t rows,
+                          int splits, int D);
+
 /* Prefill attention on tensor cores (cuda_attention_tc.cu): 1 when it ran
  * (or recorded a failure), 0 when the shape is not its own (head_dim not
  * 64..512 in multiples of 16, misaligned q/out, too little shared memory). */
