@@ -8,7 +8,8 @@
 # PROFILE_CONFIGS="e2b:bf16 31b:bf16" (per-kernel decode profiles, Nsight Compute), NSYS_CONFIGS (the same
 # inside the recorded graphs, Nsight Systems), KNOBS (decode under G4_CUDA_* settings, see below), SPEED=1
 # (the op test's speed section),
-# PP_KNOBS (pp512 under G4_CUDA_* settings), PREFILL_PROFILE="31b:bf16:VAR=V,.." (per-kernel prefill profile),
+# PP_KNOBS (pp512 under G4_CUDA_* settings), DEPTH_KNOBS (decode at a context depth in a long session),
+# PREFILL_PROFILE="31b:bf16:VAR=V,.." (per-kernel prefill profile),
 # MEMCHECK_FIXTURES, G4_SKIP_MEMCHECK=1, FAST_CONFIGS (bf16-product prefill).
 # G4_PREBUILT=path.tar.xz uses binaries built elsewhere (bin/, lib/ with the
 # shared libraries the GPU image may lack, COMMIT) instead of building there.
@@ -147,6 +148,16 @@ for k in ${PP_KNOBS:-}; do
   r=$(timeout 200 env "${envs[@]}" "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 0 \
       -r 2 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['pp_tps']:.0f} ± {r['pp_sd']:.0f}\")")
   note "pp knobs $name $fmt $vars: pp512 ${r:-failed} t/s"
+done
+# decode at a context depth in a long session: DEPTH_KNOBS="e2b:bf16:- e2b:bf16:G4_CUDA_ATTN_DYNAMIC=0"
+# (tg128 after DEPTH=4096 tokens, --ctx CTX=32768 positions; two runs)
+for k in ${DEPTH_KNOBS:-}; do
+  name=${k%%:*} rest=${k#*:}; fmt=${rest%%:*} vars=${rest#*:}
+  envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
+  r=$(timeout 200 env "${envs[@]}" "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 0 -n 128 \
+      -d "${DEPTH:-4096}" --ctx "${CTX:-32768}" -r 2 --json 2>> "$OUT/bench.err" |
+      python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['tg_tps']:.1f} ± {r['tg_sd']:.1f} (limit {r['tg_limit_tps']:.0f})\")")
+  note "depth knobs $name $fmt $vars: tg128 @ d${DEPTH:-4096} ctx ${CTX:-32768}: ${r:-failed} t/s"
 done
 # per-kernel decode time inside the recorded graphs (Nsight Systems), NSYS_CONFIGS="31b:bf16"
 for cfg in ${NSYS_CONFIGS:-}; do

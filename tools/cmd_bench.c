@@ -19,6 +19,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: gemma4 bench (-m DIR | --synthetic NAME) [--format bf16|mlx4|mlx8|mxfp4]\n"
             "                    [-p 512] [-n 128] [-r 3] [--threads N] [--device cpu|cuda|cuda:N] [--json]\n"
+            "                    [-d 0]   (decode after this many tokens of context, prefilled untimed)\n"
+            "                    [--ctx N]   (session positions; default max(p, d + n) + 8)\n"
             "                    [--streams 1,8,32]   (aggregate decode of concurrent streams, batched)\n"
             "  NAME: e2b, e4b, 26b-a4b, 31b or 12b (full-size, random weights; real release configs)\n");
 }
@@ -100,7 +102,8 @@ static g4_status bench_streams(const g4_model *m, int n, int prompt_len, int tg,
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *pp_text = "512", *tg_text = "128",
-               *reps_text = "3", *threads_text = NULL, *device = NULL, *streams_text = NULL;
+               *reps_text = "3", *threads_text = NULL, *device = NULL, *streams_text = NULL, *depth_text = "0",
+               *ctx_text = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -110,7 +113,8 @@ int cmd_bench(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "-n", &tg_text)) || (r = cli_option(argc, argv, &i, "-r", &reps_text)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_option(argc, argv, &i, "--streams", &streams_text))) {
+            (r = cli_option(argc, argv, &i, "--streams", &streams_text)) ||
+            (r = cli_option(argc, argv, &i, "-d", &depth_text)) || (r = cli_option(argc, argv, &i, "--ctx", &ctx_text))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--json")) {
             json = 1;
@@ -129,7 +133,14 @@ int cmd_bench(int argc, char **argv) {
     }
     long pp = cli_parse_count(pp_text, "-p"), tg = cli_parse_count(tg_text, "-n"), reps = cli_parse_count(reps_text, "-r");
     long threads = threads_text ? cli_parse_count(threads_text, "--threads") : 0;
-    if (pp < 0 || tg < 0 || reps <= 0 || threads < 0) return 2;
+    long depth = cli_parse_count(depth_text, "-d"), ctx = ctx_text ? cli_parse_count(ctx_text, "--ctx") : 0;
+    if (pp < 0 || tg < 0 || reps <= 0 || threads < 0 || depth < 0 || ctx < 0) return 2;
+    const long ctx_needed = (pp > depth + tg ? pp : depth + tg) + 8;
+    if (ctx_text && ctx < ctx_needed) {
+        fprintf(stderr, "gemma4 bench: --ctx %ld is too small for -p %ld, -d %ld, -n %ld (%ld positions needed)\n", ctx,
+                pp, depth, tg, ctx_needed);
+        return 2;
+    }
     int32_t *streams = NULL;
     int n_streams = 0;
     if (streams_text && (cli_parse_ids(streams_text, &streams, &n_streams) != 0 || n_streams == 0)) return 2;
@@ -159,15 +170,16 @@ int cmd_bench(int argc, char **argv) {
     g4_reset_peak_rss(); /* the probes' 1 GiB buffer is not the model's */
 
     const int V = model->config.text.vocab_size;
-    int n_ctx = (int)(pp > tg ? pp : tg) + 8;
+    const int n_ctx = (int)(ctx_text ? ctx : ctx_needed);
     g4_session_options opt = {.n_ctx = n_ctx};
     g4_session *s = NULL;
     float *logits = malloc((size_t)V * sizeof *logits);
-    int32_t *ids = malloc((size_t)(pp + 1) * sizeof *ids);
+    const long n_ids = pp > depth ? pp : depth;
+    int32_t *ids = malloc((size_t)(n_ids + 1) * sizeof *ids);
     double *pp_rate = calloc((size_t)reps, sizeof(double)), *tg_rate = calloc((size_t)reps, sizeof(double));
     g4_status st = (logits && ids && pp_rate && tg_rate) ? g4_session_create(model, &opt, &s)
                                                          : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    for (long i = 0; i < pp; i++) ids[i] = bench_token((int)i, V);
+    for (long i = 0; i < n_ids; i++) ids[i] = bench_token((int)i, V);
     /* warm-up: page in the weights and spin up the threads; on a GPU one full
      * prompt and a few steps, so that lazily loaded kernels and scratch
      * buffers are ready before timing */
@@ -193,6 +205,12 @@ int cmd_bench(int argc, char **argv) {
         }
         if (st == G4_OK && tg > 0) {
             g4_session_reset(s);
+            if (depth > 0) { /* the context decode starts from, untimed */
+                int32_t top_id;
+                float top_value;
+                double lse;
+                st = g4_session_eval_top(s, ids, (int)depth, NULL, 1, &top_id, &top_value, &lse);
+            }
             double t0 = g4_now_seconds();
             for (long i = 0; st == G4_OK && i < tg; i++) {
                 int32_t tok = bench_token((int)i + 7, V), top_id;
@@ -211,7 +229,7 @@ int cmd_bench(int argc, char **argv) {
     if (st == G4_OK) {
         stats p = summarize(pp_rate, (int)reps), t = summarize(tg_rate, (int)reps);
         double weight_bytes = (double)g4_model_decode_weight_bytes(model);
-        double kv_bytes = (double)g4_model_decode_kv_bytes(model, (int)(tg / 2), 4);
+        double kv_bytes = (double)g4_model_decode_kv_bytes(model, (int)(depth + tg / 2), 4);
         double tg_limit = bandwidth * 1e9 / (weight_bytes + kv_bytes);
         double flops_token = g4_model_flops_per_token(model);
         double pp_limit = gflops * 1e9 / flops_token;
@@ -224,10 +242,11 @@ int cmd_bench(int argc, char **argv) {
                    "\"pp_limit_tps\":%.3f,\"tg\":%ld,\"tg_tps\":%.3f,\"tg_sd\":%.3f,\"tg_limit_tps\":%.3f,"
                    "\"bandwidth_gbs\":%.2f,\"gflops\":%.1f,\"decode_bytes\":%.0f,\"peak_rss_gib\":%.3f,"
                    "\"load_s\":%.2f,\"backend\":\"%s\",\"device\":\"%s\",\"gpu_mem_gib\":%.3f,"
-                   "\"rss_private_gib\":%.3f,\"rss_file_gib\":%.3f,\"kv_cache_bytes\":%.0f}\n",
+                   "\"rss_private_gib\":%.3f,\"rss_file_gib\":%.3f,\"kv_cache_bytes\":%.0f,\"depth\":%ld,"
+                   "\"n_ctx\":%d}\n",
                    model->path, fmt_name, threads, pp, p.mean, p.sd, pp_limit, tg, t.mean, t.sd, tg_limit, bandwidth,
                    gflops, weight_bytes + kv_bytes, rss, t_load, be->ops->name, g4_cuda_device_name(be), gpu_mem,
-                   (double)rss_anon / (1u << 30), (double)rss_file / (1u << 30), kv_alloc);
+                   (double)rss_anon / (1u << 30), (double)rss_file / (1u << 30), kv_alloc, depth, n_ctx);
         } else {
             printf("| model | format | test | t/s | limit t/s | of limit |\n|---|---|---|---|---|---|\n");
             if (pp > 0)
@@ -235,9 +254,9 @@ int cmd_bench(int argc, char **argv) {
                        model->path, fmt_name, pp, p.mean, p.sd, pp_limit, flops_token / 1e9, gflops,
                        100 * p.mean / pp_limit);
             if (tg > 0)
-                printf("| %s | %s | tg%ld | %.2f ± %.2f | %.2f (%.2f GB/token at %.1f GB/s) | %.1f%% |\n", model->path,
-                       fmt_name, tg, t.mean, t.sd, tg_limit, (weight_bytes + kv_bytes) / 1e9, bandwidth,
-                       100 * t.mean / tg_limit);
+                printf("| %s | %s | tg%ld%s%.0ld | %.2f ± %.2f | %.2f (%.2f GB/token at %.1f GB/s) | %.1f%% |\n",
+                       model->path, fmt_name, tg, depth ? " @ d" : "", depth, t.mean, t.sd, tg_limit,
+                       (weight_bytes + kv_bytes) / 1e9, bandwidth, 100 * t.mean / tg_limit);
             printf("\npeak RSS %.2f GiB (%.2f GiB after loading), load %.1f s, %s backend, threads %s, "
                    "time to first token at pp%ld: %.1f ms\n",
                    rss, (double)rss_loaded / (1u << 30), t_load, be->ops->name, threads ? threads_text : "all", pp,

@@ -842,6 +842,8 @@ static const char *const attn_tc_knob[ATTN_TC_VARIANTS][2] = {
 static const char *attn_tc_name[ATTN_TC_VARIANTS];
 static g4_backend *attn_tc_be[ATTN_TC_VARIANTS];
 static int attn_tc_made;
+/* decode with the pieces sized from the cache's capacity (G4_CUDA_ATTN_DYNAMIC=0) */
+static g4_backend *attn_fixed_be;
 
 static void attn_tc_backends(void) {
     if (attn_tc_made) return;
@@ -858,6 +860,10 @@ static void attn_tc_backends(void) {
         unsetenv("G4_CUDA_ATTN_TC_SPLIT");
     }
     unsetenv("G4_CUDA_ATTN_TC");
+    setenv("G4_CUDA_ATTN_DYNAMIC", "0", 1);
+    if (g4_backend_cuda_create(0, &attn_fixed_be) != G4_OK) attn_fixed_be = NULL;
+    CHECK(attn_fixed_be != NULL, "CUDA backend with G4_CUDA_ATTN_DYNAMIC=0: %s", g4_error_message());
+    unsetenv("G4_CUDA_ATTN_DYNAMIC");
 }
 
 static void attn_tc_destroy(void) {
@@ -867,6 +873,12 @@ static void attn_tc_destroy(void) {
               g4_error_message());
         g4_backend_destroy(attn_tc_be[v]);
         attn_tc_be[v] = NULL;
+    }
+    if (attn_fixed_be) {
+        CHECK(g4_cuda_status(attn_fixed_be) == G4_OK, "no CUDA failure recorded with G4_CUDA_ATTN_DYNAMIC=0: %s",
+              g4_error_message());
+        g4_backend_destroy(attn_fixed_be);
+        attn_fixed_be = NULL;
     }
     attn_tc_made = 0;
 }
@@ -947,6 +959,18 @@ static void check_attention(const attn_case *ac) {
     char what[160];
     snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d", ac->label, n, Hq, Hkv, D);
     compare("attention", what, got, want, nq, TOL_REDUCE);
+    /* decode cases again with the pieces sized from the capacity */
+    if (!ac->prefill && attn_fixed_be) {
+        float *o = poisoned(nq);
+        gpu->ops->synchronize(gpu);
+        attn_fixed_be->ops->attention(attn_fixed_be, o, dq, kg, &db, ac->sliding, Hq, scale);
+        attn_fixed_be->ops->synchronize(attn_fixed_be);
+        float *fixed = down(o, nq);
+        release(o);
+        snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, G4_CUDA_ATTN_DYNAMIC=0", ac->label, n, Hq, Hkv, D);
+        compare("attention", what, fixed, want, nq, TOL_REDUCE);
+        free(fixed);
+    }
     /* prefill cases again with the tensor-core kernel on (each rows-per-block
      * choice) and off: same tolerance; where the shape is the kernel's, bits
      * other than the CUDA-core kernel's show that it ran */
@@ -1504,10 +1528,19 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
     gpu->ops->kv_store(gpu, kv, dk, dv, &fill, 0);
     release(dk), release(dv), release((void *)fill.pos), release((void *)fill.seq);
     free(k), free(v), free(all_pos), free(all_seq);
-    const double s = time_op(gpu, run_attention, &a, 50);
     const double bytes = 2.0 * len * Hkv * D * 4;
-    printf("  attention decode %d/%d heads x %d, %d keys (table of %d): %7.1f us (%.0f GB/s of float32 K/V)\n", Hq, Hkv,
-           D, len, capacity, s * 1e6, bytes / s / 1e9);
+    /* the default, then the pieces sized from the capacity (the KV pool is
+     * this backend's memory: same device, the other backend reads it) */
+    attn_tc_backends();
+    for (int v = 0; v < 2; v++) {
+        g4_backend *be = v ? attn_fixed_be : gpu;
+        if (!be) continue;
+        gpu->ops->synchronize(gpu);
+        a.be = be;
+        const double s = time_op(be, run_attention, &a, 50);
+        printf("  attention decode %d/%d heads x %d, %d keys (table of %d): %7.1f us (%.0f GB/s of float32 K/V)%s\n",
+               Hq, Hkv, D, len, capacity, s * 1e6, bytes / s / 1e9, v ? ", G4_CUDA_ATTN_DYNAMIC=0" : "");
+    }
     gpu->ops->kv_free(gpu, kv);
     release(a.q), release(a.out), release((void *)a.b.pos), release((void *)a.b.seq), release((void *)a.b.kv_range),
         release((void *)a.b.full_tables), release((void *)a.b.sliding_tables);
@@ -1573,9 +1606,17 @@ static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
     free(table), free(pos), free(seq), free(range), free(q), free(k), free(v), free(want);
 }
 
-/* prefill attention at 512 tokens: 31B sliding and global layers, E2B's;
- * then a longer prompt, whose keys reach the 31B's window */
-static void attention_prefill_speeds(void) {
+/* Decode attention: the 31B-like long context, E2B's layers at a bench's
+ * context, a short context in a long session (the server's default 4096
+ * positions and more). Prefill attention at 512 tokens: 31B sliding and
+ * global layers, E2B's; then a longer prompt, whose keys reach the 31B's
+ * window. */
+static void attention_speeds(void) {
+    attention_decode_speed(32, 8, 256, 4096, 4096);
+    attention_decode_speed(8, 1, 256, 600, 2048);
+    attention_decode_speed(8, 1, 512, 600, 2048);
+    attention_decode_speed(8, 1, 512, 1000, 32768);
+    attention_decode_speed(32, 4, 512, 4000, 32768);
     attention_prefill_speed(32, 16, 256, 1024, 512);
     attention_prefill_speed(32, 4, 512, 1 << 30, 512);
     attention_prefill_speed(8, 1, 256, 512, 512);
@@ -1739,12 +1780,8 @@ static void speed(void) {
         release(dx), release(dv), release(di), release(dl);
         free(x);
     }
-    /* decode attention: the 31B-like long context, E2B's layers at a bench's context */
     moe_speed(bw);
-    attention_decode_speed(32, 8, 256, 4096, 4096);
-    attention_decode_speed(8, 1, 256, 600, 2048);
-    attention_decode_speed(8, 1, 512, 600, 2048);
-    attention_prefill_speeds();
+    attention_speeds();
 }
 
 /* ---- the merged attention input: stacked q|k|v weights, qkv_prepare ---- */
@@ -2056,11 +2093,11 @@ int main(void) {
         return test_finish();
     }
     if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone (=gemv4: its one-token 4-bit GEMVs;
-                                     =attn: the prefill attention cases) */
+                                     =attn: the attention cases) */
         if (!strcmp(getenv("G4_ONLY_SPEED"), "gemv4"))
             gemv_pipe_speed(g4_cuda_probe_bandwidth(gpu));
         else if (!strcmp(getenv("G4_ONLY_SPEED"), "attn"))
-            attention_prefill_speeds();
+            attention_speeds();
         else
             speed();
         attn_tc_destroy();

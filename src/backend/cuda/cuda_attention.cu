@@ -100,6 +100,9 @@ void cuda_kv_read(g4_backend *be, const void *p, float *k, float *v, const g4_at
 struct attn_params : attn_common {
     int rows_per_tile, splits;
     int split_len; /* positions per split, counted from the run's first key */
+    /* pieces > 0: split_len is instead the run's own span over `pieces`
+     * (rounded up to a key tile), at least min_len */
+    int pieces, min_len;
     float *part_acc, *part_ml;
 };
 
@@ -258,10 +261,15 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
         const int s = p.seq[run_start];
         int lo_u, hi_u;
         const int run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
+        int split_len = p.split_len;
+        if (p.pieces > 0 && lo_u <= hi_u) {
+            const int per = (hi_u - lo_u + p.pieces) / p.pieces; /* ceil(span / pieces) */
+            split_len = max(p.min_len, (per + T - 1) / T * T);
+        }
         int s_lo = 0, s_hi = -1;
-        if (lo_u <= hi_u && (int64_t)split * p.split_len <= (int64_t)(hi_u - lo_u)) {
-            s_lo = lo_u + split * p.split_len;
-            s_hi = (int)min((int64_t)hi_u, (int64_t)s_lo + p.split_len - 1);
+        if (lo_u <= hi_u && (int64_t)split * split_len <= (int64_t)(hi_u - lo_u)) {
+            s_lo = lo_u + split * split_len;
+            s_hi = (int)min((int64_t)hi_u, (int64_t)s_lo + split_len - 1);
         }
         bool active[RPT];
         float m[RPT], l[RPT], acc[RPT][DK];
@@ -509,10 +517,15 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     /* many query rows per KV head: tensor cores when enabled and the shape fits */
     if (!decode && c->attn_tc && cuda_attention_tc(c, out, q, kv, b, sliding, n_heads, scale)) return;
     const int tiles = (int)(((int64_t)n * G + rows_per_tile - 1) / rows_per_tile);
-    /* Decode splits each token's keys into pieces of a fixed length from its
-     * first key (at most 64 pieces), so a token's result does not depend on
-     * what else is in the batch; prefill tiles are parallel enough alone. */
-    int splits = 1, split_len = INT32_MAX / 2;
+    /* Decode splits each token's keys into pieces from its first key (at
+     * most 64 pieces, as many as the cache's capacity needs), so a token's
+     * result does not depend on what else is in the batch; prefill tiles are
+     * parallel enough alone. The pieces' length comes from the token's own
+     * span (kernel side, see attn_params.pieces): a short context in a long
+     * session still gets about two blocks per multiprocessor
+     * (G4_CUDA_ATTN_DYNAMIC=0: from the capacity, as recorded graphs once
+     * required; measured in bench/RESULTS.md, ninth run). */
+    int splits = 1, split_len = INT32_MAX / 2, pieces = 0, min_len = T;
     if (decode) {
         const int64_t max_span = (int64_t)(sliding ? b->ring_blocks : b->full_table_stride) * b->block_size;
         int64_t len = (max_span + 63) / 64;
@@ -526,18 +539,23 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         const int64_t want_blocks = 2 * (int64_t)c->sm_count;
         const int64_t fill = ((int64_t)max_span * tiles * Hkv + want_blocks - 1) / want_blocks;
         if (len < fill) len = fill;
-        const int64_t min_len = c->attn_min_split > 0 ? c->attn_min_split : T;
+        min_len = c->attn_min_split > 0 ? (c->attn_min_split + T - 1) / T * T : T;
         if (len < min_len) len = min_len;
         len = (len + T - 1) / T * T;
         split_len = (int)len;
         splits = (int)((max_span + len - 1) / len); /* at most ATTN_MAX_SPLITS: len >= max_span / 64 */
         if (splits < 1) splits = 1;
+        /* pieces per token for about two blocks per multiprocessor */
+        const int64_t per_token = (want_blocks + (int64_t)tiles * Hkv - 1) / ((int64_t)tiles * Hkv);
+        if (c->attn_dynamic && splits > 1) pieces = (int)(per_token < splits ? per_token : splits);
     }
     attn_params p;
     static_cast<attn_common &>(p) = attn_common_of(out, q, kv, b, sliding, n_heads, scale);
     p.rows_per_tile = rows_per_tile;
     p.splits = splits;
     p.split_len = split_len;
+    p.pieces = pieces;
+    p.min_len = min_len;
     p.part_acc = p.part_ml = NULL;
     if (splits > 1 && !cuda_attention_parts(c, (int64_t)n * n_heads, splits, D, &p.part_acc, &p.part_ml)) return;
     const size_t smem = ((size_t)ATTN_WARPS * rpt * D + (size_t)T * attn_k_stride(D) + (size_t)T * D + 1) * sizeof(float) +

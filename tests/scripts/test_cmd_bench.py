@@ -1,0 +1,56 @@
+"""`gemma4 bench` on the bundled demo model: the JSON report's fields, decode
+at a context depth (-d) and the session size (--ctx).
+
+Speeds are not asserted (timings belong to benchmarks); what is checked is
+what the command reports about the runs it made: the depth and positions it
+used, that the decode limit counts the depth's KV reads (a deeper context
+reads more bytes per token), and that a --ctx too small for the runs is
+refused with a message naming the sizes.
+"""
+import json
+import os
+import subprocess
+import sys
+
+BIN = os.environ["G4_BIN"]
+MODEL = os.path.join(os.path.dirname(os.environ["G4_FIXTURES"]), "models", "tiny")
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures += 1
+
+
+def bench(*args):
+    r = subprocess.run([BIN, "bench", "-m", MODEL, "--device", "cpu", "-r", "1", "--json", *args],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, "bench %s exits 0 (%s)" % (" ".join(args), r.stderr.strip()[-200:]))
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    check(len(lines) == 1, "bench %s prints one JSON line" % " ".join(args))
+    return json.loads(lines[0]) if lines else {}
+
+
+flat = bench("-p", "8", "-n", "4")
+deep = bench("-p", "8", "-n", "4", "-d", "40")
+sized = bench("-p", "8", "-n", "4", "-d", "40", "--ctx", "100")
+
+check(flat.get("depth") == 0 and flat.get("n_ctx") == 8 + 8, "no depth: n_ctx is max(p, n) + 8 (got %s)" % flat.get("n_ctx"))
+check(deep.get("depth") == 40, "depth reported (got %s)" % deep.get("depth"))
+check(deep.get("n_ctx") == 40 + 4 + 8, "depth: n_ctx is d + n + 8 (got %s)" % deep.get("n_ctx"))
+check(sized.get("n_ctx") == 100, "--ctx 100 used (got %s)" % sized.get("n_ctx"))
+check(deep.get("tg_tps", 0) > 0 and deep.get("pp_tps", 0) > 0, "depth run measured prefill and decode")
+check(deep.get("decode_bytes", 0) > flat.get("decode_bytes", 0),
+      "decode bytes grow with the depth's KV reads (%s > %s)" % (deep.get("decode_bytes"), flat.get("decode_bytes")))
+check(deep.get("tg_limit_tps", 1e9) < flat.get("tg_limit_tps", 0), "decode limit falls with depth")
+
+r = subprocess.run([BIN, "bench", "-m", MODEL, "--device", "cpu", "-p", "8", "-n", "4", "-d", "40", "--ctx", "20"],
+                   capture_output=True, text=True)
+check(r.returncode == 2, "--ctx too small exits 2 (got %d)" % r.returncode)
+check("--ctx 20 is too small" in r.stderr and "52 positions needed" in r.stderr,
+      "--ctx too small names the sizes (%s)" % r.stderr.strip()[-200:])
+
+print("%d failed" % failures)
+sys.exit(1 if failures else 0)
