@@ -1250,6 +1250,21 @@ static void test_moe_experts(void) {
     check_moe(gpu, "stacked", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, ns, 3, TOL_SPLIT);
     /* fixture-like odd widths: the generic per-slot path at every size */
     check_moe(gpu, "HF odd", 1, G4_WEIGHT_BF16, 0, 0, 8, 24, 72, 2, ns, 5, TOL_SPLIT);
+    /* bf16 experts' prefill through the general grouped kernel too (the
+     * default is the pipelined one) */
+    setenv("G4_CUDA_MOE_PIPE", "0", 1);
+    g4_backend *unpiped = NULL;
+    if (g4_backend_cuda_create(0, &unpiped) != G4_OK) unpiped = NULL;
+    unsetenv("G4_CUDA_MOE_PIPE");
+    CHECK(unpiped != NULL, "CUDA backend with G4_CUDA_MOE_PIPE=0: %s", g4_error_message());
+    if (unpiped) {
+        const int prefill_ns[] = {40, 150};
+        gpu->ops->synchronize(gpu);
+        check_moe(unpiped, "HF unpipelined", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
+        CHECK(g4_cuda_status(unpiped) == G4_OK, "no CUDA failure recorded with G4_CUDA_MOE_PIPE=0: %s",
+              g4_error_message());
+        g4_backend_destroy(unpiped);
+    }
 }
 
 /* The tensor-core GEMV (cuda_gemv_tc.cu): 1..8 tokens of 4-bit and 8-bit
@@ -1625,6 +1640,7 @@ static void attention_speeds(void) {
 }
 
 typedef struct {
+    g4_backend *be;
     const moe_weights *m;
     float *x, *w, *out;
     int32_t *ids;
@@ -1633,7 +1649,7 @@ typedef struct {
 
 static void run_moe(void *p) {
     moe_arg *a = p;
-    gpu->ops->moe_experts(gpu, a->out, a->x, a->n, a->ids, a->w, a->k, &a->m->dg, &a->m->du, &a->m->dd);
+    a->be->ops->moe_experts(a->be, a->out, a->x, a->n, a->ids, a->w, a->k, &a->m->dg, &a->m->du, &a->m->dd);
 }
 
 /* The 26B-A4B's routed experts (128 of 704 x 2816, 8 per token) for decode
@@ -1645,30 +1661,46 @@ static void moe_speed(double bw) {
         int bits, group;
     } formats[] = {{G4_WEIGHT_BF16, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_MXFP4, 4, 32}};
     const int E = 128, width = 704, d = 2816, k = 8;
+    /* bf16 experts' prefill through the general grouped kernel, for comparison */
+    setenv("G4_CUDA_MOE_PIPE", "0", 1);
+    g4_backend *unpiped = NULL;
+    if (g4_backend_cuda_create(0, &unpiped) != G4_OK) unpiped = NULL;
+    unsetenv("G4_CUDA_MOE_PIPE");
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         moe_weights m;
         const int hf = formats[f].f == G4_WEIGHT_BF16;
         moe_weights_make(&m, hf, formats[f].f, formats[f].bits, formats[f].group, E, width, d);
         const double expert_bytes = ((double)g4_matrix_bytes(hf ? &m.gu.host : &m.gm.host) * (hf ? 1 : 2) +
                                      (double)g4_matrix_bytes(&m.dm.host)) / E;
-        const int ns[] = {1, 8};
-        for (int i = 0; i < 2; i++) {
+        const int ns[] = {1, 8, 512};
+        for (int i = 0; i < 3; i++) {
             const int n = ns[i];
             float *x = rand_floats((size_t)n * d, 0.05f, 2.0f), *w = rand_floats((size_t)n * k, 0.05f, 0.5f);
             int32_t *ids = moe_random_ids(n, k, E);
             int used[128] = {0}, distinct = 0; /* experts read at least once */
             for (int j = 0; j < n * k; j++) distinct += !used[ids[j]]++;
-            moe_arg a = {&m, up(x, (size_t)n * d * 4), up(w, (size_t)n * k * 4), poisoned((size_t)n * d),
+            moe_arg a = {gpu, &m, up(x, (size_t)n * d * 4), up(w, (size_t)n * k * 4), poisoned((size_t)n * d),
                          up(ids, (size_t)n * k * 4), n, k};
             const double s = time_op(gpu, run_moe, &a, 30);
             const double bytes = distinct * expert_bytes;
-            printf("  moe %-14s E=%d k=%d %dx%d n=%d %8.1f us  %6.0f GB/s of %d experts' weights (%.0f%% of copy)\n",
-                   m.dm.name, E, k, width, d, n, s * 1e6, bytes / s / 1e9, distinct, 100 * bytes / s / 1e9 / bw);
+            const double flops = 2.0 * 3.0 * n * k * (double)width * d;
+            printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s of %d experts' weights (%.0f%% of copy)"
+                   ", %.1f TFLOP/s\n",
+                   m.dm.name, E, k, width, d, n, s * 1e6, bytes / s / 1e9, distinct, 100 * bytes / s / 1e9 / bw,
+                   flops / s / 1e12);
+            if (n == 512 && hf && unpiped) {
+                gpu->ops->synchronize(gpu);
+                a.be = unpiped;
+                const double s0 = time_op(unpiped, run_moe, &a, 10);
+                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, G4_CUDA_MOE_PIPE=0\n",
+                       m.dm.name, E, k, width, d, n, s0 * 1e6, bytes / s0 / 1e9, flops / s0 / 1e12);
+            }
             release(a.x), release(a.w), release(a.out), release(a.ids);
             free(x), free(w), free(ids);
         }
         moe_weights_free(&m);
     }
+    if (unpiped) g4_backend_destroy(unpiped);
 }
 
 /* The one-token 4-bit tensor-core GEMV: the pipelined gemv_tc_pipe_kernel
@@ -2093,11 +2125,13 @@ int main(void) {
         return test_finish();
     }
     if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone (=gemv4: its one-token 4-bit GEMVs;
-                                     =attn: the attention cases) */
+                                     =attn: the attention cases; =moe: the experts') */
         if (!strcmp(getenv("G4_ONLY_SPEED"), "gemv4"))
             gemv_pipe_speed(g4_cuda_probe_bandwidth(gpu));
         else if (!strcmp(getenv("G4_ONLY_SPEED"), "attn"))
             attention_speeds();
+        else if (!strcmp(getenv("G4_ONLY_SPEED"), "moe"))
+            moe_speed(g4_cuda_probe_bandwidth(gpu));
         else
             speed();
         attn_tc_destroy();

@@ -208,30 +208,6 @@ template <int SD> __device__ __forceinline__ float group_value(uint32_t bits) {
  * activations of this many blocks are requested before any is used. */
 #define TC_PREFETCH 4
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-
-/* 16 bytes, or 16 zero bytes when !copy (nothing is read then) */
-__device__ __forceinline__ void cp_async16_or_zero(void *smem, const void *gmem, bool copy) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(copy ? 16 : 0)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.commit_group;\n" ::);
-    asm volatile("cp.async.wait_group 0;\n" ::);
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-/* until at most N of this thread's newest groups are still in flight */
-template <int N> __device__ __forceinline__ void cp_async_wait_newest() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 /* One lane of a one-token GEMV block (gemv_tc_kernel, gemv_tc_pipe_kernel):
  * its tile, rows, pointers, roles in the mma and range of blocks. */
 struct tc_lane {

@@ -85,6 +85,7 @@ struct cuda_ctx {
      * it off): see cuda_launch */
     int pdl;
     int attn_min_split; /* G4_CUDA_ATTN_MIN_SPLIT: shortest key piece of split decode attention (0: one tile) */
+    int moe_pipe;       /* bf16 experts' prefill by the pipelined grouped kernel (1, default; G4_CUDA_MOE_PIPE=0: mma_gemm_kernel) */
     int attn_dynamic;   /* decode pieces sized from each token's span (1, default) or the capacity (G4_CUDA_ATTN_DYNAMIC=0) */
     int attn_tc; /* prefill-like attention on tensor cores (cuda_attention_tc.cu): 1 (default), 32/64 rows per block, 0 off (G4_CUDA_ATTN_TC) */
     int attn_tc_split; /* keys per piece when that kernel splits each tile's keys over blocks: -1 by shape (default), 0 never (G4_CUDA_ATTN_TC_SPLIT) */
@@ -242,6 +243,15 @@ void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, s
                    const g4_matrix *w, int64_t rows, int64_t expert_stride, int64_t row_offset, const cuda_groups *g);
 /* Rows per tile of the grouped mma kernel. */
 #define CUDA_MMA_GROUP_BM 64
+/* hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]) (lo NULL: hi only); 0 on a failed launch. */
+int cuda_split_bf16(cuda_ctx *c, __nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x, size_t n);
+/* The grouped product of cuda_mma_gemm for bf16 expert weights with the
+ * activations already split (x_lo NULL: one product), pipelined
+ * (cuda_moe_gemm.cu); supported: whether w's shape and alignment suit it. */
+int cuda_moe_gemm_bf16_supported(const g4_matrix *w);
+void cuda_moe_gemm_bf16(cuda_ctx *c, float *out, size_t out_stride, const __nv_bfloat16 *x_hi,
+                        const __nv_bfloat16 *x_lo, int x_div, const g4_matrix *w, int64_t rows, int64_t expert_stride,
+                        int64_t row_offset, const cuda_groups *g);
 
 /* attention and KV cache (cuda_attention.cu) */
 void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim);
@@ -364,6 +374,41 @@ __device__ __forceinline__ uint4 load_stream16(const void *p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
+}
+
+/* Asynchronous 16-byte copies global -> shared (cp.async, sm_80+): issue,
+ * group, wait. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+
+/* 16 bytes, or 16 zero bytes when !copy (nothing is read then) */
+__device__ __forceinline__ void cp_async16_or_zero(void *smem, const void *gmem, bool copy) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(copy ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/* until at most N of this thread's newest groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_async_wait_newest() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* d += a b on tensor cores, bf16 operands (as mma_f16_16816 below) */
+__device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, const uint32_t *b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 /* d += a b on tensor cores: a 16x16 fp16 A fragment (row-major), a 16x8

@@ -495,6 +495,12 @@ __global__ void split_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const fl
     }
 }
 
+int cuda_split_bf16(cuda_ctx *c, __nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x, size_t n) {
+    const unsigned grid = cuda_blocks(n, 256);
+    split_bf16_kernel<<<grid > 65536u ? 65536u : grid, 256, 0, c->stream>>>(hi, lo, x, n);
+    return cuda_launched(c, "split_bf16");
+}
+
 /* x = hi + lo with both halves bf16: 16 significant bits instead of 8. */
 __device__ __forceinline__ void split_pack(float a, float b, uint32_t &hi, uint32_t &lo) {
     __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
@@ -659,9 +665,7 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
     __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx * 2 * (split ? 2 : 1));
     if (!xb) return;
     __nv_bfloat16 *x_lo = split ? xb + nx : NULL;
-    unsigned grid = cuda_blocks(nx, 256);
-    split_bf16_kernel<<<grid > 65536u ? 65536u : grid, 256, 0, c->stream>>>(xb, x_lo, x, nx);
-    if (!cuda_launched(c, "split_bf16")) return;
+    if (!cuda_split_bf16(c, xb, x_lo, x, nx)) return;
     if (w->format == G4_WEIGHT_BF16 && w->row_bytes % 2 == 0) {
         gemm_bf16(c, out, (size_t)w->rows, xb, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 0.0f);
         if (split) gemm_bf16(c, out, (size_t)w->rows, x_lo, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 1.0f);
@@ -709,14 +713,6 @@ struct mma_args : dev_matrix {
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, const uint32_t *b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 /* bytes of weights one thread loads per k tile: 16 columns of one row */
