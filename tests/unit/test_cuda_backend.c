@@ -1250,7 +1250,7 @@ static void test_moe_experts(void) {
     check_moe(gpu, "stacked", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, ns, 3, TOL_SPLIT);
     /* fixture-like odd widths: the generic per-slot path at every size */
     check_moe(gpu, "HF odd", 1, G4_WEIGHT_BF16, 0, 0, 8, 24, 72, 2, ns, 5, TOL_SPLIT);
-    /* bf16 experts' prefill through the general grouped kernel too (the
+    /* the experts' prefill through the general grouped kernel too (the
      * default is the pipelined one) */
     setenv("G4_CUDA_MOE_PIPE", "0", 1);
     g4_backend *unpiped = NULL;
@@ -1261,6 +1261,8 @@ static void test_moe_experts(void) {
         const int prefill_ns[] = {40, 150};
         gpu->ops->synchronize(gpu);
         check_moe(unpiped, "HF unpipelined", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
+        check_moe(unpiped, "MLX unpipelined", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
+        check_moe(unpiped, "MLX unpipelined", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
         CHECK(g4_cuda_status(unpiped) == G4_OK, "no CUDA failure recorded with G4_CUDA_MOE_PIPE=0: %s",
               g4_error_message());
         g4_backend_destroy(unpiped);
@@ -1661,7 +1663,7 @@ static void moe_speed(double bw) {
         int bits, group;
     } formats[] = {{G4_WEIGHT_BF16, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_MXFP4, 4, 32}};
     const int E = 128, width = 704, d = 2816, k = 8;
-    /* bf16 experts' prefill through the general grouped kernel, for comparison */
+    /* the experts' prefill through the general grouped kernel, for comparison */
     setenv("G4_CUDA_MOE_PIPE", "0", 1);
     g4_backend *unpiped = NULL;
     if (g4_backend_cuda_create(0, &unpiped) != G4_OK) unpiped = NULL;
@@ -1688,7 +1690,7 @@ static void moe_speed(double bw) {
                    ", %.1f TFLOP/s\n",
                    m.dm.name, E, k, width, d, n, s * 1e6, bytes / s / 1e9, distinct, 100 * bytes / s / 1e9 / bw,
                    flops / s / 1e12);
-            if (n == 512 && hf && unpiped) {
+            if (n == 512 && unpiped) {
                 gpu->ops->synchronize(gpu);
                 a.be = unpiped;
                 const double s0 = time_op(unpiped, run_moe, &a, 10);

@@ -85,7 +85,7 @@ struct cuda_ctx {
      * it off): see cuda_launch */
     int pdl;
     int attn_min_split; /* G4_CUDA_ATTN_MIN_SPLIT: shortest key piece of split decode attention (0: one tile) */
-    int moe_pipe;       /* bf16 experts' prefill by the pipelined grouped kernel (1, default; G4_CUDA_MOE_PIPE=0: mma_gemm_kernel) */
+    int moe_pipe;       /* experts' prefill by the pipelined grouped kernel (1, default; G4_CUDA_MOE_PIPE=0: mma_gemm_kernel) */
     int attn_dynamic;   /* decode pieces sized from each token's span (1, default) or the capacity (G4_CUDA_ATTN_DYNAMIC=0) */
     int attn_tc; /* prefill-like attention on tensor cores (cuda_attention_tc.cu): 1 (default), 32/64 rows per block, 0 off (G4_CUDA_ATTN_TC) */
     int attn_tc_split; /* keys per piece when that kernel splits each tile's keys over blocks: -1 by shape (default), 0 never (G4_CUDA_ATTN_TC_SPLIT) */
@@ -245,13 +245,14 @@ void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, s
 #define CUDA_MMA_GROUP_BM 64
 /* hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]) (lo NULL: hi only); 0 on a failed launch. */
 int cuda_split_bf16(cuda_ctx *c, __nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x, size_t n);
-/* The grouped product of cuda_mma_gemm for bf16 expert weights with the
- * activations already split (x_lo NULL: one product), pipelined
- * (cuda_moe_gemm.cu); supported: whether w's shape and alignment suit it. */
-int cuda_moe_gemm_bf16_supported(const g4_matrix *w);
-void cuda_moe_gemm_bf16(cuda_ctx *c, float *out, size_t out_stride, const __nv_bfloat16 *x_hi,
-                        const __nv_bfloat16 *x_lo, int x_div, const g4_matrix *w, int64_t rows, int64_t expert_stride,
-                        int64_t row_offset, const cuda_groups *g);
+/* The grouped product of cuda_mma_gemm for expert weights in bf16, MLX
+ * affine 4/8-bit or MXFP4, with the activations already split (x_lo NULL:
+ * one product), pipelined (cuda_moe_gemm.cu); supported: whether w's
+ * format, shape and alignment suit it. */
+int cuda_moe_gemm_supported(const g4_matrix *w);
+void cuda_moe_gemm(cuda_ctx *c, float *out, size_t out_stride, const __nv_bfloat16 *x_hi, const __nv_bfloat16 *x_lo,
+                   int x_div, const g4_matrix *w, int64_t rows, int64_t expert_stride, int64_t row_offset,
+                   const cuda_groups *g);
 
 /* attention and KV cache (cuda_attention.cu) */
 void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim);

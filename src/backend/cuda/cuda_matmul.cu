@@ -20,9 +20,8 @@
  * products keep prefill within about 1e-5 of float32. */
 #include <string.h>
 
+#include "backend/cuda/cuda_formats.cuh"
 #include "backend/cuda/cuda_internal.cuh"
-
-enum fast_format { FF_F32, FF_BF16, FF_F16, FF_AFF2, FF_AFF4, FF_AFF8, FF_MXFP4, FF_NONE };
 
 /* columns held by 16 bytes of a row */
 template <int F> __host__ __device__ constexpr int chunk_cols() {
@@ -32,20 +31,6 @@ template <int F> __host__ __device__ constexpr int chunk_cols() {
 /* rows per warp in the GEMV: enough reuse of each activation load */
 template <int F> __host__ __device__ constexpr int gemv_rows() {
     return F == FF_AFF2 ? 1 : F == FF_AFF4 || F == FF_AFF8 || F == FF_MXFP4 ? 2 : 4;
-}
-
-template <int F> __host__ __device__ constexpr bool is_affine() { return F == FF_AFF2 || F == FF_AFF4 || F == FF_AFF8; }
-
-static int fast_format_of(const g4_matrix *w) {
-    switch (w->format) {
-    case G4_WEIGHT_F32: return FF_F32;
-    case G4_WEIGHT_BF16: return FF_BF16;
-    case G4_WEIGHT_F16: return FF_F16;
-    case G4_WEIGHT_AFFINE:
-        return w->bits == 2 ? FF_AFF2 : w->bits == 4 ? FF_AFF4 : w->bits == 8 ? FF_AFF8 : FF_NONE;
-    case G4_WEIGHT_MXFP4: return w->bits == 4 ? FF_MXFP4 : FF_NONE;
-    }
-    return FF_NONE;
 }
 
 static int chunk_cols_of(int f) {
@@ -501,15 +486,6 @@ int cuda_split_bf16(cuda_ctx *c, __nv_bfloat16 *hi, __nv_bfloat16 *lo, const flo
     return cuda_launched(c, "split_bf16");
 }
 
-/* x = hi + lo with both halves bf16: 16 significant bits instead of 8. */
-__device__ __forceinline__ void split_pack(float a, float b, uint32_t &hi, uint32_t &lo) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    float2 hf = __bfloat1622float2(h);
-    __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
-    hi = *reinterpret_cast<uint32_t *>(&h);
-    lo = *reinterpret_cast<uint32_t *>(&l);
-}
-
 /* Rows [r0, r0 + nr) as bf16 (hi, and the remainder in lo when not NULL),
  * eight values per thread: consecutive threads read consecutive bytes and
  * write consecutive 16-byte runs (both coalesced). */
@@ -713,48 +689,6 @@ struct mma_args : dev_matrix {
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
-}
-
-/* bytes of weights one thread loads per k tile: 16 columns of one row */
-template <int F> __host__ __device__ constexpr int mma_raw_bytes() {
-    return F == FF_F32 ? 64 : F == FF_BF16 || F == FF_F16 ? 32 : F == FF_AFF8 ? 16 : F == FF_AFF2 ? 4 : 8;
-}
-
-/* 16 weights of a row (from 16-byte-aligned raw words) as floats (not bf16). */
-template <int F>
-__device__ __forceinline__ void dequant16(const uint32_t *w, float s, float b, float *v, const float *lut) {
-    const float magic = 8388608.0f;
-    if constexpr (F == FF_F32) {
-#pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = __uint_as_float(w[i]);
-    } else if constexpr (F == FF_F16) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[i]));
-            v[2 * i] = f.x;
-            v[2 * i + 1] = f.y;
-        }
-    } else if constexpr (F == FF_AFF8) {
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                v[4 * i + k] = fmaf(s, __uint_as_float(__byte_perm(w[i], 0x4B000000u, 0x7440u | (uint32_t)k)) - magic, b);
-    } else if constexpr (F == FF_AFF4) {
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                v[8 * i + k] = fmaf(s, __uint_as_float(((w[i] >> (4 * k)) & 15u) | 0x4B000000u) - magic, b);
-    } else if constexpr (F == FF_AFF2) {
-#pragma unroll
-        for (int k = 0; k < 16; k++) v[k] = fmaf(s, __uint_as_float(((w[0] >> (2 * k)) & 3u) | 0x4B000000u) - magic, b);
-    } else if constexpr (F == FF_MXFP4) {
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[8 * i + k] = lut[(w[i] >> (4 * k)) & 15u] * s;
-    }
 }
 
 

@@ -5,8 +5,8 @@
  * slot that picks its expert's rows through the ids on the device. Larger
  * batches sort the slots by expert on the device (no host round trip), then
  * the grouped mma kernel multiplies each expert's rows with bf16 tensor
- * cores, weights dequantised in the tile (bf16 weights: the pipelined
- * grouped kernel of cuda_moe_gemm.cu). gate/up give [slot][width], the
+ * cores (the pipelined grouped kernel of cuda_moe_gemm.cu; other formats
+ * and shapes: cuda_mma_gemm, weights dequantised in the tile). gate/up give [slot][width], the
  * GELU-gated product feeds down, and every token sums its k outputs in
  * choice order. */
 #include <math.h>
@@ -177,22 +177,22 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
     cuda_groups groups;
     const int grouped = n > 8 && cuda_mma_supported(&wg, x, (size_t)d_in) && cuda_mma_supported(&wu, x, (size_t)d_in) &&
                         cuda_mma_supported(&wd, g, (size_t)width) && moe_groups(c, ids, n_slots, E, &groups);
-    const int pipelined = grouped && c->moe_pipe && cuda_moe_gemm_bf16_supported(&wg) &&
-                          cuda_moe_gemm_bf16_supported(&wu) && cuda_moe_gemm_bf16_supported(&wd);
+    const int pipelined = grouped && c->moe_pipe && cuda_moe_gemm_supported(&wg) && cuda_moe_gemm_supported(&wu) &&
+                          cuda_moe_gemm_supported(&wd);
     if (pipelined) {
-        /* bf16 experts: the activations split once per product's input */
+        /* the activations split once per product's input */
         const int parts = c->prefill_split ? 2 : 1;
         const size_t nx = (size_t)n * d_in, ng = (size_t)n_slots * width;
         __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, (nx > ng ? nx : ng) * parts * 2);
         if (!xb) return;
         if (!cuda_split_bf16(c, xb, parts > 1 ? xb + nx : NULL, x, nx)) return;
-        cuda_moe_gemm_bf16(c, g, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wg, width, gate->expert_stride,
+        cuda_moe_gemm(c, g, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wg, width, gate->expert_stride,
                            gate->row_offset, &groups);
-        cuda_moe_gemm_bf16(c, u, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wu, width, up->expert_stride,
+        cuda_moe_gemm(c, u, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wu, width, up->expert_stride,
                            up->row_offset, &groups);
         cuda_launch_gelu_mul(c, g, g, u, ng);
         if (!cuda_split_bf16(c, xb, parts > 1 ? xb + ng : NULL, g, ng)) return;
-        cuda_moe_gemm_bf16(c, y, (size_t)d, xb, parts > 1 ? xb + ng : NULL, 1, &wd, d, down->expert_stride,
+        cuda_moe_gemm(c, y, (size_t)d, xb, parts > 1 ? xb + ng : NULL, 1, &wd, d, down->expert_stride,
                            down->row_offset, &groups);
     } else if (grouped) {
         cuda_mma_gemm(c, g, (size_t)width, x, (size_t)d_in, k, n_slots, &wg, width, gate->expert_stride,
