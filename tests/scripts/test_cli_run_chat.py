@@ -18,17 +18,11 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from checks import check, summary
+
 BIN = os.environ["G4_BIN"]
 MODEL = os.path.join(os.path.dirname(os.environ["G4_FIXTURES"]), "models", "tiny")
 N = 12
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures += 1
 
 
 def raise_exception(message):
@@ -94,5 +88,4 @@ check(r.returncode != 0 and "nonexistent" in r.stderr, "missing image named in t
 r = subprocess.run([BIN, "run", "-m", MODEL, "-p", "hi", "--image", BIN], capture_output=True, text=True)
 check(r.returncode == 1 and "image" in r.stderr.lower(), "a non-image file is refused: " + r.stderr.strip()[-120:])
 
-print("%d failed" % failures)
-sys.exit(1 if failures else 0)
+sys.exit(summary())

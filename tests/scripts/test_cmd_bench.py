@@ -12,16 +12,10 @@ import os
 import subprocess
 import sys
 
+from checks import check, summary
+
 BIN = os.environ["G4_BIN"]
 MODEL = os.path.join(os.path.dirname(os.environ["G4_FIXTURES"]), "models", "tiny")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures += 1
 
 
 def bench(*args):
@@ -52,5 +46,4 @@ check(r.returncode == 2, "--ctx too small exits 2 (got %d)" % r.returncode)
 check("--ctx 20 is too small" in r.stderr and "52 positions needed" in r.stderr,
       "--ctx too small names the sizes (%s)" % r.stderr.strip()[-200:])
 
-print("%d failed" % failures)
-sys.exit(1 if failures else 0)
+sys.exit(summary())

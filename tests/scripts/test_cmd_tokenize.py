@@ -7,19 +7,11 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, summary
+
 BIN = os.environ.get("G4_BIN", "build/gemma4")
 FIX = os.path.join(os.environ.get("G4_FIXTURES", "build/fixtures"), "tokenizer")
 MODEL = os.path.join(FIX, "tokenizer-gemma4-style.json")
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def run(*args, stdin=None):
@@ -61,5 +53,4 @@ check(run("--help").returncode == 0 and b"usage" in run("--help").stdout, "--hel
 check(run("-m", "/nonexistent", "--text", "x").returncode == 1, "a missing tokenizer exits with 1")
 check(run("--text", "x").returncode == 2, "no -m exits with 2")
 check(run("-m", MODEL).returncode == 2, "neither --text nor --file exits with 2")
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+sys.exit(summary())

@@ -19,6 +19,7 @@ import sys
 SOURCE = os.environ.get("G4_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE, "tests", "tools"))
 from fake_hub import NO_ACCESS_TOKEN, VALID_TOKEN, FakeHub, git_blob_sha1  # noqa: E402
+from checks import check, summary  # noqa: E402
 
 G4_BIN = os.environ["G4_BIN"]
 FIXTURE = os.path.join(os.environ["G4_FIXTURES"], "dense")
@@ -27,18 +28,6 @@ TMP = os.path.join(os.environ.get("G4_TMP", "/tmp"), "test_pull")
 
 METADATA = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
             "chat_template.jinja"]
-passed = failed = 0
-
-
-def check(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL: %s%s" % (what, ("\n  " + str(detail).replace("\n", "\n  ")) if detail else ""))
-
-
 def fresh_dir(name):
     path = os.path.join(TMP, name)
     shutil.rmtree(path, ignore_errors=True)
@@ -388,8 +377,7 @@ def main():
         run_failures(hub, hub.hub_url)
     finally:
         hub.stop()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

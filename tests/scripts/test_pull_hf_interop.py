@@ -17,6 +17,7 @@ import sys
 SOURCE = os.environ.get("G4_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE, "tests", "tools"))
 from fake_hub import FakeHub  # noqa: E402
+from checks import check, summary  # noqa: E402
 
 G4_BIN = os.environ["G4_BIN"]
 FIXTURE = os.path.join(os.environ["G4_FIXTURES"], "dense")
@@ -24,18 +25,6 @@ DATA = os.path.join(os.environ["G4_TEST_DATA"], "hub")
 TMP = os.path.join(os.environ.get("G4_TMP", "/tmp"), "test_pull_hf_interop")
 FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
          "model.safetensors"]
-passed = failed = 0
-
-
-def check(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL: %s%s" % (what, ("\n  " + str(detail)) if detail else ""))
-
-
 def gemma4_pull(args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_") and k != "HUGGING_FACE_HUB_TOKEN"}
     env["HF_HOME"] = os.path.join(TMP, "hf_home")
@@ -94,8 +83,7 @@ def main():
               and not hub.requests(server="cdn"), "nothing downloaded again", hub.requests())
     finally:
         hub.stop()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

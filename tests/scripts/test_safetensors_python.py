@@ -15,18 +15,7 @@ import sys
 import numpy as np
 from safetensors import deserialize, safe_open
 
-failed = 0
-passed = 0
-
-
-def check(cond, what):
-    global failed, passed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL", what, file=sys.stderr)
-
+from checks import check, summary
 
 def bf16_to_f32(raw):
     return (np.frombuffer(bytes(raw), dtype="<u2").astype(np.uint32) << 16).view(np.float32)
@@ -89,8 +78,7 @@ def main():
     with open(empty, "rb") as f:
         check(deserialize(f.read()) == [], "empty file has no tensors")
 
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":
