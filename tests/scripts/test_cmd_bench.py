@@ -1,11 +1,12 @@
 """`gemma4 bench` on the bundled demo model: the JSON report's fields, decode
 at a context depth (-d) and the session size (--ctx).
 
-Speeds are not asserted (timings belong to benchmarks); what is checked is
-what the command reports about the runs it made: the depth and positions it
-used, that the decode limit counts the depth's KV reads (a deeper context
-reads more bytes per token), and that a --ctx too small for the runs is
-refused with a message naming the sizes.
+Speeds and limits are not asserted (timings, and the bandwidth measured on
+each run, belong to benchmarks); what is checked is what the command reports
+about the runs it made: the depth and positions it used, that the bytes a
+decode step reads count the depth's KV reads (a deeper context reads more
+per token), and that a --ctx too small for the runs is refused with a
+message naming the sizes.
 """
 import json
 import os
@@ -38,7 +39,6 @@ check(sized.get("n_ctx") == 100, "--ctx 100 used (got %s)" % sized.get("n_ctx"))
 check(deep.get("tg_tps", 0) > 0 and deep.get("pp_tps", 0) > 0, "depth run measured prefill and decode")
 check(deep.get("decode_bytes", 0) > flat.get("decode_bytes", 0),
       "decode bytes grow with the depth's KV reads (%s > %s)" % (deep.get("decode_bytes"), flat.get("decode_bytes")))
-check(deep.get("tg_limit_tps", 1e9) < flat.get("tg_limit_tps", 0), "decode limit falls with depth")
 
 r = subprocess.run([BIN, "bench", "-m", MODEL, "--device", "cpu", "-p", "8", "-n", "4", "-d", "40", "--ctx", "20"],
                    capture_output=True, text=True)
