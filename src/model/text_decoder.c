@@ -261,8 +261,8 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
         /* dense branch, then the routed experts beside it; the router sees
          * the un-normalised residual stream */
         be->ops->rmsnorm(be, s->t1, s->t1, w->post_ffn_norm1, n, d, tc->rms_eps);
-        be->ops->rmsnorm(be, s->x2, s->h, NULL, n, d, tc->rms_eps);
-        be->ops->mul_rows(be, s->x2, s->x2, w->router_scale, n, d);
+        /* the router's scale as the norm's weight: one launch, one rounding */
+        be->ops->rmsnorm(be, s->x2, s->h, w->router_scale, n, d, tc->rms_eps);
         be->ops->matmul(be, s->router_logits, s->x2, n, &w->router);
         be->ops->moe_route(be, s->moe_ids, s->moe_w, s->router_logits, w->per_expert_scale, n, tc->n_experts,
                            tc->top_k_experts);

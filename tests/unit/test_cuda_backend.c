@@ -842,8 +842,13 @@ static const char *const attn_tc_knob[ATTN_TC_VARIANTS][2] = {
 static const char *attn_tc_name[ATTN_TC_VARIANTS];
 static g4_backend *attn_tc_be[ATTN_TC_VARIANTS];
 static int attn_tc_made;
-/* decode with the pieces sized from the cache's capacity (G4_CUDA_ATTN_DYNAMIC=0) */
-static g4_backend *attn_fixed_be;
+/* decode under other settings: the pieces sized from the cache's capacity,
+ * K/V staged 32 positions at a time */
+#define ATTN_DECODE_VARIANTS 2
+static const char *const attn_decode_knob[ATTN_DECODE_VARIANTS][2] = {{"G4_CUDA_ATTN_DYNAMIC", "0"},
+                                                                      {"G4_CUDA_ATTN_DECODE_T", "32"}};
+static char attn_decode_name[ATTN_DECODE_VARIANTS][64];
+static g4_backend *attn_decode_be[ATTN_DECODE_VARIANTS];
 
 static void attn_tc_backends(void) {
     if (attn_tc_made) return;
@@ -860,10 +865,14 @@ static void attn_tc_backends(void) {
         unsetenv("G4_CUDA_ATTN_TC_SPLIT");
     }
     unsetenv("G4_CUDA_ATTN_TC");
-    setenv("G4_CUDA_ATTN_DYNAMIC", "0", 1);
-    if (g4_backend_cuda_create(0, &attn_fixed_be) != G4_OK) attn_fixed_be = NULL;
-    CHECK(attn_fixed_be != NULL, "CUDA backend with G4_CUDA_ATTN_DYNAMIC=0: %s", g4_error_message());
-    unsetenv("G4_CUDA_ATTN_DYNAMIC");
+    for (int v = 0; v < ATTN_DECODE_VARIANTS; v++) {
+        snprintf(attn_decode_name[v], sizeof attn_decode_name[v], "%s=%s", attn_decode_knob[v][0],
+                 attn_decode_knob[v][1]);
+        setenv(attn_decode_knob[v][0], attn_decode_knob[v][1], 1);
+        if (g4_backend_cuda_create(0, &attn_decode_be[v]) != G4_OK) attn_decode_be[v] = NULL;
+        CHECK(attn_decode_be[v] != NULL, "CUDA backend with %s: %s", attn_decode_name[v], g4_error_message());
+        unsetenv(attn_decode_knob[v][0]);
+    }
 }
 
 static void attn_tc_destroy(void) {
@@ -874,11 +883,12 @@ static void attn_tc_destroy(void) {
         g4_backend_destroy(attn_tc_be[v]);
         attn_tc_be[v] = NULL;
     }
-    if (attn_fixed_be) {
-        CHECK(g4_cuda_status(attn_fixed_be) == G4_OK, "no CUDA failure recorded with G4_CUDA_ATTN_DYNAMIC=0: %s",
+    for (int v = 0; v < ATTN_DECODE_VARIANTS; v++) {
+        if (!attn_decode_be[v]) continue;
+        CHECK(g4_cuda_status(attn_decode_be[v]) == G4_OK, "no CUDA failure recorded with %s: %s", attn_decode_name[v],
               g4_error_message());
-        g4_backend_destroy(attn_fixed_be);
-        attn_fixed_be = NULL;
+        g4_backend_destroy(attn_decode_be[v]);
+        attn_decode_be[v] = NULL;
     }
     attn_tc_made = 0;
 }
@@ -959,17 +969,19 @@ static void check_attention(const attn_case *ac) {
     char what[160];
     snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d", ac->label, n, Hq, Hkv, D);
     compare("attention", what, got, want, nq, TOL_REDUCE);
-    /* decode cases again with the pieces sized from the capacity */
-    if (!ac->prefill && attn_fixed_be) {
+    /* decode cases again under the other decode settings */
+    for (int v = 0; v < ATTN_DECODE_VARIANTS && !ac->prefill; v++) {
+        g4_backend *be = attn_decode_be[v];
+        if (!be) continue;
         float *o = poisoned(nq);
         gpu->ops->synchronize(gpu);
-        attn_fixed_be->ops->attention(attn_fixed_be, o, dq, kg, &db, ac->sliding, Hq, scale);
-        attn_fixed_be->ops->synchronize(attn_fixed_be);
-        float *fixed = down(o, nq);
+        be->ops->attention(be, o, dq, kg, &db, ac->sliding, Hq, scale);
+        be->ops->synchronize(be);
+        float *res = down(o, nq);
         release(o);
-        snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, G4_CUDA_ATTN_DYNAMIC=0", ac->label, n, Hq, Hkv, D);
-        compare("attention", what, fixed, want, nq, TOL_REDUCE);
-        free(fixed);
+        snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, %s", ac->label, n, Hq, Hkv, D, attn_decode_name[v]);
+        compare("attention", what, res, want, nq, TOL_REDUCE);
+        free(res);
     }
     /* prefill cases again with the tensor-core kernel on (each rows-per-block
      * choice) and off: same tolerance; where the shape is the kernel's, bits
@@ -1546,17 +1558,17 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
     release(dk), release(dv), release((void *)fill.pos), release((void *)fill.seq);
     free(k), free(v), free(all_pos), free(all_seq);
     const double bytes = 2.0 * len * Hkv * D * 4;
-    /* the default, then the pieces sized from the capacity (the KV pool is
-     * this backend's memory: same device, the other backend reads it) */
+    /* the default, then the other decode settings (the KV pool is this
+     * backend's memory: same device, the other backends read it) */
     attn_tc_backends();
-    for (int v = 0; v < 2; v++) {
-        g4_backend *be = v ? attn_fixed_be : gpu;
+    for (int v = -1; v < ATTN_DECODE_VARIANTS; v++) {
+        g4_backend *be = v < 0 ? gpu : attn_decode_be[v];
         if (!be) continue;
         gpu->ops->synchronize(gpu);
         a.be = be;
         const double s = time_op(be, run_attention, &a, 50);
-        printf("  attention decode %d/%d heads x %d, %d keys (table of %d): %7.1f us (%.0f GB/s of float32 K/V)%s\n",
-               Hq, Hkv, D, len, capacity, s * 1e6, bytes / s / 1e9, v ? ", G4_CUDA_ATTN_DYNAMIC=0" : "");
+        printf("  attention decode %d/%d heads x %d, %d keys (table of %d): %7.1f us (%.0f GB/s of float32 K/V)%s%s\n",
+               Hq, Hkv, D, len, capacity, s * 1e6, bytes / s / 1e9, v < 0 ? "" : ", ", v < 0 ? "" : attn_decode_name[v]);
     }
     gpu->ops->kv_free(gpu, kv);
     release(a.q), release(a.out), release((void *)a.b.pos), release((void *)a.b.seq), release((void *)a.b.kv_range),
@@ -1630,6 +1642,8 @@ static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
  * window. */
 static void attention_speeds(void) {
     attention_decode_speed(32, 8, 256, 4096, 4096);
+    attention_decode_speed(8, 1, 256, 144, 160);
+    attention_decode_speed(16, 8, 256, 144, 160);
     attention_decode_speed(8, 1, 256, 600, 2048);
     attention_decode_speed(8, 1, 512, 600, 2048);
     attention_decode_speed(8, 1, 512, 1000, 32768);

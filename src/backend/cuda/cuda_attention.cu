@@ -190,13 +190,14 @@ __device__ __forceinline__ int attn_acc_channel(int k, int lane, bool vec) {
 
 /* DMAX: head_dim bound (loops run to the actual D); RPT: query rows per warp;
  * T: positions per staged tile; with T = 16 each position's dot product is
- * split over two lanes (halves of every 32 channels). */
-template <int DMAX, int RPT>
+ * split over two lanes (halves of every 32 channels: head_dim a multiple of
+ * 32). */
+template <int DMAX, int RPT, int T>
 __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) {
     pdl_wait();
-    constexpr int T = DMAX > 256 ? 16 : 32;
     constexpr int LPP = 32 / T; /* lanes per position */
     constexpr int DK = (DMAX + 31) / 32;
+    constexpr int CV = (DMAX + 127) / 128; /* float4 runs of a row per lane */
     extern __shared__ float smem[];
     const int D = p.D, ks = attn_k_stride(D);
     const bool vec = (D & 127) == 0; /* float4 reads of V rows in P V */
@@ -204,34 +205,32 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
     float *Qs = smem;                  /* [RT][D] */
     float *Ks = Qs + (size_t)RT * D;   /* [T][ks] */
     float *Vs = Ks + (size_t)T * ks;   /* [T][D] */
-    const size_t slots_off = ((size_t)RT * D + (size_t)T * ks + (size_t)T * D + 1) & ~(size_t)1;
-    int64_t *slots = (int64_t *)(smem + slots_off); /* [T], 8-byte aligned */
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tile = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     const int first_row = tile * p.rows_per_tile;
     const int total_rows = p.n_tokens * p.G;
 
-    /* the query rows of this tile into shared memory, each thread's loads
-     * issued before its stores (a store between two loads would make every
-     * load wait for the one before: the compiler cannot tell the generic
-     * pointers apart) */
-    constexpr int QU = 8;
-    for (int i0 = tid; i0 < RT * D; i0 += QU * ATTN_THREADS) {
-        float v[QU];
+    /* this warp's query rows go into its own part of shared memory (no
+     * other warp reads them), lanes along the channels: loaded here, stored
+     * once the first run's key range has been read (both in flight at once) */
+    const float *qrow[RPT];
 #pragma unroll
-        for (int u = 0; u < QU; u++) {
-            const int i = i0 + u * ATTN_THREADS, lr = i / D, d = i % D;
-            const int gr = first_row + lr;
-            v[u] = 0.0f;
-            if (i < RT * D && lr < p.rows_per_tile && gr < total_rows) {
-                const int t = gr / p.G, h = kvh * p.G + gr % p.G;
-                v[u] = p.q[((size_t)t * p.n_heads + h) * D + d];
+    for (int i = 0; i < RPT; i++) {
+        const int lr = warp * RPT + i, gr = first_row + lr;
+        qrow[i] = NULL;
+        if (lr < p.rows_per_tile && gr < total_rows)
+            qrow[i] = p.q + ((size_t)(gr / p.G) * p.n_heads + kvh * p.G + gr % p.G) * D;
+    }
+    float4 qv[RPT][CV];
+    if ((D & 3) == 0) {
+#pragma unroll
+        for (int i = 0; i < RPT; i++)
+#pragma unroll
+            for (int c = 0; c < CV; c++) {
+                const int d = 128 * c + 4 * lane;
+                qv[i][c] = qrow[i] && d < D ? *reinterpret_cast<const float4 *>(qrow[i] + d) : make_float4(0, 0, 0, 0);
             }
-        }
-#pragma unroll
-        for (int u = 0; u < QU; u++)
-            if (i0 + u * ATTN_THREADS < RT * D) Qs[i0 + u * ATTN_THREADS] = v[u];
     }
 
     /* this warp's rows */
@@ -253,14 +252,30 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
     const int last_row = min(first_row + p.rows_per_tile, total_rows) - 1;
     if (last_row < first_row) return;
     const int t_first = first_row / p.G, t_last = last_row / p.G;
-    __syncthreads();
+    /* the first run: consecutive tokens of one sequence */
+    int run_start = t_first, lo_u, hi_u;
+    int run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
+    {
+        float *qs = Qs + (size_t)warp * RPT * D;
+        if ((D & 3) == 0) {
+#pragma unroll
+            for (int i = 0; i < RPT; i++)
+#pragma unroll
+                for (int c = 0; c < CV; c++) {
+                    const int d = 128 * c + 4 * lane;
+                    if (d < D) *reinterpret_cast<float4 *>(qs + (size_t)i * D + d) = qv[i][c];
+                }
+        } else {
+#pragma unroll
+            for (int i = 0; i < RPT; i++)
+                for (int d = lane; d < D; d += 32) qs[(size_t)i * D + d] = qrow[i] ? qrow[i][d] : 0.0f;
+        }
+        __syncwarp();
+    }
 
     const int part = lane / T, jl = lane % T;
-    for (int run_start = t_first; run_start <= t_last;) {
-        /* a run: consecutive tokens of one sequence */
+    while (run_start <= t_last) {
         const int s = p.seq[run_start];
-        int lo_u, hi_u;
-        const int run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
         int split_len = p.split_len;
         if (p.pieces > 0 && lo_u <= hi_u) {
             const int per = (hi_u - lo_u + p.pieces) / p.pieces; /* ceil(span / pieces) */
@@ -282,45 +297,52 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
             for (int k = 0; k < DK; k++) acc[i][k] = 0.0f;
         }
         for (int tile_lo = s_lo; tile_lo <= s_hi; tile_lo += T) {
-            if (tid < T) slots[tid] = tile_lo + tid <= s_hi ? kv_slot(p.tb, s, tile_lo + tid) : -1;
-            __syncthreads();
+            /* the tile's K and V rows: warp w stages rows w, w + 8, ..., each
+             * looking up its own slot (one broadcast load), lanes along the
+             * channels, every load issued before the stores */
+            constexpr int RPW = T / ATTN_WARPS;
             const size_t kv_row = (size_t)p.n_kv * D;
-            if ((D & 3) == 0) {
-                /* KU pairs of 16-byte loads in flight per thread, then
-                 * their stores (see the query rows above) */
-                constexpr int KU = 4;
-                const int D4 = D >> 2;
-                for (int i0 = tid; i0 < T * D4; i0 += KU * ATTN_THREADS) {
-                    float4 kv4[KU], vv4[KU];
+            const float *krow[RPW], *vrow[RPW];
 #pragma unroll
-                    for (int u = 0; u < KU; u++) {
-                        const int i = i0 + u * ATTN_THREADS, j = i / D4, d = (i % D4) * 4;
-                        kv4[u] = vv4[u] = make_float4(0, 0, 0, 0);
-                        if (i < T * D4 && slots[j] >= 0) {
-                            const size_t off = (size_t)slots[j] * kv_row + (size_t)kvh * D + d;
-                            kv4[u] = *reinterpret_cast<const float4 *>(p.kp + off);
-                            vv4[u] = *reinterpret_cast<const float4 *>(p.vp + off);
+            for (int r = 0; r < RPW; r++) {
+                const int pos = tile_lo + warp + r * ATTN_WARPS;
+                krow[r] = vrow[r] = NULL;
+                if (pos <= s_hi) {
+                    const size_t off = (size_t)kv_slot(p.tb, s, pos) * kv_row + (size_t)kvh * D;
+                    krow[r] = p.kp + off;
+                    vrow[r] = p.vp + off;
+                }
+            }
+            if ((D & 3) == 0) {
+                float4 k4[RPW][CV], v4[RPW][CV];
+#pragma unroll
+                for (int r = 0; r < RPW; r++)
+#pragma unroll
+                    for (int c = 0; c < CV; c++) {
+                        const int d = 128 * c + 4 * lane;
+                        k4[r][c] = v4[r][c] = make_float4(0, 0, 0, 0);
+                        if (krow[r] && d < D) {
+                            k4[r][c] = *reinterpret_cast<const float4 *>(krow[r] + d);
+                            v4[r][c] = *reinterpret_cast<const float4 *>(vrow[r] + d);
                         }
                     }
 #pragma unroll
-                    for (int u = 0; u < KU; u++) {
-                        const int i = i0 + u * ATTN_THREADS, j = i / D4, d = (i % D4) * 4;
-                        if (i >= T * D4) break;
-                        *reinterpret_cast<float4 *>(Ks + (size_t)j * ks + d) = kv4[u];
-                        *reinterpret_cast<float4 *>(Vs + (size_t)j * D + d) = vv4[u];
+                for (int r = 0; r < RPW; r++)
+#pragma unroll
+                    for (int c = 0; c < CV; c++) {
+                        const int j = warp + r * ATTN_WARPS, d = 128 * c + 4 * lane;
+                        if (d >= D) continue;
+                        *reinterpret_cast<float4 *>(Ks + (size_t)j * ks + d) = k4[r][c];
+                        *reinterpret_cast<float4 *>(Vs + (size_t)j * D + d) = v4[r][c];
                     }
-                }
             } else {
-                for (int i = tid; i < T * D; i += ATTN_THREADS) {
-                    const int j = i / D, d = i % D;
-                    float kk = 0.0f, vv = 0.0f;
-                    if (slots[j] >= 0) {
-                        const size_t off = (size_t)slots[j] * kv_row + (size_t)kvh * D + d;
-                        kk = p.kp[off];
-                        vv = p.vp[off];
+#pragma unroll
+                for (int r = 0; r < RPW; r++) {
+                    const int j = warp + r * ATTN_WARPS;
+                    for (int d = lane; d < D; d += 32) {
+                        Ks[(size_t)j * ks + d] = krow[r] ? krow[r][d] : 0.0f;
+                        Vs[(size_t)j * D + d] = vrow[r] ? vrow[r][d] : 0.0f;
                     }
-                    Ks[(size_t)j * ks + d] = kk;
-                    Vs[(size_t)j * D + d] = vv;
                 }
             }
             __syncthreads();
@@ -454,37 +476,49 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
             }
         }
         run_start = run_end;
+        if (run_start <= t_last) run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
     }
 }
 
-template <int DMAX, int RPT>
+template <int DMAX, int RPT, int T>
 static void launch_attention(cuda_ctx *c, const attn_params &p, int tiles, size_t smem) {
     static int configured; /* the opt-in above 48 KB, once per kernel */
     if (!configured) {
         /* dynamic shared memory may use what the kernel's static arrays leave */
         cudaFuncAttributes fa;
-        if (!cuda_check(c, cudaFuncGetAttributes(&fa, attention_kernel<DMAX, RPT>), "cudaFuncGetAttributes")) return;
+        if (!cuda_check(c, cudaFuncGetAttributes(&fa, attention_kernel<DMAX, RPT, T>), "cudaFuncGetAttributes"))
+            return;
         const int dyn_max = (int)(c->smem_optin - fa.sharedSizeBytes);
         if (!cuda_check(c,
-                        cudaFuncSetAttribute(attention_kernel<DMAX, RPT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                        cudaFuncSetAttribute(attention_kernel<DMAX, RPT, T>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem > 48 * 1024 ? dyn_max : 48 * 1024),
                         "cudaFuncSetAttribute"))
             return;
         configured = (int)smem > 48 * 1024;
     }
     dim3 grid((unsigned)tiles, (unsigned)p.n_kv, (unsigned)p.splits);
-    cuda_launch(c, attention_kernel<DMAX, RPT>, grid, ATTN_THREADS, smem, p);
+    cuda_launch(c, attention_kernel<DMAX, RPT, T>, grid, ATTN_THREADS, smem, p);
     cuda_launched(c, "attention");
 }
 
-template <int DMAX>
+template <int DMAX, int T>
 static void launch_attention_rpt(cuda_ctx *c, const attn_params &p, int rpt, int tiles, size_t smem) {
     if (rpt == 1)
-        launch_attention<DMAX, 1>(c, p, tiles, smem);
+        launch_attention<DMAX, 1, T>(c, p, tiles, smem);
     else if (rpt == 2)
-        launch_attention<DMAX, 2>(c, p, tiles, smem);
+        launch_attention<DMAX, 2, T>(c, p, tiles, smem);
     else
-        launch_attention<DMAX, 4>(c, p, tiles, smem);
+        launch_attention<DMAX, 4, T>(c, p, tiles, smem);
+}
+
+/* T = 32 only up to head_dim 256 (the shared memory of 32 rows of 512) */
+template <int DMAX>
+static void launch_attention_t(cuda_ctx *c, const attn_params &p, int T, int rpt, int tiles, size_t smem) {
+    if (T == 32)
+        launch_attention_rpt<DMAX, DMAX <= 256 ? 32 : 16>(c, p, rpt, tiles, smem);
+    else
+        launch_attention_rpt<DMAX, 16>(c, p, rpt, tiles, smem);
 }
 
 void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp, const g4_attn_batch *b, int sliding,
@@ -503,10 +537,16 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     }
     const int G = n_heads / Hkv;
     const int dmax = D <= 64 ? 64 : D <= 128 ? 128 : D <= 256 ? 256 : 512;
-    const int T = dmax > 256 ? 16 : 32;
     /* decode-like batches: one token's heads per tile, split keys instead */
     int rpt, rows_per_tile;
     const int decode = n <= 32 && G <= 4 * ATTN_WARPS;
+    /* positions per staged K/V tile: 16 for head_dim 512 and for decode (a
+     * tile's serial chain of loads, dot products and P V is what a short
+     * context waits on: E2B's 8/1 heads x 256 at 144 keys 11.4 -> 8.8 us;
+     * G4_CUDA_ATTN_DECODE_T=32 stages 32 where head_dim <= 256), else 32.
+     * Two lanes share a position at 16, 16 channels each per 32: head_dim
+     * must be a multiple of 32. */
+    const int T = dmax > 256 || (decode && c->attn_decode_t != 32 && D % 32 == 0) ? 16 : 32;
     if (decode) {
         rows_per_tile = G;
         rpt = G <= ATTN_WARPS ? 1 : G <= 2 * ATTN_WARPS ? 2 : 4;
@@ -558,17 +598,16 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     p.min_len = min_len;
     p.part_acc = p.part_ml = NULL;
     if (splits > 1 && !cuda_attention_parts(c, (int64_t)n * n_heads, splits, D, &p.part_acc, &p.part_ml)) return;
-    const size_t smem = ((size_t)ATTN_WARPS * rpt * D + (size_t)T * attn_k_stride(D) + (size_t)T * D + 1) * sizeof(float) +
-                        (size_t)T * sizeof(int64_t) + 8;
+    const size_t smem = ((size_t)ATTN_WARPS * rpt * D + (size_t)T * attn_k_stride(D) + (size_t)T * D) * sizeof(float);
     if (smem > c->smem_optin) {
         cuda_fail_op(c, "attention: %zu bytes of shared memory needed, %zu available", smem, c->smem_optin);
         return;
     }
     switch (dmax) {
-    case 64: launch_attention_rpt<64>(c, p, rpt, tiles, smem); break;
-    case 128: launch_attention_rpt<128>(c, p, rpt, tiles, smem); break;
-    case 256: launch_attention_rpt<256>(c, p, rpt, tiles, smem); break;
-    default: launch_attention_rpt<512>(c, p, rpt, tiles, smem); break;
+    case 64: launch_attention_t<64>(c, p, T, rpt, tiles, smem); break;
+    case 128: launch_attention_t<128>(c, p, T, rpt, tiles, smem); break;
+    case 256: launch_attention_t<256>(c, p, T, rpt, tiles, smem); break;
+    default: launch_attention_t<512>(c, p, T, rpt, tiles, smem); break;
     }
     if (splits > 1) cuda_attention_merge(c, out, p.part_acc, p.part_ml, n * n_heads, splits, D);
 }

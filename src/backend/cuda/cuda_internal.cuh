@@ -86,6 +86,7 @@ struct cuda_ctx {
     int pdl;
     int attn_min_split; /* G4_CUDA_ATTN_MIN_SPLIT: shortest key piece of split decode attention (0: one tile) */
     int moe_pipe;       /* experts' prefill by the pipelined grouped kernel (1, default; G4_CUDA_MOE_PIPE=0: mma_gemm_kernel) */
+    int attn_decode_t;  /* K/V positions per staged tile in decode attention: 16 (default) or 32 (G4_CUDA_ATTN_DECODE_T) */
     int attn_dynamic;   /* decode pieces sized from each token's span (1, default) or the capacity (G4_CUDA_ATTN_DYNAMIC=0) */
     int attn_tc; /* prefill-like attention on tensor cores (cuda_attention_tc.cu): 1 (default), 32/64 rows per block, 0 off (G4_CUDA_ATTN_TC) */
     int attn_tc_split; /* keys per piece when that kernel splits each tile's keys over blocks: -1 by shape (default), 0 never (G4_CUDA_ATTN_TC_SPLIT) */
