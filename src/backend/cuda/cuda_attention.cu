@@ -113,6 +113,7 @@ struct attn_params : attn_common {
  * t/s, one block does all the tile's rows.) */
 __global__ void attention_merge_kernel(float *out, const float *part_acc, const float *part_ml, int splits, int D) {
     pdl_wait();
+    pdl_launch_next();
     __shared__ float e[ATTN_MAX_SPLITS]; /* factor of the k-th live split */
     __shared__ int live_split[ATTN_MAX_SPLITS];
     __shared__ int n_live;

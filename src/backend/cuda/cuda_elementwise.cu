@@ -240,6 +240,7 @@ __global__ void add_rmsnorm_kernel(float *h, const float *x, const float *w, int
 template <int PER>
 __global__ void rmsnorm_row_kernel(float *out, const float *x, const float *w, int dim, float eps) {
     pdl_wait();
+    pdl_launch_next();
     const size_t r = blockIdx.x;
     const float *xr = x + r * (size_t)dim;
     float xv[PER], wv[PER];
@@ -266,6 +267,7 @@ template <int PER>
 __global__ void add_rmsnorm_row_kernel(float *h, const float *x, const float *w, int dim, float eps, float scale,
                                        float *next, const float *next_w) {
     pdl_wait();
+    pdl_launch_next();
     const size_t r = blockIdx.x;
     const float *xr = x + r * (size_t)dim;
     float *hr = h + r * (size_t)dim;
@@ -388,6 +390,7 @@ void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim
 __global__ void rmsnorm_rope_kernel(float *x, const float *w, int n_heads, int head_dim, int n_pairs, float eps,
                                     const int32_t *pos, rope_freqs f) {
     pdl_wait();
+    pdl_launch_next();
     const int t = blockIdx.x, h = blockIdx.y;
     float *v = x + ((size_t)t * n_heads + h) * head_dim;
     const float inv = block_inv_rms(v, head_dim, eps);

@@ -108,6 +108,7 @@ __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x
     constexpr int BC = BITS == 4 ? TC_BLOCK_COLS : TC8_BLOCK_COLS, BU = BITS == 4 ? TC_BLOCK_UINT4 : TC8_BLOCK_UINT4;
     constexpr int PER = BC / 32, FRAGS = BU - 2; /* columns per lane; uint4 of B fragments */
     pdl_wait();
+    pdl_launch_next();
     __shared__ float xs[TC_WARPS][BC];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;

@@ -118,12 +118,24 @@ void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
  * kernel calls pdl_wait() first, which returns once the previous kernel has
  * completed and its writes are visible; nothing is read or written before.
  * (Measured and dropped: letting the next kernel start as soon as all blocks
- * are resident, griddepcontrol.launch_dependents first, with GEMVs
+ * are resident in every kernel, griddepcontrol.launch_dependents first, with GEMVs
  * prefetching their weights into L2 while waiting: e2b bf16 402.9 -> 349.1
  * t/s, 31b bf16 62.9 -> 52.9; without the prefetch 387.8 and 60.0.) */
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/* Lets the next kernel be scheduled now; it still waits in its pdl_wait()
+ * for this one to complete. Called first by the one- or few-block kernels of
+ * a decode step (norms, RoPE, activation preparation, routing, merges),
+ * whose successor is mostly a GEMV: its blocks are then resident when they
+ * finish (tg128 e2b bf16 451.6 -> 457.8 / 455.9, 26b-a4b mlx4 284.0 -> 286.2
+ * / 286.6 t/s; in every kernel it lost, see above). */
+__device__ __forceinline__ void pdl_launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 

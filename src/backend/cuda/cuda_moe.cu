@@ -21,6 +21,7 @@
 __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float *expert_scale, int n,
                                  int n_experts, int k) {
     pdl_wait();
+    pdl_launch_next();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (t >= n) return;
@@ -115,6 +116,7 @@ __global__ void moe_sort_kernel(const int32_t *ids, int n_slots, int n_experts, 
 __global__ void moe_combine_kernel(float *out, const float *y, const int32_t *ids, const float *weights, int k,
                                    int n_experts, int d) {
     pdl_wait();
+    pdl_launch_next();
     const int t = blockIdx.y;
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= d) return;

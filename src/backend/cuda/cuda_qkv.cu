@@ -25,6 +25,7 @@ struct qkv_args {
 
 __global__ void qkv_prepare_kernel(qkv_args a, rope_freqs f) {
     pdl_wait();
+    pdl_launch_next();
     const int t = blockIdx.x, head = blockIdx.y, D = a.D;
     const float *row = a.qkv + (size_t)t * a.stride;
     const float *src, *w;
