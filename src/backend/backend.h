@@ -165,6 +165,13 @@ typedef struct {
      * temporary, add, scale, rmsnorm, in one pass. */
     void (*add_rmsnorm)(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
                         float scale, float *next_out, const float *next_w);
+    /* The end of a MoE layer's feed-forward block, per row: dense =
+     * rmsnorm(dense) * w_dense + rmsnorm(experts) * w_experts, then the
+     * residual step add_rmsnorm(h, dense, w_post, ..., scale, next_out,
+     * next_w). Exactly rmsnorm then add_rmsnorm twice, in one pass. */
+    void (*moe_residual)(g4_backend *be, float *h, float *dense, const float *w_dense, const float *experts,
+                         const float *w_experts, const float *w_post, int rows, int dim, float eps, float scale,
+                         float *next_out, const float *next_w);
     /* out = gelu_tanh(gate) * up, elementwise */
     void (*gelu_mul)(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
     /* out = a + b */

@@ -260,7 +260,6 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
     if (tc->moe) {
         /* dense branch, then the routed experts beside it; the router sees
          * the un-normalised residual stream */
-        be->ops->rmsnorm(be, s->t1, s->t1, w->post_ffn_norm1, n, d, tc->rms_eps);
         /* the router's scale as the norm's weight: one launch, one rounding */
         be->ops->rmsnorm(be, s->x2, s->h, w->router_scale, n, d, tc->rms_eps);
         be->ops->matmul(be, s->router_logits, s->x2, n, &w->router);
@@ -269,9 +268,10 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
         be->ops->rmsnorm(be, s->x2, s->h, w->pre_ffn_norm2, n, d, tc->rms_eps);
         be->ops->moe_experts(be, s->moe_out, s->x2, n, s->moe_ids, s->moe_w, tc->top_k_experts, &w->expert_gate,
                              &w->expert_up, &w->expert_down);
-        /* t1 += rmsnorm(moe_out) * post_ffn_norm2: one kernel, the same
-         * values as the norm then the add */
-        be->ops->add_rmsnorm(be, s->t1, s->moe_out, w->post_ffn_norm2, n, d, tc->rms_eps, 1.0f, NULL, NULL);
+        /* both branches normed and summed, then the residual step */
+        be->ops->moe_residual(be, s->h, s->t1, w->post_ffn_norm1, s->moe_out, w->post_ffn_norm2, w->post_ffn_norm, n,
+                              d, tc->rms_eps, scale, next_norm ? s->a : NULL, next_norm);
+        return;
     }
     be->ops->add_rmsnorm(be, s->h, s->t1, w->post_ffn_norm, n, d, tc->rms_eps, scale, next_norm ? s->a : NULL,
                          next_norm);

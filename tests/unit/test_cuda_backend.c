@@ -408,6 +408,41 @@ static void test_embed(void) {
     }
 }
 
+/* The MoE layer's end (both branches normed and summed, then the residual
+ * step) against the CPU op: the register kernel at 26B-A4B's width and odd
+ * ones, the three-launch path beyond it (5376). */
+static void test_moe_residual(void) {
+    const int cases[][2] = {{1, 2816}, {3, 1536}, {5, 37}, {2, 5376}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int rows = cases[k][0], dim = cases[k][1];
+        const size_t n = (size_t)rows * dim;
+        const float scale = k % 2 ? 0.37f : 1.0f;
+        float *dense = rand_floats(n, 0.01f, 30.0f), *experts = rand_floats(n, 0.01f, 5.0f);
+        float *h = rand_floats(n, 0.01f, 10.0f), *w[4];
+        for (int i = 0; i < 4; i++) w[i] = rand_floats((size_t)dim, 0.5f, 2.0f);
+        const float *next_w = k == 2 ? NULL : w[3];
+        float *want_h = malloc(n * 4), *want_dense = malloc(n * 4), *want_next = malloc(n * 4);
+        memcpy(want_h, h, n * 4);
+        memcpy(want_dense, dense, n * 4);
+        cpu->ops->moe_residual(cpu, want_h, want_dense, w[0], experts, w[1], w[2], rows, dim, 1e-6f, scale, want_next,
+                               next_w);
+        float *dh = up(h, n * 4), *dd = up(dense, n * 4), *de = up(experts, n * 4), *dw[4], *dnext = poisoned(n);
+        for (int i = 0; i < 4; i++) dw[i] = up(w[i], (size_t)dim * 4);
+        gpu->ops->moe_residual(gpu, dh, dd, dw[0], de, dw[1], dw[2], rows, dim, 1e-6f, scale, dnext,
+                               next_w ? dw[3] : NULL);
+        float *got_h = down(dh, n), *got_dense = down(dd, n), *got_next = down(dnext, n);
+        char what[96];
+        snprintf(what, sizeof what, "%d x %d, scale %g%s", rows, dim, scale, next_w ? "" : ", unweighted next norm");
+        compare("moe_residual h", what, got_h, want_h, n, TOL_ELEMENTWISE);
+        compare("moe_residual sum", what, got_dense, want_dense, n, TOL_ELEMENTWISE);
+        compare("moe_residual next", what, got_next, want_next, n, TOL_ELEMENTWISE);
+        release(dh), release(dd), release(de), release(dnext);
+        for (int i = 0; i < 4; i++) release(dw[i]), free(w[i]);
+        free(dense), free(experts), free(h), free(want_h), free(want_dense), free(want_next);
+        free(got_h), free(got_dense), free(got_next);
+    }
+}
+
 /* h = (h + rmsnorm(x) * w) * scale against the CPU op, and the CPU op
  * against its definition (rmsnorm, add, scale) bit for bit. */
 static void test_add_rmsnorm(void) {
@@ -2159,6 +2194,7 @@ int main(void) {
     test_elementwise();
     test_rmsnorm();
     test_add_rmsnorm();
+    test_moe_residual();
     test_matmul_gelu_mul();
     test_rope(0);
     test_rope(1);

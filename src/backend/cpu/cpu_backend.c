@@ -124,6 +124,14 @@ static void cpu_add_rmsnorm(g4_backend *be, float *h, const float *x, const floa
     if (next_out) cpu_rmsnorm(be, next_out, h, next_w, rows, dim, eps);
 }
 
+static void cpu_moe_residual(g4_backend *be, float *h, float *dense, const float *w_dense, const float *experts,
+                             const float *w_experts, const float *w_post, int rows, int dim, float eps, float scale,
+                             float *next_out, const float *next_w) {
+    cpu_rmsnorm(be, dense, dense, w_dense, rows, dim, eps);
+    cpu_add_rmsnorm(be, dense, experts, w_experts, rows, dim, eps, 1.0f, NULL, NULL);
+    cpu_add_rmsnorm(be, h, dense, w_post, rows, dim, eps, scale, next_out, next_w);
+}
+
 static void cpu_add(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -189,6 +197,7 @@ static const g4_backend_ops cpu_ops = {
     .rope = cpu_rope,
     .rmsnorm_rope = cpu_rmsnorm_rope,
     .add_rmsnorm = cpu_add_rmsnorm,
+    .moe_residual = cpu_moe_residual,
     .gelu_mul = cpu_gelu_mul,
     .add = cpu_add,
     .scale = cpu_scale,

@@ -307,6 +307,7 @@ static const g4_backend_ops cuda_ops = {
     .rope = cuda_rope,
     .rmsnorm_rope = cuda_rmsnorm_rope,
     .add_rmsnorm = cuda_add_rmsnorm,
+    .moe_residual = cuda_moe_residual,
     .gelu_mul = cuda_gelu_mul,
     .add = cuda_add,
     .scale = cuda_scale,

@@ -263,6 +263,38 @@ __global__ void rmsnorm_row_kernel(float *out, const float *x, const float *w, i
     }
 }
 
+/* The residual step on rows held in registers: h = (h + rmsnorm(x) * w) *
+ * scale into hr, then nr = rmsnorm(h) * nw when nr is not NULL (nw all ones
+ * when the next norm has no weight, as the kernels load it). */
+template <int PER>
+__device__ __forceinline__ void add_rmsnorm_regs(float (&hv)[PER], const float (&xv)[PER], const float (&wv)[PER],
+                                                 const float (&nw)[PER], bool next_weighted, float *hr, float *nr,
+                                                 int dim, float eps, float scale) {
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        if (threadIdx.x + k * blockDim.x < dim) ss += (double)xv[k] * (double)xv[k];
+    const float inv = block_inv_rms_of(ss, dim, eps);
+    double ss_h = 0;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        const float v = __fadd_rn(hv[k], __fmul_rn(__fmul_rn(xv[k], inv), wv[k]));
+        hv[k] = scale != 1.0f ? __fmul_rn(v, scale) : v;
+        if (i < dim) {
+            hr[i] = hv[k];
+            ss_h += (double)hv[k] * (double)hv[k];
+        }
+    }
+    if (!nr) return;
+    const float inv_h = block_inv_rms_of(ss_h, dim, eps);
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < dim) nr[i] = next_weighted ? __fmul_rn(__fmul_rn(hv[k], inv_h), nw[k]) : __fmul_rn(hv[k], inv_h);
+    }
+}
+
 template <int PER>
 __global__ void add_rmsnorm_row_kernel(float *h, const float *x, const float *w, int dim, float eps, float scale,
                                        float *next, const float *next_w) {
@@ -281,30 +313,45 @@ __global__ void add_rmsnorm_row_kernel(float *h, const float *x, const float *w,
         wv[k] = in ? w[i] : 0.0f;
         nw[k] = in && next_w ? next_w[i] : 1.0f;
     }
+    add_rmsnorm_regs<PER>(hv, xv, wv, nw, next_w != NULL, hr, next ? next + r * (size_t)dim : NULL, dim, eps, scale);
+}
+
+/* The end of a MoE layer's feed-forward block in one launch (see
+ * g4_backend_ops.moe_residual): the dense branch's norm, the experts' norm
+ * added to it, then the residual step; each rounding as rmsnorm_row_kernel
+ * then add_rmsnorm_row_kernel twice. */
+template <int PER>
+__global__ void moe_residual_row_kernel(float *h, float *dense, const float *w_dense, const float *experts,
+                                        const float *w_experts, const float *w_post, int dim, float eps, float scale,
+                                        float *next, const float *next_w) {
+    pdl_wait();
+    pdl_launch_next();
+    const size_t r = blockIdx.x;
+    const float *er = experts + r * (size_t)dim;
+    float *dr = dense + r * (size_t)dim, *hr = h + r * (size_t)dim;
+    float dv[PER], ev[PER], hv[PER], wd[PER], we[PER], wp[PER], nw[PER], ones[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        const bool in = i < dim;
+        dv[k] = in ? dr[i] : 0.0f;
+        ev[k] = in ? er[i] : 0.0f;
+        hv[k] = in ? hr[i] : 0.0f;
+        wd[k] = in ? w_dense[i] : 0.0f;
+        we[k] = in ? w_experts[i] : 0.0f;
+        wp[k] = in ? w_post[i] : 0.0f;
+        nw[k] = in && next_w ? next_w[i] : 1.0f;
+        ones[k] = 1.0f;
+    }
     double ss = 0;
 #pragma unroll
     for (int k = 0; k < PER; k++)
-        if (threadIdx.x + k * blockDim.x < dim) ss += (double)xv[k] * (double)xv[k];
+        if (threadIdx.x + k * blockDim.x < dim) ss += (double)dv[k] * (double)dv[k];
     const float inv = block_inv_rms_of(ss, dim, eps);
-    double ss_h = 0;
 #pragma unroll
-    for (int k = 0; k < PER; k++) {
-        const int i = threadIdx.x + k * blockDim.x;
-        const float v = __fadd_rn(hv[k], __fmul_rn(__fmul_rn(xv[k], inv), wv[k]));
-        hv[k] = scale != 1.0f ? __fmul_rn(v, scale) : v;
-        if (i < dim) {
-            hr[i] = hv[k];
-            ss_h += (double)hv[k] * (double)hv[k];
-        }
-    }
-    if (!next) return;
-    const float inv_h = block_inv_rms_of(ss_h, dim, eps);
-    float *nr = next + r * (size_t)dim;
-#pragma unroll
-    for (int k = 0; k < PER; k++) {
-        const int i = threadIdx.x + k * blockDim.x;
-        if (i < dim) nr[i] = next_w ? __fmul_rn(__fmul_rn(hv[k], inv_h), nw[k]) : __fmul_rn(hv[k], inv_h);
-    }
+    for (int k = 0; k < PER; k++) dv[k] = __fmul_rn(__fmul_rn(dv[k], inv), wd[k]); /* the dense branch normed */
+    add_rmsnorm_regs<PER>(dv, ev, we, ones, false, dr, NULL, dim, eps, 1.0f);
+    add_rmsnorm_regs<PER>(hv, dv, wp, nw, next_w != NULL, hr, next ? next + r * (size_t)dim : NULL, dim, eps, scale);
 }
 
 static int norm_threads(int dim) { return dim >= 2048 ? 512 : dim >= 512 ? 256 : dim >= 128 ? 128 : 32; }
@@ -339,6 +386,27 @@ void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, 
     else
         cuda_launch(c, add_rmsnorm_kernel, rows, threads, 0, h, x, w, dim, eps, scale, next_out, next_w);
     cuda_launched(c, "add_rmsnorm");
+}
+
+void cuda_moe_residual(g4_backend *be, float *h, float *dense, const float *w_dense, const float *experts,
+                       const float *w_experts, const float *w_post, int rows, int dim, float eps, float scale,
+                       float *next_out, const float *next_w) {
+    cuda_ctx *c = cuda_of(be);
+    if (rows <= 0 || dim <= 0) return;
+    const int threads = norm_threads(dim), per = (dim + threads - 1) / threads;
+    if (per > 8) { /* the three steps one by one */
+        cuda_rmsnorm(be, dense, dense, w_dense, rows, dim, eps);
+        cuda_add_rmsnorm(be, dense, experts, w_experts, rows, dim, eps, 1.0f, NULL, NULL);
+        cuda_add_rmsnorm(be, h, dense, w_post, rows, dim, eps, scale, next_out, next_w);
+        return;
+    }
+    if (per <= 4)
+        cuda_launch(c, moe_residual_row_kernel<4>, rows, threads, 0, h, dense, w_dense, experts, w_experts, w_post, dim,
+                    eps, scale, next_out, next_w);
+    else
+        cuda_launch(c, moe_residual_row_kernel<8>, rows, threads, 0, h, dense, w_dense, experts, w_experts, w_post, dim,
+                    eps, scale, next_out, next_w);
+    cuda_launched(c, "moe_residual");
 }
 
 /* ---- RoPE ---- */

@@ -178,6 +178,9 @@ void cuda_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, i
                        const int32_t *pos, float theta, int n_pairs, float eps);
 void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
                       float scale, float *next_out, const float *next_w);
+void cuda_moe_residual(g4_backend *be, float *h, float *dense, const float *w_dense, const float *experts,
+                       const float *w_experts, const float *w_post, int rows, int dim, float eps, float scale,
+                       float *next_out, const float *next_w);
 void cuda_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos, float theta,
                int n_pairs);
 void cuda_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
