@@ -148,6 +148,10 @@ typedef struct {
     void (*embed)(g4_backend *be, float *out, const g4_matrix *table, const int32_t *ids, int n, float scale);
     /* y = x / sqrt(mean(x^2) + eps) * w (w may be NULL: no scale), per row. In place allowed. */
     void (*rmsnorm)(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps);
+    /* Two weights on one norm: out = rmsnorm(x) * w, out2 = rmsnorm(x) * w2
+     * (either weight may be NULL); x must overlap neither output. */
+    void (*rmsnorm_pair)(g4_backend *be, float *out, const float *w, float *out2, const float *w2, const float *x,
+                         int rows, int dim, float eps);
     /* Rotates each head of x[n_tokens][n_heads][head_dim] in place ("rotate half"
      * pairing j with j + head_dim/2) for positions pos[t]: the first n_pairs
      * frequencies theta^(-2j/head_dim) rotate, the rest pass through. */

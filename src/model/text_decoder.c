@@ -260,13 +260,14 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
     if (tc->moe) {
         /* dense branch, then the routed experts beside it; the router sees
          * the un-normalised residual stream */
-        /* the router's scale as the norm's weight: one launch, one rounding */
-        be->ops->rmsnorm(be, s->x2, s->h, w->router_scale, n, d, tc->rms_eps);
+        /* one norm of h, two weights: the router's scale (its input) and
+         * pre_ffn_norm2 (the experts' input, into s->a: the dense branch
+         * has read it) */
+        be->ops->rmsnorm_pair(be, s->x2, w->router_scale, s->a, w->pre_ffn_norm2, s->h, n, d, tc->rms_eps);
         be->ops->matmul(be, s->router_logits, s->x2, n, &w->router);
         be->ops->moe_route(be, s->moe_ids, s->moe_w, s->router_logits, w->per_expert_scale, n, tc->n_experts,
                            tc->top_k_experts);
-        be->ops->rmsnorm(be, s->x2, s->h, w->pre_ffn_norm2, n, d, tc->rms_eps);
-        be->ops->moe_experts(be, s->moe_out, s->x2, n, s->moe_ids, s->moe_w, tc->top_k_experts, &w->expert_gate,
+        be->ops->moe_experts(be, s->moe_out, s->a, n, s->moe_ids, s->moe_w, tc->top_k_experts, &w->expert_gate,
                              &w->expert_up, &w->expert_down);
         /* both branches normed and summed, then the residual step */
         be->ops->moe_residual(be, s->h, s->t1, w->post_ffn_norm1, s->moe_out, w->post_ffn_norm2, w->post_ffn_norm, n,

@@ -543,6 +543,32 @@ static void test_rmsnorm(void) {
     }
 }
 
+/* One norm, two weights (the MoE router's input and the experts'): both
+ * outputs against the CPU's two rmsnorms; a NULL weight, an odd width and a
+ * width past the register kernels (two launches) */
+static void test_rmsnorm_pair(void) {
+    const int cases[][2] = {{1, 2816}, {3, 1536}, {4, 37}, {2, 9000}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int rows = cases[k][0], dim = cases[k][1];
+        const size_t n = (size_t)rows * dim;
+        float *x = rand_floats(n, 0.01f, 30.0f), *w = rand_floats((size_t)dim, 0.5f, 2.0f);
+        float *w2 = rand_floats((size_t)dim, 0.5f, 2.0f), *want = malloc(n * 4), *want2 = malloc(n * 4);
+        const float *wa = w, *wb = k == 2 ? NULL : w2;
+        cpu->ops->rmsnorm(cpu, want, x, wa, rows, dim, 1e-6f);
+        cpu->ops->rmsnorm(cpu, want2, x, wb, rows, dim, 1e-6f);
+        float *dx = up(x, n * 4), *dw = up(w, (size_t)dim * 4), *dw2 = up(w2, (size_t)dim * 4);
+        float *dout = poisoned(n), *dout2 = poisoned(n);
+        gpu->ops->rmsnorm_pair(gpu, dout, dw, dout2, wb ? dw2 : NULL, dx, rows, dim, 1e-6f);
+        float *got = down(dout, n), *got2 = down(dout2, n);
+        char what[96];
+        snprintf(what, sizeof what, "%d x %d%s", rows, dim, wb ? "" : " (second without weight)");
+        compare("rmsnorm_pair", what, got, want, n, TOL_ELEMENTWISE);
+        compare("rmsnorm_pair second", what, got2, want2, n, TOL_ELEMENTWISE);
+        release(dx), release(dw), release(dw2), release(dout), release(dout2);
+        free(x), free(w), free(w2), free(want), free(want2), free(got), free(got2);
+    }
+}
+
 /* RoPE alone (fused = 0), or fused with the q/k norm before it (rmsnorm_rope,
  * with and without a weight) against the CPU's rmsnorm then rope */
 static void test_rope(int fused) {
@@ -2193,6 +2219,7 @@ int main(void) {
     test_failure_status();
     test_elementwise();
     test_rmsnorm();
+    test_rmsnorm_pair();
     test_add_rmsnorm();
     test_moe_residual();
     test_matmul_gelu_mul();

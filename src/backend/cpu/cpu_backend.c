@@ -73,6 +73,12 @@ static void cpu_rmsnorm(g4_backend *be, float *out, const float *x, const float 
     for (int r = 0; r < rows; r++) cpu_rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
 }
 
+static void cpu_rmsnorm_pair(g4_backend *be, float *out, const float *w, float *out2, const float *w2, const float *x,
+                             int rows, int dim, float eps) {
+    cpu_rmsnorm(be, out, x, w, rows, dim, eps);
+    cpu_rmsnorm(be, out2, x, w2, rows, dim, eps);
+}
+
 static void cpu_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos,
                      float theta, int n_pairs) {
     (void)be;
@@ -194,6 +200,7 @@ static const g4_backend_ops cpu_ops = {
     .matmul_precise = cpu_matmul_precise_op,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
+    .rmsnorm_pair = cpu_rmsnorm_pair,
     .rope = cpu_rope,
     .rmsnorm_rope = cpu_rmsnorm_rope,
     .add_rmsnorm = cpu_add_rmsnorm,

@@ -304,6 +304,7 @@ static const g4_backend_ops cuda_ops = {
     .matmul_precise = cuda_matmul, /* float32 accumulation already; GPU tolerance is bf16-sized */
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,
+    .rmsnorm_pair = cuda_rmsnorm_pair,
     .rope = cuda_rope,
     .rmsnorm_rope = cuda_rmsnorm_rope,
     .add_rmsnorm = cuda_add_rmsnorm,

@@ -237,35 +237,39 @@ __global__ void add_rmsnorm_kernel(float *h, const float *x, const float *w, int
  * what counts. */
 #define NORM_ROW_MAX_PER_THREAD 16
 
+/* out = rmsnorm(x) * w, and when out2 is not NULL also out2 = rmsnorm(x) * w2
+ * (two weights on one norm: one launch) */
 template <int PER>
-__global__ void rmsnorm_row_kernel(float *out, const float *x, const float *w, int dim, float eps) {
+__global__ void rmsnorm_row_kernel(float *out, const float *x, const float *w, int dim, float eps, float *out2,
+                                   const float *w2) {
     pdl_wait();
     pdl_launch_next();
     const size_t r = blockIdx.x;
     const float *xr = x + r * (size_t)dim;
-    float xv[PER], wv[PER];
+    float xv[PER], wv[PER], wv2[PER];
     double ss = 0;
 #pragma unroll
     for (int k = 0; k < PER; k++) {
         const int i = threadIdx.x + k * blockDim.x;
         xv[k] = i < dim ? xr[i] : 0.0f;
         wv[k] = w && i < dim ? w[i] : 1.0f;
+        wv2[k] = out2 && w2 && i < dim ? w2[i] : 1.0f;
     }
 #pragma unroll
     for (int k = 0; k < PER; k++)
         if (threadIdx.x + k * blockDim.x < dim) ss += (double)xv[k] * (double)xv[k];
     const float inv = block_inv_rms_of(ss, dim, eps);
-    float *yr = out + r * (size_t)dim;
+    float *yr = out + r * (size_t)dim, *yr2 = out2 ? out2 + r * (size_t)dim : NULL;
 #pragma unroll
     for (int k = 0; k < PER; k++) {
         const int i = threadIdx.x + k * blockDim.x;
-        if (i < dim) yr[i] = w ? __fmul_rn(__fmul_rn(xv[k], inv), wv[k]) : __fmul_rn(xv[k], inv);
+        if (i >= dim) continue;
+        const float y = __fmul_rn(xv[k], inv);
+        yr[i] = w ? __fmul_rn(y, wv[k]) : y;
+        if (yr2) yr2[i] = w2 ? __fmul_rn(y, wv2[k]) : y;
     }
 }
 
-/* The residual step on rows held in registers: h = (h + rmsnorm(x) * w) *
- * scale into hr, then nr = rmsnorm(h) * nw when nr is not NULL (nw all ones
- * when the next norm has no weight, as the kernels load it). */
 template <int PER>
 __device__ __forceinline__ void add_rmsnorm_regs(float (&hv)[PER], const float (&xv)[PER], const float (&wv)[PER],
                                                  const float (&nw)[PER], bool next_weighted, float *hr, float *nr,
@@ -356,19 +360,31 @@ __global__ void moe_residual_row_kernel(float *h, float *dense, const float *w_d
 
 static int norm_threads(int dim) { return dim >= 2048 ? 512 : dim >= 512 ? 256 : dim >= 128 ? 128 : 32; }
 
-void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps) {
-    cuda_ctx *c = cuda_of(be);
-    if (rows <= 0 || dim <= 0) return;
+static void rmsnorm_rows(cuda_ctx *c, float *out, const float *x, const float *w, int rows, int dim, float eps,
+                         float *out2, const float *w2) {
     const int threads = norm_threads(dim), per = (dim + threads - 1) / threads;
     if (per <= 4)
-        cuda_launch(c, rmsnorm_row_kernel<4>, rows, threads, 0, out, x, w, dim, eps);
+        cuda_launch(c, rmsnorm_row_kernel<4>, rows, threads, 0, out, x, w, dim, eps, out2, w2);
     else if (per <= 8)
-        cuda_launch(c, rmsnorm_row_kernel<8>, rows, threads, 0, out, x, w, dim, eps);
+        cuda_launch(c, rmsnorm_row_kernel<8>, rows, threads, 0, out, x, w, dim, eps, out2, w2);
     else if (per <= NORM_ROW_MAX_PER_THREAD)
-        cuda_launch(c, rmsnorm_row_kernel<NORM_ROW_MAX_PER_THREAD>, rows, threads, 0, out, x, w, dim, eps);
-    else
+        cuda_launch(c, rmsnorm_row_kernel<NORM_ROW_MAX_PER_THREAD>, rows, threads, 0, out, x, w, dim, eps, out2, w2);
+    else {
         cuda_launch(c, rmsnorm_kernel, rows, threads, 0, out, x, w, dim, eps);
+        if (out2) cuda_launch(c, rmsnorm_kernel, rows, threads, 0, out2, x, w2, dim, eps);
+    }
     cuda_launched(c, "rmsnorm");
+}
+
+void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps) {
+    if (rows <= 0 || dim <= 0) return;
+    rmsnorm_rows(cuda_of(be), out, x, w, rows, dim, eps, NULL, NULL);
+}
+
+void cuda_rmsnorm_pair(g4_backend *be, float *out, const float *w, float *out2, const float *w2, const float *x,
+                       int rows, int dim, float eps) {
+    if (rows <= 0 || dim <= 0) return;
+    rmsnorm_rows(cuda_of(be), out, x, w, rows, dim, eps, out2, w2);
 }
 
 void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,

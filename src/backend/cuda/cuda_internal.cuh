@@ -174,6 +174,8 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 /* elementwise, norms, rope, embeddings, vision helpers (cuda_elementwise.cu) */
 void cuda_embed(g4_backend *be, float *out, const g4_matrix *table, const int32_t *ids, int n, float scale);
 void cuda_rmsnorm(g4_backend *be, float *out, const float *x, const float *w, int rows, int dim, float eps);
+void cuda_rmsnorm_pair(g4_backend *be, float *out, const float *w, float *out2, const float *w2, const float *x,
+                       int rows, int dim, float eps);
 void cuda_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, int n_heads, int head_dim,
                        const int32_t *pos, float theta, int n_pairs, float eps);
 void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
