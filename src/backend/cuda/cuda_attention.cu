@@ -212,17 +212,28 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
     const int first_row = tile * p.rows_per_tile;
     const int total_rows = p.n_tokens * p.G;
 
-    /* this warp's query rows go into its own part of shared memory (no
-     * other warp reads them), lanes along the channels: loaded here, stored
-     * once the first run's key range has been read (both in flight at once) */
+    /* this warp's rows */
+    int row_t[RPT], row_h[RPT], row_lo[RPT], row_hi[RPT];
     const float *qrow[RPT];
 #pragma unroll
     for (int i = 0; i < RPT; i++) {
         const int lr = warp * RPT + i, gr = first_row + lr;
+        row_t[i] = -1;
+        row_h[i] = 0;
+        row_lo[i] = 1;
+        row_hi[i] = 0;
         qrow[i] = NULL;
-        if (lr < p.rows_per_tile && gr < total_rows)
-            qrow[i] = p.q + ((size_t)(gr / p.G) * p.n_heads + kvh * p.G + gr % p.G) * D;
+        if (lr < p.rows_per_tile && gr < total_rows) {
+            row_t[i] = gr / p.G;
+            row_h[i] = kvh * p.G + gr % p.G;
+            row_lo[i] = p.kv_range[4 * row_t[i] + p.range_off];
+            row_hi[i] = p.kv_range[4 * row_t[i] + p.range_off + 1];
+            qrow[i] = p.q + ((size_t)row_t[i] * p.n_heads + row_h[i]) * D;
+        }
     }
+    /* its query rows go into its own part of shared memory (no other warp
+     * reads them), lanes along the channels: loaded here, stored once the
+     * first run's key range has been read (both in flight at once) */
     float4 qv[RPT][CV];
     if ((D & 3) == 0) {
 #pragma unroll
@@ -232,23 +243,6 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
                 const int d = 128 * c + 4 * lane;
                 qv[i][c] = qrow[i] && d < D ? *reinterpret_cast<const float4 *>(qrow[i] + d) : make_float4(0, 0, 0, 0);
             }
-    }
-
-    /* this warp's rows */
-    int row_t[RPT], row_h[RPT], row_lo[RPT], row_hi[RPT];
-#pragma unroll
-    for (int i = 0; i < RPT; i++) {
-        const int lr = warp * RPT + i, gr = first_row + lr;
-        row_t[i] = -1;
-        row_h[i] = 0;
-        row_lo[i] = 1;
-        row_hi[i] = 0;
-        if (lr < p.rows_per_tile && gr < total_rows) {
-            row_t[i] = gr / p.G;
-            row_h[i] = kvh * p.G + gr % p.G;
-            row_lo[i] = p.kv_range[4 * row_t[i] + p.range_off];
-            row_hi[i] = p.kv_range[4 * row_t[i] + p.range_off + 1];
-        }
     }
     const int last_row = min(first_row + p.rows_per_tile, total_rows) - 1;
     if (last_row < first_row) return;
