@@ -1408,17 +1408,21 @@ static void test_gemv_tc(void) {
             check_matmul(&t, tokens, 5);
             free_matrix(&t);
         }
-    /* the one-token 4-bit kernels beside the default (pipelined, 5 stages;
-     * G4_CUDA_GEMV_TC_PIPE): the unpipelined gemv_tc_kernel (0) and 4, 6, 7
-     * stages, on every 4-bit format and shape above (the unpipelined one
-     * also on gated pairs and MoE slots) */
+    /* the one-token fp16 4-bit kernels beside their default (pipelined, 5
+     * stages; G4_CUDA_GEMV_TC_PIPE): the unpipelined gemv_tc_kernel (0) and
+     * 4, 6, 7 stages, on every 4-bit format and shape above with the integer
+     * kernel off (G4_CUDA_GEMV_I8=0: affine groups of 64 and 128 run it by
+     * default); the unpipelined one also on gated pairs and MoE slots */
     const char *stages[] = {"0", "4", "6", "7"};
     for (int v = 0; v < 4; v++) {
         setenv("G4_CUDA_GEMV_TC_PIPE", stages[v], 1);
+        setenv("G4_CUDA_GEMV_I8", "0", 1);
         g4_backend *pipe = NULL;
         if (g4_backend_cuda_create(0, &pipe) != G4_OK) pipe = NULL;
         unsetenv("G4_CUDA_GEMV_TC_PIPE");
-        CHECK(pipe != NULL, "CUDA backend with G4_CUDA_GEMV_TC_PIPE=%s: %s", stages[v], g4_error_message());
+        unsetenv("G4_CUDA_GEMV_I8");
+        CHECK(pipe != NULL, "CUDA backend with G4_CUDA_GEMV_TC_PIPE=%s G4_CUDA_GEMV_I8=0: %s", stages[v],
+              g4_error_message());
         if (!pipe) continue;
         char tag[32];
         snprintf(tag, sizeof tag, "tc-pipe %s ", stages[v]);
@@ -1457,9 +1461,12 @@ static void test_gemv_tc(void) {
                 free_matrix(&t);
             }
             const int moe_ns[] = {1, 5};
-            check_moe(pipe, "MLX tc-pipe", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, moe_ns, 2, TOL_SPLIT);
-            check_moe(pipe, "MLX tc-pipe", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, moe_ns, 2, TOL_SPLIT);
-            check_moe(pipe, "stacked tc-pipe", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, moe_ns, 2, TOL_SPLIT);
+            char mlx[48], stacked[48];
+            snprintf(mlx, sizeof mlx, "MLX %s", tag);
+            snprintf(stacked, sizeof stacked, "stacked %s", tag);
+            check_moe(pipe, mlx, 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, moe_ns, 2, TOL_SPLIT);
+            check_moe(pipe, mlx, 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, moe_ns, 2, TOL_SPLIT);
+            check_moe(pipe, stacked, 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, moe_ns, 2, TOL_SPLIT);
         }
         g4_backend_destroy(pipe);
     }
@@ -1780,15 +1787,24 @@ static void moe_speed(double bw) {
     if (unpiped) g4_backend_destroy(unpiped);
 }
 
-/* The one-token 4-bit tensor-core GEMV: the pipelined gemv_tc_pipe_kernel
- * at its default 5 stages beside gemv_tc_kernel (G4_CUDA_GEMV_TC_PIPE=0),
- * at the 31B's q|k|v, gate, o, down and gate|up-sized shapes and E2B's
- * q|k|v, o, gate|up and down. */
+/* The one-token 4-bit tensor-core GEMVs at the 31B's q|k|v, gate, o, down
+ * and gate|up-sized shapes and E2B's q|k|v, o, gate|up and down: the default
+ * (integer mma for affine groups of 64 and 128; MXFP4 the fp16 kernel) and
+ * the fp16 kernels (G4_CUDA_GEMV_I8=0: pipelined over 5 stages; with
+ * G4_CUDA_GEMV_TC_PIPE=0 unpipelined). */
 static void gemv_pipe_speed(double bw) {
-    g4_backend *pipe = NULL;
-    setenv("G4_CUDA_GEMV_TC_PIPE", "0", 1);
-    if (g4_backend_cuda_create(0, &pipe) != G4_OK) pipe = NULL;
-    unsetenv("G4_CUDA_GEMV_TC_PIPE");
+    const struct {
+        const char *pipe, *i8;
+    } knobs[] = {{NULL, "0"}, {"0", "0"}};
+    enum { N_KNOBS = sizeof knobs / sizeof knobs[0] };
+    g4_backend *bes[1 + N_KNOBS] = {gpu};
+    for (int v = 0; v < N_KNOBS; v++) {
+        if (knobs[v].pipe) setenv("G4_CUDA_GEMV_TC_PIPE", knobs[v].pipe, 1);
+        setenv("G4_CUDA_GEMV_I8", knobs[v].i8, 1);
+        if (g4_backend_cuda_create(0, &bes[1 + v]) != G4_OK) bes[1 + v] = NULL;
+        unsetenv("G4_CUDA_GEMV_TC_PIPE");
+        unsetenv("G4_CUDA_GEMV_I8");
+    }
     const int64_t shapes[][2] = {{16384, 5376}, {21504, 5376}, {5376, 8192}, {5376, 21504}, {43008, 5376},
                                  {2560, 1536},  {1536, 2048},  {12288, 1536}, {1536, 6144}};
     struct {
@@ -1796,7 +1812,8 @@ static void gemv_pipe_speed(double bw) {
         int bits, group;
         g4_dtype sdt;
     } formats[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
-    printf("  one-token 4-bit GEMV: default (pipelined, 5 stages) / G4_CUDA_GEMV_TC_PIPE=0 (unpipelined)\n");
+    printf("  one-token 4-bit GEMV: default / G4_CUDA_GEMV_I8=0 (fp16, pipelined) / 0 with "
+           "G4_CUDA_GEMV_TC_PIPE=0 (unpipelined)\n");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
@@ -1805,21 +1822,23 @@ static void gemv_pipe_speed(double bw) {
             float *x = rand_floats((size_t)cols, 0.05f, 2.0f);
             float *dx = up(x, (size_t)cols * 4), *dout = poisoned((size_t)rows);
             const double bytes = (double)g4_matrix_bytes(&t.host);
-            g4_backend *bes[2] = {gpu, pipe};
             printf("  gemv %-18s %lldx%lld n=1 ", t.name, (long long)rows, (long long)cols);
-            for (int v = 0; v < 2; v++) {
+            for (int v = 0; v < 1 + N_KNOBS; v++) {
+                /* (MXFP4 runs the fp16 kernels whatever G4_CUDA_GEMV_I8 says) */
                 if (!bes[v]) continue;
                 matmul_arg a = {bes[v], &t.dev, dx, dout, 1};
                 const double us = time_op(bes[v], run_matmul, &a, 50) * 1e6;
                 printf(" %s%.1f us (%.0f%%)", v ? " / " : "", us, 100 * bytes / (us * 1e-6) / 1e9 / bw);
             }
             printf("\n");
-            if (pipe) check_matmul_on(pipe, "tc-pipe 0 ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+            for (int v = 1; v < 1 + N_KNOBS; v++)
+                if (bes[v]) check_matmul_on(bes[v], "gemv4 speed ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
             release(dx), release(dout);
             free(x);
             free_matrix(&t);
         }
-    if (pipe) g4_backend_destroy(pipe);
+    for (int v = 1; v < 1 + N_KNOBS; v++)
+        if (bes[v]) g4_backend_destroy(bes[v]);
 }
 
 static void speed(void) {

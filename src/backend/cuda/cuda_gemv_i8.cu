@@ -1,0 +1,303 @@
+/* One token of 4-bit affine weights (MLX, groups of 64 or 128 columns) on
+ * integer tensor cores: a GEMV for decode, also per MoE slot and for gated
+ * pairs (the same arguments and tile reduction as cuda_gemv_tc.cu).
+ *
+ * Why: the fp16 kernel there spends ~207 instructions per warp on a 16-row x
+ * 128-column block (1 KB of weights): two masks per fp16 pair of codes, eight
+ * mma, and hi + lo halves of the activations through the tensor core. It is
+ * issue-bound at about half the copy rate (RESULTS, eighth run). Here the
+ * codes stay integers: a word of eight 4-bit codes is two words of four bytes
+ * (a mask; a shift and a mask), and one mma.m16n8k32 (u8 codes x s8
+ * activations, int32 sums) takes 32 columns of 16 rows, four per block:
+ * ~96 instructions per block. Measured on the H200 (21504 x 5376, groups of
+ * 64): 26.8 us, 58% of the copy rate, against 30.4 us for the fp16 kernel;
+ * its warps now wait on memory more than on issue; tg128 31b mlx4 109.9 ->
+ * 118.4 t/s, 26b-a4b mlx4 295.1 -> 315.8, e2b mlx4 429.3 -> 454.0.
+ *
+ * Exactness: per 128-column block the activations are scaled by a power of
+ * two 2^-e (the largest magnitude into [2^21, 2^22)) and rounded to integers
+ * X of 23 bits, X = 65536 P0 + 256 P1 + P2 with P1, P2 in [-128, 127] and
+ * |P0| <= 64: three signed bytes, "planes", each a column of the mma's B.
+ * Code x plane sums are exact in int32 (at most 64 x 15 x 128 per group);
+ * per group q . X = 65536 S0 + 256 S1 + S2 in float32 (one rounding), then
+ * sum = s 2^e (q . X) + b sum(x), as in cuda_gemv_tc.cu. The rounding of x
+ * to X is at most 2^-23 of the block's largest |x|.
+ *
+ * Layout (mma.m16n8k32, A = 16 rows x 32 k of u8, B = 32 k x 8 n of s8):
+ * lane (g, c) = (lane / 4, lane % 4) loads 16 bytes (columns 32c .. 32c + 31
+ * of the block) of rows g and g + 8, as in the fp16 kernel. Mma u takes code
+ * word u of each: its even codes (mask) as A registers 0 and 1 (k 4c .. 4c +
+ * 3 of rows g, g + 8), its odd codes (shift, mask) as registers 2 and 3 (k
+ * 16 + 4c ..). The k order inside an mma is free as long as B agrees, and
+ * every lane's k slots are its own columns, so a pre-pass writes each B lane
+ * the planes of exactly the columns its quad lane c holds codes for.
+ * B's eight columns are n = 4 s + p: plane p (0..2) of group slot s of the
+ * block (one slot for groups of 128, two for 64; a lane's 32 columns lie in
+ * one slot), column 4 s + 3 zero. Output lane c then holds columns 2c and
+ * 2c + 1: slot c / 2, planes 0 and 1 (c even) or plane 2 (c odd); it weights
+ * them 65536, 256 or 1 and applies its slot's scale (c even: the bias too);
+ * tc_finish adds the quad's lanes.
+ *
+ * Groups of 32 columns would need 12 B columns, and MXFP4 codes are not
+ * integers: those stay on the fp16 kernel, as do several tokens.
+ * G4_CUDA_GEMV_I8=0 turns this path off. */
+#include "backend/cuda/cuda_gemv_i8.cuh"
+
+/* Per activation row and block the pre-pass writes I8_FRAGS uint4 of B
+ * fragments, index (c * 3 + p) * 2 + h: quad lane c, plane p, half h (code
+ * words 2h and 2h + 1: even codes' bytes, odd codes', for each), then the
+ * same 8 floats as the fp16 layout's (group slot sums, 2^e, unused). */
+#define I8_FRAGS 24
+#define I8_BLOCK_UINT4 26
+
+/* plane p (0: x 65536, 1: x 256, 2: x 1) of a 23-bit integer, as a byte */
+__device__ __forceinline__ uint32_t i8_plane(int X, int p) {
+    const int p2 = ((X + 128) & 255) - 128;
+    const int r1 = (X - p2) >> 8; /* exact: X - p2 is a multiple of 256 */
+    const int p1 = ((r1 + 128) & 255) - 128;
+    const int p0 = (r1 - p1) >> 8;
+    return (uint32_t)(p == 0 ? p0 : p == 1 ? p1 : p2) & 255u;
+}
+
+/* One warp per (activation row, 128-column block). */
+__global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
+                                       int n_rows, int group_cols) {
+    pdl_wait();
+    pdl_launch_next();
+    __shared__ float xs[TC_WARPS][TC_BLOCK_COLS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
+    if (item >= (int64_t)n_blocks * n_rows) return;
+    const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
+    uint4 *frags = prepared + item * I8_BLOCK_UINT4;
+    const float down = tc_stage_block<4, 22>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * TC_BLOCK_COLS, cols,
+                                             lane, group_cols / 4, reinterpret_cast<float *>(frags + I8_FRAGS));
+    if (lane >= I8_FRAGS) return;
+    const int c = lane / 6, p = (lane >> 1) % 3, h = lane & 1;
+    uint32_t out[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        /* word u's even (odd = 0) or odd (odd = 1) codes: columns 8u + odd + 2b */
+        const int u = 2 * h + (j >> 1), odd = j & 1;
+        uint32_t word = 0;
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const int X = __float2int_rn(xs[warp][32 * c + 8 * u + odd + 2 * b] * down);
+            word |= i8_plane(X, p) << (8 * b);
+        }
+        out[j] = word;
+    }
+    frags[lane] = make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+/* d += a b: A 16 x 32 u8 (row-major fragment), B 32 x 8 s8 (column-major),
+ * int32 sums (PTX mma m16n8k32) */
+__device__ __forceinline__ void mma_u8s8_16832(int *d, const uint32_t *a, const uint32_t *b) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* A lane's roles in a block (see the layout above). */
+struct i8_roles {
+    int b_index;          /* as a B lane: its two uint4 in a stage (the zero pair if idle) */
+    bool o_active, o_bias; /* as an output lane: columns 2c, 2c + 1 hold planes; c even: bias too */
+    int o_slot;
+    float w0, w1; /* the planes' weights in those columns */
+};
+
+__device__ __forceinline__ i8_roles i8_roles_of(int g, int c, int gc, bool has_bias) {
+    i8_roles r;
+    const int my_slot = c * 32 / gc, plane = g & 3, slots = TC_BLOCK_COLS / gc;
+    const bool b_active = (g >> 2) == my_slot && plane < 3;
+    r.b_index = b_active ? (c * 3 + plane) * 2 : I8_BLOCK_UINT4;
+    r.o_slot = c >> 1;
+    r.o_active = r.o_slot < slots;
+    r.o_bias = r.o_active && (c & 1) == 0 && has_bias;
+    r.w0 = (c & 1) ? 1.0f : 65536.0f;
+    r.w1 = (c & 1) ? 0.0f : 256.0f;
+    return r;
+}
+
+/* A stage of the shared-memory ring: a block's prepared activations, then
+ * two zero uint4 (what idle B lanes read). */
+#define I8_STAGE_UINT4 (I8_BLOCK_UINT4 + 2)
+
+/* Scales and biases of a lane's two rows for one block, as loaded (kept
+ * untouched until the block's turn: see tc_params_raw). */
+struct i8_params {
+    uint32_t s_lo, s_hi, b_lo, b_hi;
+};
+
+template <int ES> __device__ __forceinline__ uint32_t i8_scale_bits(const uint8_t *p) {
+    if constexpr (ES == 2) return *reinterpret_cast<const uint16_t *>(p);
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+
+/* One block: four mma, then the lane's planes weighted, scaled and added. */
+template <int SD>
+__device__ __forceinline__ void i8_block(const i8_roles &r, uint4 wl, uint4 wh, const uint4 *stage,
+                                         const i8_params &p, float &acc_lo, float &acc_hi) {
+    const uint4 x0 = stage[r.b_index], x1 = stage[r.b_index + 1];
+    const uint32_t b[4][2] = {{x0.x, x0.y}, {x0.z, x0.w}, {x1.x, x1.y}, {x1.z, x1.w}};
+    const uint32_t lo[4] = {wl.x, wl.y, wl.z, wl.w}, hi[4] = {wh.x, wh.y, wh.z, wh.w};
+    int d[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const uint32_t a[4] = {lo[u] & 0x0F0F0F0Fu, hi[u] & 0x0F0F0F0Fu, (lo[u] >> 4) & 0x0F0F0F0Fu,
+                               (hi[u] >> 4) & 0x0F0F0F0Fu};
+        mma_u8s8_16832(d, a, b[u]);
+    }
+    if (!r.o_active) return;
+    const float *sums = reinterpret_cast<const float *>(stage + I8_FRAGS);
+    const float up = sums[4];
+    const float v_lo = fmaf((float)d[0], r.w0, (float)d[1] * r.w1);
+    const float v_hi = fmaf((float)d[2], r.w0, (float)d[3] * r.w1);
+    acc_lo = fmaf(group_value<SD>(p.s_lo), v_lo * up, acc_lo);
+    acc_hi = fmaf(group_value<SD>(p.s_hi), v_hi * up, acc_hi);
+    if (r.o_bias) {
+        const float xsum = sums[r.o_slot];
+        acc_lo = fmaf(group_value<SD>(p.b_lo), xsum, acc_lo);
+        acc_hi = fmaf(group_value<SD>(p.b_hi), xsum, acc_hi);
+    }
+}
+
+/* ---- the kernel ----
+ * A block of 4 warps per 16-row tile and column part, as gemv_tc_pipe_kernel
+ * (tc_lane_setup, tc_finish). (Measured and dropped: a streamed grid, each
+ * warp an equal run of (tile, block) units across tile boundaries, split
+ * tiles reduced through partial sums and a counter: 21504 x 5376 31.5 us
+ * against 26.8, 31b mlx4 103.6 against 117.4 t/s, e2b mlx4 344.7 / 457.5.) Each lane streams its warp's blocks of the
+ * tile: pointers at the warp's first block, advanced once per S blocks
+ * (within those the offsets are constants), and how many of them it loads
+ * weights, scales and activations for. Requests past those counts are
+ * skipped and leave stale registers, which multiply zeros: a block's
+ * columns past the row have zero activations (and zero sums); a lane's rows
+ * past the matrix point at row 0 and are never stored. */
+template <int SLOTS, int ES> struct i8_tile_lane {
+    const uint8_t *w_lo, *w_hi;               /* the lane's 16 bytes of rows g, g + 8 */
+    const uint8_t *s_lo, *s_hi, *b_lo, *b_hi; /* its output slot's scale, bias */
+    const uint4 *x;                           /* its uint4 of the prepared activations */
+    int n, n_w, n_s, n_x;                     /* blocks: the warp's; with weights, scales, activations to load */
+    i8_roles r;
+};
+
+template <int SLOTS, int ES>
+__device__ __forceinline__ i8_tile_lane<SLOTS, ES> i8_tile_lane_of(const gemv_tc_args &a, const tc_lane &L) {
+    i8_tile_lane<SLOTS, ES> s;
+    s.r = i8_roles_of(L.g, L.c, L.gc, L.b_lo != NULL);
+    const int first = L.first, n = max(0, L.last - L.first);
+    s.n = n;
+    /* blocks whose 32 columns of this lane are in the row */
+    const int w_blocks = (int)((a.cols - 32 * L.c + TC_BLOCK_COLS - 1) / TC_BLOCK_COLS);
+    s.n_w = max(0, min(L.last, w_blocks) - first);
+    s.w_lo = L.w_lo + (size_t)first * 64;
+    s.w_hi = L.w_hi + (size_t)first * 64;
+    const int s_blocks = (int)((a.cols - s.r.o_slot * L.gc + TC_BLOCK_COLS - 1) / TC_BLOCK_COLS);
+    s.n_s = s.r.o_active ? max(0, min(L.last, s_blocks) - first) : 0;
+    const size_t s_off = ((size_t)first * SLOTS + (s.r.o_active ? s.r.o_slot : 0)) * ES;
+    s.s_lo = L.s_lo + s_off;
+    s.s_hi = L.s_hi + s_off;
+    s.b_lo = s.r.o_bias ? L.b_lo + s_off : NULL;
+    s.b_hi = s.r.o_bias ? L.b_hi + s_off : NULL;
+    s.x = L.prepared + (size_t)first * I8_BLOCK_UINT4 + (L.lane < I8_BLOCK_UINT4 ? L.lane : 0);
+    s.n_x = L.lane < I8_BLOCK_UINT4 ? n : 0;
+    return s;
+}
+
+/* Requests block j of the lane's stream (j < 2 S: a constant under the
+ * unrolled loop): the activations into stage x (one cp.async group, empty
+ * when not this lane's), weights and scales into registers. */
+template <int SLOTS, int ES>
+__device__ __forceinline__ void i8_tile_issue(const i8_tile_lane<SLOTS, ES> &s, uint4 *x, int j, uint4 &wl,
+                                              uint4 &wh, i8_params &p) {
+    if (j < s.n_x) cp_async16(x, s.x + j * I8_BLOCK_UINT4);
+    cp_async_commit();
+    if (j < s.n_w) {
+        wl = load_stream16(s.w_lo + j * 64);
+        wh = load_stream16(s.w_hi + j * 64);
+    }
+    if (j < s.n_s) {
+        p.s_lo = i8_scale_bits<ES>(s.s_lo + j * SLOTS * ES);
+        p.s_hi = i8_scale_bits<ES>(s.s_hi + j * SLOTS * ES);
+        if (s.r.o_bias) {
+            p.b_lo = i8_scale_bits<ES>(s.b_lo + j * SLOTS * ES);
+            p.b_hi = i8_scale_bits<ES>(s.b_hi + j * SLOTS * ES);
+        }
+    }
+}
+
+/* Software-pipelined over S stages: while block i is computed, blocks i + 1
+ * .. i + S - 1 are in flight (weights and scales in registers, the prepared
+ * activations through shared memory). The loop is unrolled by S so that
+ * the register ring's indices and the blocks' offsets are constants. */
+template <int SD, int SLOTS, int S>
+__global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_i8_kernel(gemv_tc_args a) {
+    constexpr int ES = SD == TC_SCALE_F32 ? 4 : 2;
+    pdl_wait();
+    __shared__ uint4 ring[TC_WARPS][S][I8_STAGE_UINT4];
+    tc_lane L;
+    if (!tc_lane_setup(a, L, I8_BLOCK_UINT4)) return;
+    uint4 *stages = ring[L.warp][0];
+    if (L.lane < 2 * S) stages[(L.lane >> 1) * I8_STAGE_UINT4 + I8_BLOCK_UINT4 + (L.lane & 1)] = make_uint4(0, 0, 0, 0);
+    i8_tile_lane<SLOTS, ES> s = i8_tile_lane_of<SLOTS, ES>(a, L);
+    uint4 *my_x = stages + (L.lane < I8_BLOCK_UINT4 ? L.lane : 0);
+    uint4 wl[S] = {}, wh[S] = {};
+    i8_params p[S] = {};
+#pragma unroll
+    for (int k = 0; k < S - 1; k++) i8_tile_issue(s, my_x + k * I8_STAGE_UINT4, k, wl[k], wh[k], p[k]);
+    float acc_lo = 0.0f, acc_hi = 0.0f;
+    /* S blocks per pass; the stream's pointers and counts then move on by S */
+    while (s.n > 0) {
+#pragma unroll
+        for (int k = 0; k < S; k++) {
+            if (k >= s.n) break;
+            const int next = (k + S - 1) % S; /* computed last step (and __syncwarp'd) */
+            i8_tile_issue(s, my_x + next * I8_STAGE_UINT4, k + S - 1, wl[next], wh[next], p[next]);
+            cp_async_wait_newest<S - 1>(); /* this block's group has landed */
+            __syncwarp();
+            i8_block<SD>(s.r, wl[k], wh[k], stages + k * I8_STAGE_UINT4, p[k], acc_lo, acc_hi);
+            __syncwarp(); /* stage k is refilled next step */
+        }
+        s.w_lo += S * 64, s.w_hi += S * 64;
+        s.s_lo += S * SLOTS * ES, s.s_hi += S * SLOTS * ES;
+        if (s.r.o_bias) s.b_lo += S * SLOTS * ES, s.b_hi += S * SLOTS * ES;
+        s.x += S * I8_BLOCK_UINT4;
+        s.n -= S, s.n_w -= S, s.n_s -= S, s.n_x -= S;
+    }
+    tc_finish(a, L, acc_lo, acc_hi);
+}
+
+bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens) {
+    return c->gemv_i8 && n_tokens == 1 && w->format == G4_WEIGHT_AFFINE && w->bits == 4 &&
+           (w->group_size == 64 || w->group_size == 128);
+}
+
+size_t cuda_gemv_i8_prepared_uint4(int n_blocks) { return (size_t)n_blocks * I8_BLOCK_UINT4; }
+
+void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
+                          int n_x, int group_cols) {
+    const int64_t items = (int64_t)n_x * n_blocks;
+    cuda_launch(c, gemv_i8_prepare_kernel, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
+                x_stride, cols, n_blocks, n_x, group_cols);
+}
+
+template <int SD, int SLOTS> static void launch_i8(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
+    const dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
+    cuda_launch(c, gemv_i8_kernel<SD, SLOTS, 3>, grid, TC_WARPS * 32, 0, a);
+}
+
+template <int SD> static void launch_i8_slots(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
+    if (a.group_size == 64)
+        launch_i8<SD, 2>(c, a, n_slots);
+    else
+        launch_i8<SD, 1>(c, a, n_slots);
+}
+
+void cuda_gemv_i8_launch(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int scale_dtype) {
+    switch (scale_dtype) {
+    case TC_SCALE_BF16: launch_i8_slots<TC_SCALE_BF16>(c, a, n_slots); break;
+    case TC_SCALE_F16: launch_i8_slots<TC_SCALE_F16>(c, a, n_slots); break;
+    default: launch_i8_slots<TC_SCALE_F32>(c, a, n_slots); break;
+    }
+}

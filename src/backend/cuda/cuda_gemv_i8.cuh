@@ -1,0 +1,16 @@
+/* The integer tensor-core GEMV (cuda_gemv_i8.cu): one token of 4-bit affine
+ * weights in groups of 64 or 128 columns; cuda_gemv_tc() hands it the
+ * products it fits. */
+#pragma once
+
+#include "backend/cuda/cuda_gemv_tc.cuh"
+
+/* whether this kernel takes the product (enabled, one token, the format) */
+bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens);
+/* uint4 of prepared activations per activation row */
+size_t cuda_gemv_i8_prepared_uint4(int n_blocks);
+/* the pre-pass: n_x rows of x (x_stride apart) into prepared */
+void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
+                          int n_x, int group_cols);
+/* the GEMV over a's tiles and parts, one grid row per MoE slot */
+void cuda_gemv_i8_launch(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int scale_dtype);
