@@ -13,18 +13,7 @@
  *              a grid barrier; a read phase's first loads are issued before
  *              the barrier that precedes it (weights never depend on it);
  *              the norm is recomputed by every block from the vector in L2. */
-#include <cstdio>
-#include <cstdint>
-#include <cuda_runtime.h>
-
-#define CHECK(x)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (x);                                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            printf("%s: %s\n", #x, cudaGetErrorString(e_));                                                        \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
+#include "cuda_bench_util.cuh"
 
 #define HIDDEN 1536
 #define LAYERS 16
@@ -33,14 +22,6 @@ static const size_t piece_mb[PIECES] = {8, 6, 38, 19, 1, 1};
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
-
-__device__ __forceinline__ uint4 ld_nc(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 __device__ __forceinline__ float block_sum(float v, float *red) {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -152,25 +133,16 @@ __global__ void __launch_bounds__(256) persistent_kernel(persist_args a) {
     if (acc == 0x12345678u) a.sink[0] = acc;
 }
 
-template <bool PDL> static cudaError_t launch(void (*k)(const float *, float *), int grid, cudaStream_t s, const float *x, float *y) {
+/* kernel k on grid blocks of 256 threads, with programmatic dependent launch if pdl */
+template <typename... Params, typename... Args>
+static cudaError_t launch(bool pdl, void (*k)(Params...), int grid, cudaStream_t s, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid, cfg.blockDim = 256, cfg.stream = s;
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr, cfg.numAttrs = PDL ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k, x, y);
-}
-
-template <bool PDL>
-static cudaError_t launch_read(int grid, cudaStream_t s, const uint4 *w, size_t n, unsigned *sink) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = 256, cfg.stream = s;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr, cfg.numAttrs = PDL ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, read_kernel<PDL>, w, n, sink);
+    cfg.attrs = &attr, cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, args...);
 }
 
 static float time_graph(cudaGraphExec_t exec, cudaStream_t s) {
@@ -220,11 +192,11 @@ int main() {
                     const uint4 *w = (const uint4 *)(buf + (size_t)l * layer_bytes + off[p]);
                     const size_t n = (piece_mb[p] << 20) / 16;
                     if (mode == 0) {
-                        CHECK(launch<false>(norm_kernel<false>, 1, s, x, y));
-                        CHECK(launch_read<false>(read_grid, s, w, n, sink));
+                        CHECK(launch(false, norm_kernel<false>, 1, s, x, y));
+                        CHECK(launch(false, read_kernel<false>, read_grid, s, w, n, sink));
                     } else {
-                        CHECK(launch<true>(norm_kernel<true>, 1, s, x, y));
-                        CHECK(launch_read<true>(read_grid, s, w, n, sink));
+                        CHECK(launch(true, norm_kernel<true>, 1, s, x, y));
+                        CHECK(launch(true, read_kernel<true>, read_grid, s, w, n, sink));
                     }
                 }
             CHECK(cudaStreamEndCapture(s, &graph));
@@ -243,8 +215,8 @@ int main() {
         CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (int l = 0; l < LAYERS; l++)
             for (int p = 0; p < PIECES; p++)
-                CHECK(launch_read<true>(sms * 4, s, (const uint4 *)(buf + (size_t)l * layer_bytes + off[p]),
-                                        (piece_mb[p] << 20) / 16, sink));
+                CHECK(launch(true, read_kernel<true>, sms * 4, s, (const uint4 *)(buf + (size_t)l * layer_bytes + off[p]),
+                             (size_t)((piece_mb[p] << 20) / 16), sink));
         CHECK(cudaStreamEndCapture(s, &graph));
         cudaGraphExec_t exec;
         CHECK(cudaGraphInstantiate(&exec, graph, 0));

@@ -10,17 +10,7 @@
  *  seq512:  a warp reads rows one after another, 512 contiguous bytes per
  *           load instruction (the bf16 GEMV's pattern).
  * U = loads in flight per lane; parts = column parts per row (more warps). */
-#include <cstdio>
-#include <cstdint>
-#include <cuda_runtime.h>
-
-__device__ __forceinline__ uint4 ld_nc(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
+#include "cuda_bench_util.cuh"
 
 /* N loaded vectors folded into one word (so that no load is dead code) */
 template <int N> __device__ __forceinline__ unsigned fold(const uint4 *v) {

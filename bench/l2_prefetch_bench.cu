@@ -9,18 +9,7 @@
  *   line:    one prefetch.global.L2 per 128-byte line, many threads;
  *   last:    the same with the evict_last hint.
  * Everything is captured as one CUDA graph and replayed; time per layer. */
-#include <cstdio>
-#include <cstdint>
-#include <cuda_runtime.h>
-
-#define CHECK(x)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (x);                                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            printf("%s: %s\n", #x, cudaGetErrorString(e_));                                                        \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
+#include "cuda_bench_util.cuh"
 
 __device__ __forceinline__ uint64_t now_ns() {
     uint64_t t;
@@ -32,14 +21,6 @@ __global__ void spin(uint64_t ns) {
     const uint64_t t0 = now_ns();
     while (now_ns() - t0 < ns) {
     }
-}
-
-__device__ __forceinline__ uint4 ld_nc(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
 }
 
 /* a GEMV-like stream: each thread 4 x 16 bytes in flight per step */

@@ -543,7 +543,6 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
     /* a token's group slots sit in neighbouring quad lanes: add them, then
      * the warps' column ranges */
     __shared__ float sum_warps[TC_WARPS][NT][16];
-    __shared__ int last_part;
 #pragma unroll
     for (int j = 0; j < NT; j++) {
         if (j * per_mma >= n) break;
@@ -571,27 +570,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
         for (int w = 0; w < TC_WARPS; w++) v += sum_warps[w][t][r];
     if (parts > 1) {
         /* [slot][token][part][row]: slot > 0 only with ids, token > 0 only without */
-        const size_t st = (size_t)slot * NT + t;
-        float *mine = a.partial + (st * parts + part) * a.rows_padded + (size_t)tile * 16;
-        if (mine_ok) {
-            mine[r] = v;
-            __threadfence();
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int *count = a.counters + (size_t)slot * a.n_tiles + tile;
-            const int before = atomicAdd(count, 1);
-            last_part = before == parts - 1;
-            if (last_part) *count = 0; /* every part has arrived: ready for the next call */
-        }
-        __syncthreads();
-        if (!last_part) return;
-        __threadfence();
-        if (mine_ok) {
-            const float *all = a.partial + st * parts * a.rows_padded + (size_t)tile * 16 + r;
-            v = 0.0f;
-            for (int p = 0; p < parts; p++) v += __ldcg(all + (size_t)p * a.rows_padded);
-        }
+        const size_t first = ((size_t)slot * NT + t) * parts * a.rows_padded + (size_t)tile * 16 + r;
+        if (!tc_parts_sum(a.partial + first + (size_t)part * a.rows_padded, a.partial + first, a.rows_padded, parts,
+                          a.counters + (size_t)slot * a.n_tiles + tile, mine_ok, v))
+            return;
     }
     /* token t's rows of out (and of gelu_mul, laid out like out) */
     out += (size_t)(mine_ok ? t : 0) * a.out_stride;

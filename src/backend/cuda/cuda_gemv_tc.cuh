@@ -163,6 +163,35 @@ __device__ __forceinline__ bool tc_block_in(const gemv_tc_args &a, const tc_lane
     return blk < L.last && (int64_t)blk * TC_BLOCK_COLS + 32 * L.c < a.cols;
 }
 
+/* A tile's rows summed over column parts (several blocks per tile): each
+ * block's thread of a row (have) leaves its value v at `mine`, the block
+ * counts its arrival at *count, and the block that arrives last gets back
+ * true with v the sum of every part's value in part order (deterministic),
+ * read from all + p * stride; the others get false. It resets *count for
+ * the next call. Every thread of the block calls it. */
+__device__ __forceinline__ bool tc_parts_sum(float *mine, const float *all, size_t stride, int parts, int *count,
+                                             bool have, float &v) {
+    __shared__ int last_part;
+    if (have) {
+        *mine = v;
+        __threadfence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int before = atomicAdd(count, 1);
+        last_part = before == parts - 1;
+        if (last_part) *count = 0; /* every part has arrived: ready for the next call */
+    }
+    __syncthreads();
+    if (!last_part) return false;
+    __threadfence();
+    if (have) {
+        v = 0.0f;
+        for (int p = 0; p < parts; p++) v += __ldcg(all + (size_t)p * stride);
+    }
+    return true;
+}
+
 /* The lanes' sums into the tile's rows: the quad's group slots, then the
  * warps' column ranges. With several parts (enough blocks for whole waves on
  * every shape) each block leaves its partial sums in a.partial and the last
@@ -175,7 +204,6 @@ __device__ __forceinline__ void tc_finish(const gemv_tc_args &a, const tc_lane &
     acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 1);
     acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 2);
     __shared__ float sum_warps[TC_WARPS][16];
-    __shared__ int last_part;
     if (L.c == 0) {
         sum_warps[L.warp][L.g] = acc_lo;
         sum_warps[L.warp][L.g + 8] = acc_hi;
@@ -188,26 +216,10 @@ __device__ __forceinline__ void tc_finish(const gemv_tc_args &a, const tc_lane &
     if (r < 16)
         for (int w = 0; w < TC_WARPS; w++) v += sum_warps[w][r];
     if (parts > 1) {
-        float *mine = a.partial + ((size_t)t.slot * parts + t.part) * a.rows_padded + (size_t)t.tile * 16;
-        if (r < 16) {
-            mine[r] = v;
-            __threadfence();
-        }
-        __syncthreads();
-        if (r == 0) {
-            int *count = a.counters + (size_t)t.slot * a.n_tiles + t.tile;
-            const int before = atomicAdd(count, 1);
-            last_part = before == parts - 1;
-            if (last_part) *count = 0; /* every part has arrived: ready for the next call */
-        }
-        __syncthreads();
-        if (!last_part) return;
-        __threadfence();
-        if (r < 16) {
-            const float *all = a.partial + (size_t)t.slot * parts * a.rows_padded + (size_t)t.tile * 16 + r;
-            v = 0.0f;
-            for (int p = 0; p < parts; p++) v += __ldcg(all + (size_t)p * a.rows_padded);
-        }
+        const size_t first = (size_t)t.slot * parts * a.rows_padded + (size_t)t.tile * 16 + (r < 16 ? r : 0);
+        if (!tc_parts_sum(a.partial + first + (size_t)t.part * a.rows_padded, a.partial + first, a.rows_padded, parts,
+                          a.counters + (size_t)t.slot * a.n_tiles + t.tile, r < 16, v))
+            return;
     }
     /* MoE slots: each its own rows of out and gelu_mul */
     const size_t slot_off = a.ids ? (size_t)t.slot * a.out_stride : 0;
