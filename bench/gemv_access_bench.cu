@@ -9,7 +9,11 @@
  *           contiguous bytes of two rows (4 blocks of a row at once);
  *  seq512:  a warp reads rows one after another, 512 contiguous bytes per
  *           load instruction (the bf16 GEMV's pattern).
- * U = loads in flight per lane; parts = column parts per row (more warps). */
+ *  quad64x: quad64 plus what the integer GEMV loads beside the weights per
+ *           step: 26 uint4 of prepared activations by cp.async into a
+ *           shared-memory ring (L2 hits), and/or two 2-byte scales per lane.
+ * U = loads in flight per lane; parts = column parts per row (more warps;
+ * parts 4 is the GEMV's grid: a block's four warps split one tile). */
 #include "cuda_bench_util.cuh"
 
 /* N loaded vectors folded into one word (so that no load is dead code) */
@@ -44,6 +48,97 @@ __global__ void quad64(const uint8_t *w, size_t row_bytes, int tiles, int parts,
             v[2 * u + 1] = in ? ld_nc(hi + (size_t)(b + u) * 64) : make_uint4(0, 0, 0, 0);
         }
         acc ^= fold<2 * U>(v);
+    }
+    keep(acc, sink);
+}
+
+/* quad64 with activations (ACT) and scales (SC) streamed as the integer
+ * GEMV streams them: U steps in flight, a ring of U activation stages */
+template <int U, bool ACT, bool SC, int MODE = 0>
+__global__ void quad64x(const uint8_t *w, size_t row_bytes, int tiles, int parts, const uint4 *act,
+                        const uint16_t *scales, unsigned *sink, int copies = 64) {
+    __shared__ uint4 ring[4][U][26];
+    const int wib = threadIdx.x >> 5;
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    const int tile = warp / parts, part = warp % parts;
+    if (tile >= tiles) return;
+    const int g = lane >> 2, c = lane & 3;
+    const int nblk = (int)(row_bytes / 64), per = (nblk + parts - 1) / parts;
+    const int b0 = part * per, b1 = min(nblk, b0 + per);
+    const uint8_t *lo = w + (size_t)(tile * 16 + g) * row_bytes + 16 * c, *hi = lo + 8 * row_bytes;
+    const uint16_t *slo = scales + (size_t)(tile * 16 + g) * nblk * 2 + (c >> 1), *shi = slo + 8 * nblk * 2;
+    if (MODE == 1 || MODE == 3) act += (size_t)(tile % copies) * nblk * 26;
+    const int len = max(1, b1 - b0), rot = MODE >= 2 ? (tile * 7) % len : 0;
+    unsigned acc = 0;
+    for (int bb = b0; bb < b1; bb += U) {
+        uint4 v[2 * U];
+        unsigned s[2 * U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const bool in = bb + u < b1;
+            int b = bb + rot;
+            if (b + u >= b1) b -= len;
+            v[2 * u] = in ? ld_nc(lo + (size_t)(b + u) * 64) : make_uint4(0, 0, 0, 0);
+            v[2 * u + 1] = in ? ld_nc(hi + (size_t)(b + u) * 64) : make_uint4(0, 0, 0, 0);
+            if (SC) {
+                s[2 * u] = in ? slo[(size_t)(b + u) * 2] : 0u;
+                s[2 * u + 1] = in ? shi[(size_t)(b + u) * 2] : 0u;
+            }
+            if (ACT) {
+                if (in && lane < 26) {
+                    const unsigned d = (unsigned)__cvta_generic_to_shared(&ring[wib][u][lane]);
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(act + (size_t)(b + u) * 26 + lane));
+                }
+                asm volatile("cp.async.commit_group;\n" ::);
+            }
+        }
+        if (ACT) asm volatile("cp.async.wait_group 0;\n" ::);
+        __syncwarp();
+        acc ^= fold<2 * U>(v);
+        if (SC)
+#pragma unroll
+            for (int i = 0; i < 2 * U; i++) acc ^= s[i];
+        if (ACT) {
+            const uint4 a = ring[wib][0][lane % 26];
+            acc ^= a.x ^ a.w;
+        }
+        __syncwarp();
+    }
+    keep(acc, sink);
+}
+
+/* quad64 with a block's four warps on four tiles over the same column part:
+ * the part's activations are copied into shared memory once per block at
+ * the start (cp.async, beside the first weight loads) and read from there */
+template <int U>
+__global__ void quad64y(const uint8_t *w, size_t row_bytes, int tiles, int parts, const uint4 *act, unsigned *sink) {
+    extern __shared__ uint4 xs[];
+    const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int part = blockIdx.x % parts, tile = (blockIdx.x / parts) * 4 + wib;
+    const int g = lane >> 2, c = lane & 3;
+    const int nblk = (int)(row_bytes / 64), per = (nblk + parts - 1) / parts;
+    const int b0 = part * per, b1 = min(nblk, b0 + per);
+    for (int i = threadIdx.x; i < (b1 - b0) * 26; i += blockDim.x) {
+        const unsigned d = (unsigned)__cvta_generic_to_shared(&xs[i]);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(act + (size_t)b0 * 26 + i));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();
+    if (tile >= tiles) return;
+    const uint8_t *lo = w + (size_t)(tile * 16 + g) * row_bytes + 16 * c, *hi = lo + 8 * row_bytes;
+    unsigned acc = 0;
+    for (int b = b0; b < b1; b += U) {
+        uint4 v[2 * U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const bool in = b + u < b1;
+            v[2 * u] = in ? ld_nc(lo + (size_t)(b + u) * 64) : make_uint4(0, 0, 0, 0);
+            v[2 * u + 1] = in ? ld_nc(hi + (size_t)(b + u) * 64) : make_uint4(0, 0, 0, 0);
+        }
+        acc ^= fold<2 * U>(v);
+        const uint4 a = xs[(b - b0) * 26 + lane % 26];
+        acc ^= a.x ^ a.w;
     }
     keep(acc, sink);
 }
@@ -108,15 +203,22 @@ template <typename K> static double time_kernel(K launch, int reps) {
 }
 
 int main() {
-    const int rows_list[] = {21504, 43008, 5376};
-    const size_t row_bytes_list[] = {2688, 2688, 10752};
+    const int rows_list[] = {21504, 43008, 5376, 5376, 5376};
+    const size_t row_bytes_list[] = {2688, 2688, 10752, 4096, 4160};
     uint8_t *w;
     unsigned *sink;
     const size_t max_bytes = (size_t)43008 * 2688;
     cudaMalloc(&w, max_bytes);
     cudaMemset(w, 1, max_bytes);
     cudaMalloc(&sink, 4);
-    for (int m = 0; m < 3; m++) {
+    uint4 *act;
+    uint16_t *scales;
+    const size_t act_bytes = (size_t)64 * 168 * 26 * 16; /* 64 private copies of 168 blocks */
+    cudaMalloc(&act, act_bytes);
+    cudaMemset(act, 1, act_bytes);
+    cudaMalloc(&scales, (size_t)43008 * 42 * 2 * 2 * 4);
+    cudaMemset(scales, 1, (size_t)43008 * 42 * 2 * 2 * 4);
+    for (int m = 0; m < 5; m++) {
         const int rows = rows_list[m];
         const size_t rb = row_bytes_list[m];
         const double bytes = (double)rows * rb;
@@ -125,6 +227,31 @@ int main() {
         for (int parts = 1; parts <= 8; parts *= 2) {
             const int warps = tiles * parts, blocks = (warps + 3) / 4;
             double t;
+            t = time_kernel([&] { quad64x<3, false, false><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink); }, 20);
+            printf("  quad64x U=3 weights only parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
+            t = time_kernel([&] { quad64x<3, true, false><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink); }, 20);
+            printf("  quad64x U=3 +activations parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
+            t = time_kernel([&] { quad64x<3, false, true><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink); }, 20);
+            printf("  quad64x U=3 +scales parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
+            t = time_kernel([&] { quad64x<3, true, true><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink); }, 20);
+            printf("  quad64x U=3 +both parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
+            t = time_kernel([&] { quad64x<3, true, false, 1><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink); }, 20);
+            printf("  quad64x U=3 +private activations parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
+            for (int copies = 2; copies <= 32; copies *= 2) {
+                t = time_kernel([&] { quad64x<3, true, true, 1><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink, copies); }, 20);
+                printf("  quad64x U=3 +scales +activations in %d copies parts %d: %6.1f us %5.0f GB/s\n", copies, parts, t, bytes / t / 1e3);
+                t = time_kernel([&] { quad64x<3, true, true, 3><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink, copies); }, 20);
+                printf("  quad64x U=3 +scales +activations in %d copies, rotated parts %d: %6.1f us %5.0f GB/s\n", copies, parts, t, bytes / t / 1e3);
+            }
+            t = time_kernel([&] { quad64x<3, true, false, 2><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink); }, 20);
+            printf("  quad64x U=3 +activations, rotated start parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
+            {
+                const int yblocks = (tiles + 3) / 4 * parts, nb = (int)(rb / 64);
+                const size_t smem = (size_t)((nb + parts - 1) / parts) * 26 * 16;
+                cudaFuncSetAttribute(quad64y<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+                t = time_kernel([&] { quad64y<3><<<yblocks, 128, smem>>>(w, rb, tiles, parts, act, sink); }, 20);
+                printf("  quad64y U=3 4 tiles/block, activations once parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
+            }
             t = time_kernel([&] { quad64<2><<<blocks, 128>>>(w, rb, tiles, parts, sink); }, 20);
             printf("  quad64 U=2 parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
             t = time_kernel([&] { quad64<4><<<blocks, 128>>>(w, rb, tiles, parts, sink); }, 20);

@@ -1470,6 +1470,41 @@ static void test_gemv_tc(void) {
         }
         g4_backend_destroy(pipe);
     }
+    /* the tensor-core GEMVs' prepared activations in one copy and in three
+     * (G4_CUDA_GEMV_COPIES, default 16: tile t reads copy t % copies), on
+     * every quantised format and shape above, one and three tokens, a gated
+     * pair and MoE slots */
+    const char *copies[] = {"1", "3"};
+    for (int v = 0; v < 2; v++) {
+        setenv("G4_CUDA_GEMV_COPIES", copies[v], 1);
+        g4_backend *cb = NULL;
+        if (g4_backend_cuda_create(0, &cb) != G4_OK) cb = NULL;
+        unsetenv("G4_CUDA_GEMV_COPIES");
+        CHECK(cb != NULL, "CUDA backend with G4_CUDA_GEMV_COPIES=%s: %s", copies[v], g4_error_message());
+        if (!cb) continue;
+        char tag[32];
+        snprintf(tag, sizeof tag, "copies %s ", copies[v]);
+        for (size_t k = 0; k < n_formats; k++) {
+            if (formats[k].f != G4_WEIGHT_AFFINE && formats[k].f != G4_WEIGHT_MXFP4) continue;
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                if (shapes[s][1] % formats[k].group != 0) continue;
+                test_matrix t;
+                make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, shapes[s][0],
+                            shapes[s][1]);
+                check_matmul_on(cb, tag, &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+                check_matmul_on(cb, tag, &t.host, &t.dev, t.name, 3, TOL_SPLIT);
+                free_matrix(&t);
+            }
+        }
+        test_matrix t;
+        make_matrix(&t, G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 2 * 2112, 2816);
+        check_gated_on(cb, tag, &t, 1);
+        free_matrix(&t);
+        const int moe_ns[] = {1, 5};
+        check_moe(cb, tag, 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, moe_ns, 2, TOL_SPLIT);
+        check_moe(cb, tag, 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, moe_ns, 2, TOL_SPLIT);
+        g4_backend_destroy(cb);
+    }
 }
 
 /* The plain bf16 prefill mode (G4_CUDA_PREFILL=bf16): one product per tile. */
@@ -1789,21 +1824,23 @@ static void moe_speed(double bw) {
 
 /* The one-token 4-bit tensor-core GEMVs at the 31B's q|k|v, gate, o, down
  * and gate|up-sized shapes and E2B's q|k|v, o, gate|up and down: the default
- * (integer mma for affine groups of 64 and 128; MXFP4 the fp16 kernel) and
- * the fp16 kernels (G4_CUDA_GEMV_I8=0: pipelined over 5 stages; with
+ * (integer mma for affine groups of 64 and 128; MXFP4 the fp16 kernel), the
+ * default with one copy of the prepared activations, and the fp16 kernels (G4_CUDA_GEMV_I8=0: pipelined over 5 stages; with
  * G4_CUDA_GEMV_TC_PIPE=0 unpipelined). */
 static void gemv_pipe_speed(double bw) {
     const struct {
-        const char *pipe, *i8;
-    } knobs[] = {{NULL, "0"}, {"0", "0"}};
+        const char *pipe, *i8, *copies;
+    } knobs[] = {{NULL, NULL, "1"}, {NULL, "0", NULL}, {"0", "0", NULL}};
     enum { N_KNOBS = sizeof knobs / sizeof knobs[0] };
     g4_backend *bes[1 + N_KNOBS] = {gpu};
     for (int v = 0; v < N_KNOBS; v++) {
         if (knobs[v].pipe) setenv("G4_CUDA_GEMV_TC_PIPE", knobs[v].pipe, 1);
-        setenv("G4_CUDA_GEMV_I8", knobs[v].i8, 1);
+        if (knobs[v].i8) setenv("G4_CUDA_GEMV_I8", knobs[v].i8, 1);
+        if (knobs[v].copies) setenv("G4_CUDA_GEMV_COPIES", knobs[v].copies, 1);
         if (g4_backend_cuda_create(0, &bes[1 + v]) != G4_OK) bes[1 + v] = NULL;
         unsetenv("G4_CUDA_GEMV_TC_PIPE");
         unsetenv("G4_CUDA_GEMV_I8");
+        unsetenv("G4_CUDA_GEMV_COPIES");
     }
     const int64_t shapes[][2] = {{16384, 5376}, {21504, 5376}, {5376, 8192}, {5376, 21504}, {43008, 5376},
                                  {2560, 1536},  {1536, 2048},  {12288, 1536}, {1536, 6144}};
@@ -1812,8 +1849,8 @@ static void gemv_pipe_speed(double bw) {
         int bits, group;
         g4_dtype sdt;
     } formats[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
-    printf("  one-token 4-bit GEMV: default / G4_CUDA_GEMV_I8=0 (fp16, pipelined) / 0 with "
-           "G4_CUDA_GEMV_TC_PIPE=0 (unpipelined)\n");
+    printf("  one-token 4-bit GEMV: default / G4_CUDA_GEMV_COPIES=1 (one copy of the prepared activations) / "
+           "G4_CUDA_GEMV_I8=0 (fp16, pipelined) / 0 with G4_CUDA_GEMV_TC_PIPE=0 (unpipelined)\n");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];

@@ -405,6 +405,19 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * 31b mlx4 109.9 -> 118.7 t/s): G4_CUDA_GEMV_I8=0 leaves it to the fp16 kernels */
     const char *i8 = getenv("G4_CUDA_GEMV_I8");
     c->gemv_i8 = !(i8 && !strcmp(i8, "0"));
+    /* Every tile of a tensor-core GEMV reads the same prepared activations
+     * at about the same time; one copy's lines sit in a few L2 slices that
+     * all of the GPU's warps then queue on. Tile t reads copy t % copies.
+     * bench/gemv_access_bench.cu, the integer GEMV's loads without its math
+     * (21504 x 5376 4-bit): weights alone 17.7 us, with one shared copy of
+     * the activations 23.8, with 16 copies 19.9. In the GEMV itself (with
+     * the pre-pass writing the copies): 21504 x 5376 26.4 -> 25.4 us, 43008
+     * x 5376 45.2 -> 42.5; tg128 31b mlx4 115.7 / 120.4 / 117.4 t/s with 1,
+     * 4, 16 copies, e2b mlx4 440.6 / 442.4 / 435.7. */
+    const char *copies = getenv("G4_CUDA_GEMV_COPIES");
+    c->gemv_copies = copies ? atoi(copies) : 4;
+    if (c->gemv_copies < 1) c->gemv_copies = 1;
+    if (c->gemv_copies > 64) c->gemv_copies = 64;
     const char *pdl = getenv("G4_CUDA_PDL");
     c->pdl = prop.major >= 9 && !(pdl && !strcmp(pdl, "0"));
     const char *min_split = getenv("G4_CUDA_ATTN_MIN_SPLIT");

@@ -61,17 +61,22 @@ __device__ __forceinline__ uint32_t i8_plane(int X, int p) {
 
 /* One warp per (activation row, 128-column block). */
 __global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                                       int n_rows, int group_cols) {
+                                       int n_rows, int group_cols, int copies, size_t copy_uint4) {
     pdl_wait();
     pdl_launch_next();
     __shared__ float xs[TC_WARPS][TC_BLOCK_COLS];
+    __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
-    if (item >= (int64_t)n_blocks * n_rows) return;
+    /* one warp per (copy, activation row, block): each copy written by warps of its own */
+    const int64_t items = (int64_t)n_blocks * n_rows, all = (int64_t)blockIdx.x * TC_WARPS + warp;
+    if (all >= items * copies) return;
+    const int64_t item = all % items;
     const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
-    uint4 *frags = prepared + item * I8_BLOCK_UINT4;
+    uint4 *frags = prepared + (size_t)(all / items) * copy_uint4 + item * I8_BLOCK_UINT4;
     const float down = tc_stage_block<4, 22>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * TC_BLOCK_COLS, cols,
-                                             lane, group_cols / 4, reinterpret_cast<float *>(frags + I8_FRAGS));
+                                             lane, group_cols / 4, srow[warp]);
+    __syncwarp();
+    if (lane < 2) frags[I8_FRAGS + lane] = reinterpret_cast<const uint4 *>(srow[warp])[lane];
     if (lane >= I8_FRAGS) return;
     const int c = lane / 6, p = (lane >> 1) % 3, h = lane & 1;
     uint32_t out[4];
@@ -276,10 +281,10 @@ bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens) {
 size_t cuda_gemv_i8_prepared_uint4(int n_blocks) { return (size_t)n_blocks * I8_BLOCK_UINT4; }
 
 void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                          int n_x, int group_cols) {
+                          int n_x, int group_cols, int copies) {
     const int64_t items = (int64_t)n_x * n_blocks;
-    cuda_launch(c, gemv_i8_prepare_kernel, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
-                x_stride, cols, n_blocks, n_x, group_cols);
+    cuda_launch(c, gemv_i8_prepare_kernel, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0, prepared,
+                x, x_stride, cols, n_blocks, n_x, group_cols, copies, (size_t)items * I8_BLOCK_UINT4);
 }
 
 template <int SD, int SLOTS> static void launch_i8(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {

@@ -9,8 +9,9 @@
 bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens);
 /* uint4 of prepared activations per activation row */
 size_t cuda_gemv_i8_prepared_uint4(int n_blocks);
-/* the pre-pass: n_x rows of x (x_stride apart) into prepared */
+/* the pre-pass: n_x rows of x (x_stride apart) into prepared, `copies` times
+ * (n_x rows apart) */
 void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                          int n_x, int group_cols);
+                          int n_x, int group_cols, int copies);
 /* the GEMV over a's tiles and parts, one grid row per MoE slot */
 void cuda_gemv_i8_launch(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int scale_dtype);

@@ -70,20 +70,25 @@ __device__ __forceinline__ uint32_t tc_half_pair(float a, float b, int part) {
 /* One warp per block of columns (128 of 4-bit weights, 64 of 8-bit). */
 template <int BITS>
 __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                                       int n_rows, int group_cols) {
+                                       int n_rows, int group_cols, int copies, size_t copy_uint4) {
     constexpr int BC = BITS == 4 ? TC_BLOCK_COLS : TC8_BLOCK_COLS, BU = BITS == 4 ? TC_BLOCK_UINT4 : TC8_BLOCK_UINT4;
     constexpr int PER = BC / 32, FRAGS = BU - 2; /* columns per lane; uint4 of B fragments */
     pdl_wait();
     pdl_launch_next();
     __shared__ float xs[TC_WARPS][BC];
+    __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t item = (int64_t)blockIdx.x * TC_WARPS + warp;
-    if (item >= (int64_t)n_blocks * n_rows) return;
+    /* one warp per (copy, activation row, block): each copy written by warps of its own */
+    const int64_t items = (int64_t)n_blocks * n_rows, all = (int64_t)blockIdx.x * TC_WARPS + warp;
+    if (all >= items * copies) return;
+    const int64_t item = all % items;
     const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
-    uint4 *frags = prepared + item * BU;
+    uint4 *frags = prepared + (size_t)(all / items) * copy_uint4 + item * BU;
     /* lanes per group slot: 8, 16 or 32 */
     const float down = tc_stage_block<PER, 15>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * BC, cols, lane,
-                                           group_cols / PER, reinterpret_cast<float *>(frags + FRAGS));
+                                           group_cols / PER, srow[warp]);
+    __syncwarp();
+    if (lane < 2) frags[FRAGS + lane] = reinterpret_cast<const uint4 *>(srow[warp])[lane];
     if (lane >= FRAGS) return;
     uint32_t out[4];
 #pragma unroll
@@ -433,7 +438,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
     const uint8_t *s_hi = scales + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes;
     const uint8_t *b_lo = biases ? biases + (size_t)(ok_lo ? r_lo : 0) * a.scale_row_bytes : NULL;
     const uint8_t *b_hi = biases ? biases + (size_t)(ok_hi ? r_hi : 0) * a.scale_row_bytes : NULL;
-    const uint4 *prepared = a.prepared + (size_t)xrow * a.n_blocks * BU; /* token t: t * n_blocks * BU further */
+    const uint4 *prepared = tc_prepared_copy(a, tile) + (size_t)xrow * a.n_blocks * BU; /* token t: t * n_blocks * BU further */
     const int64_t cols = a.cols;
     const int per_part = (a.n_blocks + parts - 1) / parts;
     const int part_first = part * per_part, part_last = min(a.n_blocks, part_first + per_part);
@@ -650,18 +655,24 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     const bool i8 = cuda_gemv_i8_fits(c, w, n_tokens);
     const size_t row_uint4 = i8 ? cuda_gemv_i8_prepared_uint4(n_blocks)
                                 : (size_t)n_blocks * (bits == 8 ? TC8_BLOCK_UINT4 : TC_BLOCK_UINT4);
-    uint4 *prepared = (uint4 *)cuda_scratch(c, SCRATCH_GEMV_FRAGS, (size_t)n_x * row_uint4 * sizeof(uint4));
+    const int64_t tiles = (w->rows + (pair > 0 ? 7 : 15)) / (pair > 0 ? 8 : 16);
+    /* copies of the prepared rows (see cuda_ctx.gemv_copies), no more than tiles read them */
+    const int copies = (int)(tiles < c->gemv_copies ? tiles : c->gemv_copies);
+    const size_t copy_uint4 = (size_t)n_x * row_uint4;
+    uint4 *prepared = (uint4 *)cuda_scratch(c, SCRATCH_GEMV_FRAGS, copies * copy_uint4 * sizeof(uint4));
     if (!prepared) return 1; /* failure recorded */
     const int gc = gs < block_cols ? gs : block_cols;
     const int64_t items = (int64_t)n_x * n_blocks;
     if (i8)
-        cuda_gemv_i8_prepare(c, prepared, x, x_stride, w->cols, n_blocks, n_x, gc);
+        cuda_gemv_i8_prepare(c, prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies);
     else if (bits == 8)
-        cuda_launch(c, gemv_tc_prepare_kernel<8>, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
-                    x_stride, w->cols, n_blocks, n_x, gc);
+        cuda_launch(c, gemv_tc_prepare_kernel<8>, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0,
+                    prepared, x,
+                    x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4);
     else
-        cuda_launch(c, gemv_tc_prepare_kernel<4>, cuda_blocks((size_t)items, TC_WARPS), TC_WARPS * 32, 0, prepared, x,
-                    x_stride, w->cols, n_blocks, n_x, gc);
+        cuda_launch(c, gemv_tc_prepare_kernel<4>, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0,
+                    prepared, x,
+                    x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4);
     if (!cuda_launched(c, "gemv_tc_prepare")) return 1;
 
     gemv_tc_args a;
@@ -670,6 +681,8 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     a.cols = w->cols;
     a.prepared = prepared;
     a.n_blocks = n_blocks;
+    a.copies = copies;
+    a.copy_uint4 = copy_uint4;
     a.out = out;
     a.out_stride = out_stride;
     a.ids = ids;
@@ -679,7 +692,6 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     a.n_experts = n_experts;
     a.gelu_mul = pair > 0 ? NULL : gelu_mul;
     a.pair = pair;
-    const int64_t tiles = (w->rows + (pair > 0 ? 7 : 15)) / (pair > 0 ? 8 : 16);
     /* Columns in 2, 4 or 8 parts until there are four waves of blocks (five
      * blocks per multiprocessor fit, four for several tokens): a last partial
      * wave then costs little. Each warp keeps at least eight blocks (two

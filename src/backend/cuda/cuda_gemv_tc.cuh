@@ -47,6 +47,8 @@ __device__ __forceinline__ float tc_stage_block(float *xs, const float *xr, int6
 struct gemv_tc_args : dev_matrix {
     const uint4 *prepared; /* per activation row and block: the kernel's layout (TC_BLOCK_UINT4, I8_BLOCK_UINT4) */
     int n_blocks;
+    int copies;            /* identical copies of the prepared rows, copy_uint4 apart: tile t reads copy t % copies */
+    size_t copy_uint4;
     float *out;
     size_t out_stride;
     const int32_t *ids;
@@ -99,6 +101,12 @@ struct tc_place {
     int64_t tile, row0; /* row0: the first output row */
 };
 
+/* The copy of the prepared activations that a tile reads (spread over the
+ * copies so that the GPU's warps do not all queue on the same L2 lines). */
+__device__ __forceinline__ const uint4 *tc_prepared_copy(const gemv_tc_args &a, int64_t tile) {
+    return a.prepared + (size_t)(tile % a.copies) * a.copy_uint4;
+}
+
 /* (tc_finish recomputes it rather than holding it through the main loop) */
 __device__ __forceinline__ tc_place tc_place_of(const gemv_tc_args &a) {
     tc_place t;
@@ -148,7 +156,7 @@ __device__ __forceinline__ bool tc_lane_setup(const gemv_tc_args &a, tc_lane &L,
     L.s_hi = scales + (size_t)(L.ok_hi ? r_hi : 0) * a.scale_row_bytes;
     L.b_lo = biases ? biases + (size_t)(L.ok_lo ? r_lo : 0) * a.scale_row_bytes : NULL;
     L.b_hi = biases ? biases + (size_t)(L.ok_hi ? r_hi : 0) * a.scale_row_bytes : NULL;
-    L.prepared = a.prepared + (size_t)xrow * a.n_blocks * block_uint4;
+    L.prepared = tc_prepared_copy(a, t.tile) + (size_t)xrow * a.n_blocks * block_uint4;
     /* this warp's blocks: a contiguous share of the block's part of the row */
     const int per_part = (a.n_blocks + parts - 1) / parts;
     const int part_first = t.part * per_part, part_last = min(a.n_blocks, part_first + per_part);
