@@ -1196,11 +1196,18 @@ static void test_top_logits(void) {
 
 /* ---- mixture of experts ---- */
 
-static void test_moe_route(void) {
-    const int n = 37, E = 128, k = 8;
+/* n tokens' top-k of E router logits against the CPU: the same experts in
+ * the same order (ties to the lower index), weights within tolerance. Ties
+ * (two experts at 9.0 in every third token), -inf and NaN logits (NaN is
+ * never chosen ahead of a number) are planted. */
+static void check_moe_route(int n, int E, int k) {
     float *logits = rand_floats((size_t)n * E, 0.01f, 4.0f), *scale = rand_floats(E, 0.5f, 2.0f);
     for (int e = 0; e < E; e++) scale[e] = fabsf(scale[e]);
-    for (int t = 0; t < n; t += 3) logits[(size_t)t * E + 77] = logits[(size_t)t * E + 12] = 9.0f; /* ties */
+    for (int t = 0; t < n; t += 3) logits[(size_t)t * E + 77 % E] = logits[(size_t)t * E + 12] = 9.0f; /* ties */
+    for (int t = 1; t < n; t += 5) {
+        logits[(size_t)t * E + 5] = -INFINITY;
+        if (k < E) logits[(size_t)t * E + E - 1] = NAN; /* (chosen, it would make every weight NaN) */
+    }
     int32_t *want_ids = malloc((size_t)n * k * 4);
     float *want_w = malloc((size_t)n * k * 4);
     cpu->ops->moe_route(cpu, want_ids, want_w, logits, scale, n, E, k);
@@ -1210,10 +1217,20 @@ static void test_moe_route(void) {
     int32_t *got_ids = malloc((size_t)n * k * 4);
     gpu->ops->to_host(gpu, got_ids, di, (size_t)n * k * 4);
     float *got_w = down(dw, (size_t)n * k);
-    CHECK(!memcmp(got_ids, want_ids, (size_t)n * k * 4), "moe_route: chosen experts differ from the CPU");
-    compare("moe_route", "37 tokens, top-8 of 128, with ties", got_w, want_w, (size_t)n * k, TOL_ELEMENTWISE);
+    char what[64];
+    snprintf(what, sizeof what, "%d tokens, top-%d of %d, with ties", n, k, E);
+    CHECK(!memcmp(got_ids, want_ids, (size_t)n * k * 4), "moe_route %s: chosen experts differ from the CPU", what);
+    compare("moe_route", what, got_w, want_w, (size_t)n * k, TOL_ELEMENTWISE);
     release(dl), release(ds), release(dw), release(di);
     free(logits), free(scale), free(want_ids), free(want_w), free(got_ids), free(got_w);
+}
+
+static void test_moe_route(void) {
+    check_moe_route(37, 128, 8); /* the 26B-A4B's router */
+    check_moe_route(1, 128, 8);
+    check_moe_route(9, 200, 32); /* other register counts, the most choices */
+    check_moe_route(5, 1000, 3);
+    check_moe_route(4, 20, 20); /* every expert */
 }
 
 /* Stacked experts: HF (gate_up [E, 2I, d] bf16, down [E, d, I]) or MLX

@@ -15,9 +15,23 @@
 
 /* ---- routing ---- */
 
+/* A float as an unsigned key with the same order (NaN lowest: it never wins,
+ * as in the CPU's comparisons). */
+__device__ __forceinline__ unsigned route_key(float v) {
+    const unsigned u = __float_as_uint(v);
+    if (v != v) return 0u;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 /* One warp per token: top-k of the router logits (ties to the lower index),
  * softmax over the chosen (the full normaliser cancels), times the
- * per-expert scale; in double like the host. */
+ * per-expert scale; in double like the host, its sum in the host's order.
+ * Lane l holds experts l + 32 i (i < NV) in registers; each choice is the
+ * warp's largest key (one redux) and the lowest index holding it (another).
+ * The exponentials run after the choices, one per lane. (One choice per
+ * round of shuffles with the exponential inside took 8.3 us for the
+ * 26B-A4B's top-8 of 128.) */
+template <int NV>
 __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float *expert_scale, int n,
                                  int n_experts, int k) {
     pdl_wait();
@@ -26,39 +40,39 @@ __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logi
     const int lane = threadIdx.x & 31;
     if (t >= n) return;
     const float *z = logits + (size_t)t * n_experts;
-    int32_t *id = ids + (size_t)t * k;
-    float *w = weights + (size_t)t * k;
-    uint32_t taken = 0; /* bit i: expert lane + 32 i chosen (up to 1024 experts) */
-    double max_z = 0, total = 0;
+    unsigned key[NV];
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int e = lane + 32 * i;
+        key[i] = e < n_experts ? route_key(z[e]) : 0u;
+    }
+    uint32_t taken = 0; /* bit i: expert lane + 32 i chosen */
+    int my_e = -1;      /* lane j < k: choice j */
     for (int j = 0; j < k; j++) {
-        float best_v = -INFINITY;
-        int best_e = -1;
-        for (int i = 0, e = lane; e < n_experts && i < 32; i++, e += 32) {
-            if (taken >> i & 1u) continue;
-            const float v = z[e];
-            if (best_e < 0 || v > best_v) {
-                best_v = v;
+        unsigned best = 0u;
+        int best_e = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            const int e = lane + 32 * i;
+            if (e < n_experts && !(taken >> i & 1u) && (best_e == 0x7fffffff || key[i] > best)) {
+                best = key[i];
                 best_e = e;
             }
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-            if (oe >= 0 && (best_e < 0 || ov > best_v || (ov == best_v && oe < best_e))) {
-                best_v = ov;
-                best_e = oe;
-            }
-        }
-        if (best_e >= 0 && (best_e & 31) == lane) taken |= 1u << (best_e >> 5);
-        if (j == 0) max_z = (double)best_v;
-        total += exp((double)best_v - max_z);
-        if (lane == 0) id[j] = best_e;
+        const unsigned top = __reduce_max_sync(0xffffffffu, best);
+        const int e = (int)__reduce_min_sync(0xffffffffu, (unsigned)(best == top ? best_e : 0x7fffffff));
+        if ((e & 31) == lane) taken |= 1u << (e >> 5);
+        if (lane == j) my_e = e;
     }
-    __syncwarp();
-    for (int j = lane; j < k; j += 32) {
-        const int e = id[j];
-        const double pj = e >= 0 ? exp((double)z[e] - max_z) : 0.0;
-        w[j] = (float)(pj / total) * (e >= 0 ? expert_scale[e] : 0.0f);
+    /* the chosen logits' exponentials relative to the first (largest), summed in choice order */
+    const int e0 = __shfl_sync(0xffffffffu, my_e, 0);
+    const double max_z = (double)z[e0];
+    const double p = lane < k ? exp((double)z[my_e] - max_z) : 0.0;
+    double total = 0;
+    for (int j = 0; j < k && j < 32; j++) total += __shfl_sync(0xffffffffu, p, j);
+    if (lane < k) {
+        ids[(size_t)t * k + lane] = my_e;
+        weights[(size_t)t * k + lane] = (float)(p / total) * expert_scale[my_e];
     }
 }
 
@@ -66,12 +80,18 @@ void cuda_moe_route(g4_backend *be, int32_t *ids, float *weights, const float *l
                     int n, int n_experts, int k) {
     cuda_ctx *c = cuda_of(be);
     if (n <= 0 || k <= 0) return;
-    if (n_experts > 1024 || k > n_experts) {
-        cuda_fail_op(c, "moe_route: top-%d of %d experts unsupported (at most 1024 experts)", k, n_experts);
+    if (n_experts > 1024 || k > n_experts || k > 32) {
+        cuda_fail_op(c, "moe_route: top-%d of %d experts unsupported (at most 1024 experts, 32 chosen)", k,
+                     n_experts);
         return;
     }
-    cuda_launch(c, moe_route_kernel, cuda_blocks((size_t)n, 4), 128, 0, ids, weights, logits, expert_scale, n,
-                                                                       n_experts, k);
+    const dim3 grid = cuda_blocks((size_t)n, 4);
+    if (n_experts <= 128)
+        cuda_launch(c, moe_route_kernel<4>, grid, 128, 0, ids, weights, logits, expert_scale, n, n_experts, k);
+    else if (n_experts <= 256)
+        cuda_launch(c, moe_route_kernel<8>, grid, 128, 0, ids, weights, logits, expert_scale, n, n_experts, k);
+    else
+        cuda_launch(c, moe_route_kernel<32>, grid, 128, 0, ids, weights, logits, expert_scale, n, n_experts, k);
     cuda_launched(c, "moe_route");
 }
 
