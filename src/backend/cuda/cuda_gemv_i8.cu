@@ -232,18 +232,16 @@ __device__ __forceinline__ void i8_tile_issue(const i8_tile_lane<SLOTS, ES> &s, 
     }
 }
 
-/* Software-pipelined over S stages: while block i is computed, blocks i + 1
- * .. i + S - 1 are in flight (weights and scales in registers, the prepared
- * activations through shared memory). The loop is unrolled by S so that
- * the register ring's indices and the blocks' offsets are constants. */
+/* A lane's run over its stream of blocks, software-pipelined over S
+ * stages: while block i is computed, blocks i + 1 .. i + S - 1 are in
+ * flight (weights and scales in registers, the prepared activations
+ * through the warp's ring of stages in shared memory). The loop is unrolled
+ * by S so that the register ring's indices and the blocks' offsets are
+ * constants. */
 template <int SD, int SLOTS, int S>
-__global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_i8_kernel(gemv_tc_args a) {
+__device__ __forceinline__ void i8_run(const gemv_tc_args &a, const tc_lane &L, uint4 *stages, float &acc_lo,
+                                       float &acc_hi) {
     constexpr int ES = SD == TC_SCALE_F32 ? 4 : 2;
-    pdl_wait();
-    __shared__ uint4 ring[TC_WARPS][S][I8_STAGE_UINT4];
-    tc_lane L;
-    if (!tc_lane_setup(a, L, I8_BLOCK_UINT4)) return;
-    uint4 *stages = ring[L.warp][0];
     if (L.lane < 2 * S) stages[(L.lane >> 1) * I8_STAGE_UINT4 + I8_BLOCK_UINT4 + (L.lane & 1)] = make_uint4(0, 0, 0, 0);
     i8_tile_lane<SLOTS, ES> s = i8_tile_lane_of<SLOTS, ES>(a, L);
     uint4 *my_x = stages + (L.lane < I8_BLOCK_UINT4 ? L.lane : 0);
@@ -251,7 +249,6 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_i8_kernel(gemv_tc_args 
     i8_params p[S] = {};
 #pragma unroll
     for (int k = 0; k < S - 1; k++) i8_tile_issue(s, my_x + k * I8_STAGE_UINT4, k, wl[k], wh[k], p[k]);
-    float acc_lo = 0.0f, acc_hi = 0.0f;
     /* S blocks per pass; the stream's pointers and counts then move on by S */
     while (s.n > 0) {
 #pragma unroll
@@ -270,7 +267,64 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_i8_kernel(gemv_tc_args 
         s.x += S * I8_BLOCK_UINT4;
         s.n -= S, s.n_w -= S, s.n_s -= S, s.n_x -= S;
     }
+}
+
+template <int SD, int SLOTS, int S>
+__global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_i8_kernel(gemv_tc_args a) {
+    pdl_wait();
+    __shared__ uint4 ring[TC_WARPS][S][I8_STAGE_UINT4];
+    tc_lane L;
+    if (!tc_lane_setup(a, L, I8_BLOCK_UINT4)) return;
+    float acc_lo = 0.0f, acc_hi = 0.0f;
+    i8_run<SD, SLOTS, S>(a, L, ring[L.warp][0], acc_lo, acc_hi);
     tc_finish(a, L, acc_lo, acc_hi);
+}
+
+/* The MoE experts' down projection with the tokens' weighted sum of their
+ * experts (moe_combine) in one launch: a block per (16-row tile, token), a
+ * warp per chosen expert of the token (k <= I8_MOE_WARPS), each over the
+ * whole row (a few blocks: 704 columns for the 26B-A4B). The block then
+ * adds the experts' rows in choice order, weighted. (Before: a block per
+ * (tile, slot), its four warps sharing six blocks of the row, then a
+ * combine launch.) */
+#define I8_MOE_WARPS 8
+
+template <int SD, int SLOTS, int S>
+__global__ void __launch_bounds__(I8_MOE_WARPS * 32) gemv_i8_moe_down_kernel(gemv_tc_args a, const float *weights,
+                                                                             int k) {
+    pdl_wait();
+    __shared__ uint4 ring[I8_MOE_WARPS][S][I8_STAGE_UINT4];
+    __shared__ float sums[I8_MOE_WARPS][16];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, token = blockIdx.y;
+    tc_place t;
+    t.part = 0;
+    t.tile = blockIdx.x;
+    t.row0 = t.tile * 16;
+    t.slot = token * k + warp;
+    tc_lane L;
+    float acc_lo = 0.0f, acc_hi = 0.0f;
+    if (warp < k && tc_lane_place(a, L, I8_BLOCK_UINT4, t, 0, a.n_blocks))
+        i8_run<SD, SLOTS, S>(a, L, ring[warp][0], acc_lo, acc_hi);
+    /* the quad's group slots, then one sum per row of the warp's expert */
+    acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 1);
+    acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 2);
+    acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 1);
+    acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 2);
+    if ((lane & 3) == 0) {
+        sums[warp][lane >> 2] = acc_lo;
+        sums[warp][(lane >> 2) + 8] = acc_hi;
+    }
+    __syncthreads();
+    const int r = threadIdx.x;
+    const int64_t row = t.row0 + r;
+    if (r >= 16 || row >= a.rows) return;
+    /* as moe_combine_kernel: valid choices in order */
+    float v = 0.0f;
+    for (int j = 0; j < k; j++) {
+        const int e = a.ids[token * k + j];
+        if (e >= 0 && e < a.n_experts) v = fmaf(weights[token * k + j], sums[j][r], v);
+    }
+    a.out[(size_t)token * a.out_stride + row] = v;
 }
 
 bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens) {
@@ -285,6 +339,31 @@ void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x
     const int64_t items = (int64_t)n_x * n_blocks;
     cuda_launch(c, gemv_i8_prepare_kernel, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0, prepared,
                 x, x_stride, cols, n_blocks, n_x, group_cols, copies, (size_t)items * I8_BLOCK_UINT4);
+}
+
+template <int SD, int SLOTS>
+static void launch_i8_moe_down(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k) {
+    const dim3 grid((unsigned)a.n_tiles, (unsigned)n_tokens);
+    cuda_launch(c, gemv_i8_moe_down_kernel<SD, SLOTS, 3>, grid, I8_MOE_WARPS * 32, 0, a, weights, k);
+}
+
+template <int SD>
+static void launch_i8_moe_down_slots(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k) {
+    if (a.group_size == 64)
+        launch_i8_moe_down<SD, 2>(c, a, n_tokens, weights, k);
+    else
+        launch_i8_moe_down<SD, 1>(c, a, n_tokens, weights, k);
+}
+
+bool cuda_gemv_i8_moe_down_fits(int k, int n_slots) { return k >= 1 && k <= I8_MOE_WARPS && n_slots % k == 0; }
+
+void cuda_gemv_i8_moe_down_launch(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k,
+                                  int scale_dtype) {
+    switch (scale_dtype) {
+    case TC_SCALE_BF16: launch_i8_moe_down_slots<TC_SCALE_BF16>(c, a, n_tokens, weights, k); break;
+    case TC_SCALE_F16: launch_i8_moe_down_slots<TC_SCALE_F16>(c, a, n_tokens, weights, k); break;
+    default: launch_i8_moe_down_slots<TC_SCALE_F32>(c, a, n_tokens, weights, k); break;
+    }
 }
 
 template <int SD, int SLOTS> static void launch_i8(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {

@@ -628,9 +628,12 @@ template <int SD, int BITS> static void launch_tc(cuda_ctx *c, const gemv_tc_arg
 
 /* Handles the product when the shape and format allow (returns 1), else
  * returns 0 and the caller runs the float32 GEMV. */
-int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
-                 const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-                 int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair) {
+/* cuda_gemv_tc, and with combine_w the MoE down projection's weighted sum
+ * of each token's k slots into out (cuda_gemv_tc_moe_down). */
+static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
+                       const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
+                       int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair,
+                       const float *combine_w, int combine_k) {
     if (!c->gemv_tc || (!ids && (n_tokens < 1 || n_tokens > 8))) return 0;
     const bool mx = w->format == G4_WEIGHT_MXFP4;
     const int bits = w->bits;
@@ -653,6 +656,8 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     const int n_blocks = (int)((w->cols + block_cols - 1) / block_cols);
     /* one token of 4-bit affine weights in groups of 64 or 128: integer mma */
     const bool i8 = cuda_gemv_i8_fits(c, w, n_tokens);
+    if (combine_w && !(i8 && ids && x_div == 1 && pair == 0 && cuda_gemv_i8_moe_down_fits(combine_k, n_slots)))
+        return 0;
     const size_t row_uint4 = i8 ? cuda_gemv_i8_prepared_uint4(n_blocks)
                                 : (size_t)n_blocks * (bits == 8 ? TC8_BLOCK_UINT4 : TC_BLOCK_UINT4);
     const int64_t tiles = (w->rows + (pair > 0 ? 7 : 15)) / (pair > 0 ? 8 : 16);
@@ -667,12 +672,10 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
         cuda_gemv_i8_prepare(c, prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies);
     else if (bits == 8)
         cuda_launch(c, gemv_tc_prepare_kernel<8>, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0,
-                    prepared, x,
-                    x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4);
+                    prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4);
     else
         cuda_launch(c, gemv_tc_prepare_kernel<4>, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0,
-                    prepared, x,
-                    x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4);
+                    prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4);
     if (!cuda_launched(c, "gemv_tc_prepare")) return 1;
 
     gemv_tc_args a;
@@ -715,7 +718,9 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
         if (!a.partial) return 1;
     }
     const int sd = mx ? TC_SCALE_E8M0 : dev_matrix_of(w).scale_dtype; /* 0 bf16, 1 f16, 2 f32 */
-    if (i8) {
+    if (combine_w) {
+        cuda_gemv_i8_moe_down_launch(c, a, n_slots / combine_k, combine_w, combine_k, sd);
+    } else if (i8) {
         cuda_gemv_i8_launch(c, a, n_slots, sd);
     } else if (bits == 8) {
         switch (sd) {
@@ -733,4 +738,19 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
     }
     cuda_launched(c, "gemv_tc");
     return 1;
+}
+
+int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
+                 const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
+                 int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair) {
+    return gemv_tc_run(c, out, out_stride, x, x_stride, n_tokens, w, ids, n_slots, x_div, expert_stride, row_offset,
+                       n_experts, gelu_mul, pair, NULL, 0);
+}
+
+int cuda_gemv_tc_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
+                          const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
+                          int64_t expert_stride, int64_t row_offset, int n_experts) {
+    if (k <= 0 || n_slots % k != 0) return 0;
+    return gemv_tc_run(c, out, out_stride, x, x_stride, 1, w, ids, n_slots, 1, expert_stride, row_offset, n_experts,
+                       NULL, 0, weights, k);
 }

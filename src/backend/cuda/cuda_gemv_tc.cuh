@@ -117,15 +117,14 @@ __device__ __forceinline__ tc_place tc_place_of(const gemv_tc_args &a) {
     return t;
 }
 
-/* Fills L; false when the block has nothing to do (a slot without a valid
- * expert). The block's TC_WARPS warps split its part of the columns into
- * contiguous ranges. */
-__device__ __forceinline__ bool tc_lane_setup(const gemv_tc_args &a, tc_lane &L, int block_uint4) {
+/* Fills L for tile place t (its MoE slot, rows and copy of the prepared
+ * activations) and the blocks [first, last) of the row; false when the slot
+ * has no valid expert. */
+__device__ __forceinline__ bool tc_lane_place(const gemv_tc_args &a, tc_lane &L, int block_uint4, const tc_place &t,
+                                              int first, int last) {
     L.warp = threadIdx.x >> 5, L.lane = threadIdx.x & 31;
     L.g = L.lane >> 2, L.c = L.lane & 3;
     const int g = L.g, c = L.c;
-    const int parts = a.parts;
-    const tc_place t = tc_place_of(a);
     const bool paired = a.pair > 0;
     const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
     int xrow = 0;
@@ -157,13 +156,22 @@ __device__ __forceinline__ bool tc_lane_setup(const gemv_tc_args &a, tc_lane &L,
     L.b_lo = biases ? biases + (size_t)(L.ok_lo ? r_lo : 0) * a.scale_row_bytes : NULL;
     L.b_hi = biases ? biases + (size_t)(L.ok_hi ? r_hi : 0) * a.scale_row_bytes : NULL;
     L.prepared = tc_prepared_copy(a, t.tile) + (size_t)xrow * a.n_blocks * block_uint4;
+    L.first = first;
+    L.last = last;
+    return true;
+}
+
+/* Fills L; false when the block has nothing to do (a slot without a valid
+ * expert). The block's TC_WARPS warps split its part of the columns into
+ * contiguous ranges. */
+__device__ __forceinline__ bool tc_lane_setup(const gemv_tc_args &a, tc_lane &L, int block_uint4) {
+    const tc_place t = tc_place_of(a);
     /* this warp's blocks: a contiguous share of the block's part of the row */
-    const int per_part = (a.n_blocks + parts - 1) / parts;
+    const int per_part = (a.n_blocks + a.parts - 1) / a.parts;
     const int part_first = t.part * per_part, part_last = min(a.n_blocks, part_first + per_part);
     const int per = (part_last - part_first + TC_WARPS - 1) / TC_WARPS;
-    L.first = part_first + L.warp * per;
-    L.last = min(part_last, L.first + per);
-    return true;
+    const int first = part_first + (int)(threadIdx.x >> 5) * per;
+    return tc_lane_place(a, L, block_uint4, t, first, min(part_last, first + per));
 }
 
 /* Whether the lane's 32 columns of block blk are in the row. */

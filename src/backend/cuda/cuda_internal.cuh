@@ -250,6 +250,14 @@ int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t
 int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
                  const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
                  int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair);
+/* The MoE experts' down projection (one token per slot, k slots per token,
+ * expert ids on the device) with each token's weighted sum of its slots
+ * written to out[t] (out_stride apart), as moe_combine_kernel adds them: 1
+ * when done, 0 (nothing launched) where the shape or format has no such
+ * kernel (4-bit affine groups of 64 or 128, k <= 8). */
+int cuda_gemv_tc_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
+                          const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
+                          int64_t expert_stride, int64_t row_offset, int n_experts);
 /* Whether the mma kernel below handles this matrix (format, alignment). */
 int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride);
 /* out[dst(m)][n] = sum_k W_e[n][k] x[src(m)][k] with bf16 tensor cores and
