@@ -1334,10 +1334,23 @@ static void test_moe_experts(void) {
     check_moe(gpu, "MLX", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, ns, 5, TOL_SPLIT);
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4, ns, 5, TOL_SPLIT);
     /* the 4-bit down projection with the tokens' sums in one kernel (decode
-     * sizes): groups of 128, three choices (fewer than its eight warps), and
-     * ten choices (more: the GEMV per slot, then the sums) */
+     * sizes; MXFP4 and groups of 64 above): groups of 128, three choices
+     * (fewer than its eight warps), and ten choices (more: the GEMV per
+     * slot, then the sums) */
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, TOL_SPLIT);
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 16, 256, 512, 10, ns, 3, TOL_SPLIT);
+    /* the same on the fp16 kernel's run: groups of 32, and groups of 64 with the integer kernel off */
+    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 256, 512, 5, ns, 3, TOL_SPLIT);
+    setenv("G4_CUDA_GEMV_I8", "0", 1);
+    g4_backend *fp16 = NULL;
+    if (g4_backend_cuda_create(0, &fp16) != G4_OK) fp16 = NULL;
+    unsetenv("G4_CUDA_GEMV_I8");
+    CHECK(fp16 != NULL, "CUDA backend with G4_CUDA_GEMV_I8=0: %s", g4_error_message());
+    if (fp16) {
+        check_moe(fp16, "MLX G4_CUDA_GEMV_I8=0", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 3, TOL_SPLIT);
+        check_moe(fp16, "MLX G4_CUDA_GEMV_I8=0", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, TOL_SPLIT);
+        g4_backend_destroy(fp16);
+    }
     /* 8 bits at 26B-A4B widths and groups of 32 (tensor-core GEMV per slot, decode sizes) */
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 32, 32, 704, 2816, 8, ns, 3, TOL_SPLIT);
     /* gate and up rows of one quantised tensor: gated pairs per slot */

@@ -280,51 +280,20 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_i8_kernel(gemv_tc_args 
     tc_finish(a, L, acc_lo, acc_hi);
 }
 
-/* The MoE experts' down projection with the tokens' weighted sum of their
- * experts (moe_combine) in one launch: a block per (16-row tile, token), a
- * warp per chosen expert of the token (k <= I8_MOE_WARPS), each over the
- * whole row (a few blocks: 704 columns for the 26B-A4B). The block then
- * adds the experts' rows in choice order, weighted. (Before: a block per
- * (tile, slot), its four warps sharing six blocks of the row, then a
- * combine launch.) */
-#define I8_MOE_WARPS 8
-
+/* The MoE down projection with the tokens' weighted sums (see
+ * tc_moe_down_finish in cuda_gemv_tc.cuh). */
 template <int SD, int SLOTS, int S>
-__global__ void __launch_bounds__(I8_MOE_WARPS * 32) gemv_i8_moe_down_kernel(gemv_tc_args a, const float *weights,
+__global__ void __launch_bounds__(TC_MOE_WARPS * 32) gemv_i8_moe_down_kernel(gemv_tc_args a, const float *weights,
                                                                              int k) {
     pdl_wait();
-    __shared__ uint4 ring[I8_MOE_WARPS][S][I8_STAGE_UINT4];
-    __shared__ float sums[I8_MOE_WARPS][16];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, token = blockIdx.y;
-    tc_place t;
-    t.part = 0;
-    t.tile = blockIdx.x;
-    t.row0 = t.tile * 16;
-    t.slot = token * k + warp;
+    __shared__ uint4 ring[TC_MOE_WARPS][S][I8_STAGE_UINT4];
+    const int warp = threadIdx.x >> 5;
+    const tc_place t = tc_moe_place(blockIdx.x, blockIdx.y, k, warp);
     tc_lane L;
     float acc_lo = 0.0f, acc_hi = 0.0f;
     if (warp < k && tc_lane_place(a, L, I8_BLOCK_UINT4, t, 0, a.n_blocks))
         i8_run<SD, SLOTS, S>(a, L, ring[warp][0], acc_lo, acc_hi);
-    /* the quad's group slots, then one sum per row of the warp's expert */
-    acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 1);
-    acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 2);
-    acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 1);
-    acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 2);
-    if ((lane & 3) == 0) {
-        sums[warp][lane >> 2] = acc_lo;
-        sums[warp][(lane >> 2) + 8] = acc_hi;
-    }
-    __syncthreads();
-    const int r = threadIdx.x;
-    const int64_t row = t.row0 + r;
-    if (r >= 16 || row >= a.rows) return;
-    /* as moe_combine_kernel: valid choices in order */
-    float v = 0.0f;
-    for (int j = 0; j < k; j++) {
-        const int e = a.ids[token * k + j];
-        if (e >= 0 && e < a.n_experts) v = fmaf(weights[token * k + j], sums[j][r], v);
-    }
-    a.out[(size_t)token * a.out_stride + row] = v;
+    tc_moe_down_finish(a, weights, k, blockIdx.y, t.row0, acc_lo, acc_hi);
 }
 
 bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens) {
@@ -344,7 +313,7 @@ void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x
 template <int SD, int SLOTS>
 static void launch_i8_moe_down(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k) {
     const dim3 grid((unsigned)a.n_tiles, (unsigned)n_tokens);
-    cuda_launch(c, gemv_i8_moe_down_kernel<SD, SLOTS, 3>, grid, I8_MOE_WARPS * 32, 0, a, weights, k);
+    cuda_launch(c, gemv_i8_moe_down_kernel<SD, SLOTS, 3>, grid, TC_MOE_WARPS * 32, 0, a, weights, k);
 }
 
 template <int SD>
@@ -354,8 +323,6 @@ static void launch_i8_moe_down_slots(cuda_ctx *c, const gemv_tc_args &a, int n_t
     else
         launch_i8_moe_down<SD, 1>(c, a, n_tokens, weights, k);
 }
-
-bool cuda_gemv_i8_moe_down_fits(int k, int n_slots) { return k >= 1 && k <= I8_MOE_WARPS && n_slots % k == 0; }
 
 void cuda_gemv_i8_moe_down_launch(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k,
                                   int scale_dtype) {

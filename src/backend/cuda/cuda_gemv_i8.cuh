@@ -16,8 +16,7 @@ void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x
 /* the GEMV over a's tiles and parts, one grid row per MoE slot */
 void cuda_gemv_i8_launch(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int scale_dtype);
 /* the MoE down projection with each token's weighted sum of its k experts
- * (gemv_i8_moe_down_kernel): whether it takes k choices over n_slots slots */
-bool cuda_gemv_i8_moe_down_fits(int k, int n_slots);
+ * (gemv_i8_moe_down_kernel; k <= TC_MOE_WARPS) */
 /* out[t] (a.out_stride apart) = sum_j weights[t k + j] (row of slot t k + j), valid choices in order */
 void cuda_gemv_i8_moe_down_launch(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k,
                                   int scale_dtype);

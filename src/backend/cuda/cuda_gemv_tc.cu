@@ -323,18 +323,14 @@ __device__ __forceinline__ void tc_pipe_issue(const gemv_tc_args &a, const tc_la
     cp_async_commit();
 }
 
+/* A lane's pipelined run over its blocks [L.first, L.last) into its sums. */
 template <int SD, int S>
-__global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_pipe_kernel(gemv_tc_args a) {
-    pdl_wait();
+__device__ __forceinline__ void tc_pipe_run(const gemv_tc_args &a, const tc_lane &L, tc_pipe_stage *stages,
+                                            float &acc_lo, float &acc_hi) {
     constexpr bool MX = SD == TC_SCALE_E8M0;
-    __shared__ tc_pipe_stage ring[TC_WARPS][S];
-    tc_lane L;
-    if (!tc_lane_setup(a, L, TC_BLOCK_UINT4)) return;
-    tc_pipe_stage *stages = ring[L.warp];
     tc_params_raw<SD> p[S]; /* block first + j's in p[j % S] */
 #pragma unroll
     for (int k = 0; k < S - 1; k++) tc_pipe_issue<SD>(a, L, stages[k], L.first + k, p[k]);
-    float acc_lo = 0.0f, acc_hi = 0.0f;
     for (int base = L.first; base < L.last; base += S) {
 #pragma unroll
         for (int k = 0; k < S; k++) {
@@ -349,7 +345,37 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_pipe_kernel(gemv_tc_
             __syncwarp(); /* stage k is refilled next step */
         }
     }
+}
+
+template <int SD, int S>
+__global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_pipe_kernel(gemv_tc_args a) {
+    pdl_wait();
+    __shared__ tc_pipe_stage ring[TC_WARPS][S];
+    tc_lane L;
+    if (!tc_lane_setup(a, L, TC_BLOCK_UINT4)) return;
+    float acc_lo = 0.0f, acc_hi = 0.0f;
+    tc_pipe_run<SD, S>(a, L, ring[L.warp], acc_lo, acc_hi);
     tc_finish(a, L, acc_lo, acc_hi);
+}
+
+/* The MoE down projection with the tokens' weighted sums, as
+ * gemv_i8_moe_down_kernel (cuda_gemv_i8.cu) but on this file's kernel:
+ * MXFP4 and groups of 32. Three stages (eight warps' rings of five would
+ * not fit the static shared memory). */
+#define TC_MOE_PIPE_STAGES 3
+
+template <int SD>
+__global__ void __launch_bounds__(TC_MOE_WARPS * 32) gemv_tc_moe_down_kernel(gemv_tc_args a, const float *weights,
+                                                                              int k) {
+    pdl_wait();
+    __shared__ tc_pipe_stage ring[TC_MOE_WARPS][TC_MOE_PIPE_STAGES];
+    const int warp = threadIdx.x >> 5;
+    const tc_place t = tc_moe_place(blockIdx.x, blockIdx.y, k, warp);
+    tc_lane L;
+    float acc_lo = 0.0f, acc_hi = 0.0f;
+    if (warp < k && tc_lane_place(a, L, TC_BLOCK_UINT4, t, 0, a.n_blocks))
+        tc_pipe_run<SD, TC_MOE_PIPE_STAGES>(a, L, ring[warp], acc_lo, acc_hi);
+    tc_moe_down_finish(a, weights, k, blockIdx.y, t.row0, acc_lo, acc_hi);
 }
 
 /* ---- several tokens (2..8) of dense weights; 8-bit affine weights ----
@@ -596,6 +622,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
 /* 4 bits: gemv_tc_kernel for one token (or one per slot), the tokens
  * kernel for more; 8 bits: the tokens kernel always. n_tokens > 1 only
  * without ids (dense weights). */
+template <int SD>
+static void launch_tc_moe_down(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k) {
+    const dim3 grid((unsigned)a.n_tiles, (unsigned)n_tokens);
+    cuda_launch(c, gemv_tc_moe_down_kernel<SD>, grid, TC_MOE_WARPS * 32, 0, a, weights, k);
+}
+
 template <int SD, int S> static void launch_tc_pipe(cuda_ctx *c, dim3 grid, const gemv_tc_args &a) {
     /* five blocks' shared memory, the rest left to L1 (see TC_PIPE_STAGES) */
     static int carved;
@@ -656,7 +688,9 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
     const int n_blocks = (int)((w->cols + block_cols - 1) / block_cols);
     /* one token of 4-bit affine weights in groups of 64 or 128: integer mma */
     const bool i8 = cuda_gemv_i8_fits(c, w, n_tokens);
-    if (combine_w && !(i8 && ids && x_div == 1 && pair == 0 && cuda_gemv_i8_moe_down_fits(combine_k, n_slots)))
+    /* the down projection with the tokens' sums: integer mma, or the pipelined fp16 kernel's run (4 bits) */
+    if (combine_w && !((i8 || (bits == 4 && c->gemv_tc_pipe)) && ids && x_div == 1 && pair == 0 &&
+                       combine_k >= 1 && combine_k <= TC_MOE_WARPS && n_slots % combine_k == 0))
         return 0;
     const size_t row_uint4 = i8 ? cuda_gemv_i8_prepared_uint4(n_blocks)
                                 : (size_t)n_blocks * (bits == 8 ? TC8_BLOCK_UINT4 : TC_BLOCK_UINT4);
@@ -718,8 +752,16 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
         if (!a.partial) return 1;
     }
     const int sd = mx ? TC_SCALE_E8M0 : dev_matrix_of(w).scale_dtype; /* 0 bf16, 1 f16, 2 f32 */
-    if (combine_w) {
+    if (combine_w && i8) {
         cuda_gemv_i8_moe_down_launch(c, a, n_slots / combine_k, combine_w, combine_k, sd);
+    } else if (combine_w) {
+        const int n_tok = n_slots / combine_k;
+        switch (sd) {
+        case TC_SCALE_BF16: launch_tc_moe_down<TC_SCALE_BF16>(c, a, n_tok, combine_w, combine_k); break;
+        case TC_SCALE_F16: launch_tc_moe_down<TC_SCALE_F16>(c, a, n_tok, combine_w, combine_k); break;
+        case TC_SCALE_F32: launch_tc_moe_down<TC_SCALE_F32>(c, a, n_tok, combine_w, combine_k); break;
+        default: launch_tc_moe_down<TC_SCALE_E8M0>(c, a, n_tok, combine_w, combine_k); break;
+        }
     } else if (i8) {
         cuda_gemv_i8_launch(c, a, n_slots, sd);
     } else if (bits == 8) {

@@ -252,6 +252,52 @@ __device__ __forceinline__ void tc_finish(const gemv_tc_args &a, const tc_lane &
     if (r < 16 && row0 + r < a.rows) out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
 }
 
+/* ---- the MoE experts' down projection with each token's weighted sum of
+ * its k experts (moe_combine) in one launch ----
+ * A block per (16-row tile, token), a warp per chosen expert of the token
+ * (k <= TC_MOE_WARPS), each over the whole row (a few blocks: 704 columns
+ * for the 26B-A4B); the block then adds the experts' rows in choice order,
+ * weighted. (Before: a block per (tile, slot) whose four warps shared six
+ * blocks of the row, then a combine launch.) */
+#define TC_MOE_WARPS 8
+
+/* warp j's place: tile, rows, slot token * k + j */
+__device__ __forceinline__ tc_place tc_moe_place(unsigned tile, unsigned token, int k, int warp) {
+    tc_place t;
+    t.part = 0;
+    t.tile = tile;
+    t.row0 = t.tile * 16;
+    t.slot = (int)token * k + warp;
+    return t;
+}
+
+/* Every thread: the warps' sums per row (zero for idle warps), then
+ * out[token] = sum_j weights[j] row_j over valid choices in order (as
+ * moe_combine_kernel), stored at a.out + token * a.out_stride. */
+__device__ __forceinline__ void tc_moe_down_finish(const gemv_tc_args &a, const float *weights, int k, int token,
+                                                   int64_t row0, float acc_lo, float acc_hi) {
+    __shared__ float sums[TC_MOE_WARPS][16];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 1);
+    acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 2);
+    acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 1);
+    acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 2);
+    if ((lane & 3) == 0) {
+        sums[warp][lane >> 2] = acc_lo;
+        sums[warp][(lane >> 2) + 8] = acc_hi;
+    }
+    __syncthreads();
+    const int r = threadIdx.x;
+    const int64_t row = row0 + r;
+    if (r >= 16 || row >= a.rows) return;
+    float v = 0.0f;
+    for (int j = 0; j < k; j++) {
+        const int e = a.ids[token * k + j];
+        if (e >= 0 && e < a.n_experts) v = fmaf(weights[token * k + j], sums[j][r], v);
+    }
+    a.out[(size_t)token * a.out_stride + row] = v;
+}
+
 /* Asks for the shared-memory carveout `blocks` blocks of kernel need per
  * multiprocessor, the rest left to L1 (which the scale loads need); once
  * per kernel (*carved). False when a CUDA call failed (recorded). */
