@@ -1356,6 +1356,10 @@ static void test_moe_experts(void) {
     /* gate and up rows of one quantised tensor: gated pairs per slot */
     check_moe(gpu, "stacked", 1, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4, ns, 3, TOL_SPLIT);
     check_moe(gpu, "stacked", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, ns, 3, TOL_SPLIT);
+    /* float experts' down projection with the tokens' sums (decode sizes: gemv_moe_down_kernel) in f16 and
+     * f32, three and eight choices, rows not a multiple of its four */
+    check_moe(gpu, "HF f16", 1, G4_WEIGHT_F16, 0, 0, 8, 64, 90, 3, ns, 3, TOL_SPLIT);
+    check_moe(gpu, "HF f32", 1, G4_WEIGHT_F32, 0, 0, 12, 96, 130, 8, ns, 3, TOL_SPLIT);
     /* fixture-like odd widths: the generic per-slot path at every size */
     check_moe(gpu, "HF odd", 1, G4_WEIGHT_BF16, 0, 0, 8, 24, 72, 2, ns, 5, TOL_SPLIT);
     /* the experts' prefill through the general grouped kernel too (the

@@ -258,6 +258,11 @@ int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, siz
 int cuda_gemv_tc_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
                           const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
                           int64_t expert_stride, int64_t row_offset, int n_experts);
+/* The same for every format with such a kernel: the quantised ones above,
+ * and bf16 / f16 / f32 weights (cuda_matmul.cu). */
+int cuda_gemv_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
+                       const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
+                       int64_t expert_stride, int64_t row_offset, int n_experts);
 /* Whether the mma kernel below handles this matrix (format, alignment). */
 int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride);
 /* out[dst(m)][n] = sum_k W_e[n][k] x[src(m)][k] with bf16 tensor cores and

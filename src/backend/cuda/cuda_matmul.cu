@@ -46,6 +46,8 @@ static int chunk_cols_of(int f) {
     return 0;
 }
 
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* Decodes one 16-byte chunk into chunk_cols<F>() floats: plain values for
  * float formats, codes q for affine (the caller applies scale and bias),
  * E2M1 values for MXFP4 (the caller applies the E8M0 scale). */
@@ -297,6 +299,118 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
     }
 }
 
+/* The MoE experts' down projection with each token's weighted sum of its k
+ * experts (moe_combine) in one launch, for float weights (bf16, f16, f32:
+ * the Hugging Face checkpoints' experts): a block per R rows and token, a
+ * warp per chosen expert streaming the R rows over the whole width (704
+ * columns for the 26B-A4B), two chunks per lane in flight; the block adds
+ * the experts' rows in choice order, weighted, as moe_combine_kernel does.
+ * (Before: a GEMV block per (2 rows, slot), then a combine launch.) The
+ * quantised formats' kernels: cuda_gemv_tc_moe_down. */
+#define GEMV_MOE_WARPS 8
+#define GEMV_MOE_ROWS 4
+
+template <int F>
+__global__ void __launch_bounds__(GEMV_MOE_WARPS * 32) gemv_moe_down_kernel(gemv_args a, const float *weights, int k) {
+    pdl_wait();
+    constexpr int C = chunk_cols<F>(), R = GEMV_MOE_ROWS;
+    __shared__ float part[GEMV_MOE_WARPS][R];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, token = blockIdx.y;
+    const int64_t row0 = (int64_t)blockIdx.x * R;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    const int slot = token * k + warp;
+    const int e = warp < k ? a.ids[slot] : -1;
+    if (e >= 0 && e < a.n_experts) {
+        const uint8_t *data = a.data + (size_t)((int64_t)e * a.expert_stride + a.row_offset) * a.row_bytes;
+        const float *x = a.x + (size_t)slot * a.x_stride;
+        const int n_chunks = (int)(a.cols / C);
+        for (int ch0 = lane; ch0 < n_chunks; ch0 += 64) {
+            uint4 raw[2][R];
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int ch = ch0 + 32 * u;
+                    raw[u][r] = ch < n_chunks && row0 + r < a.rows
+                                    ? load_stream16(data + (size_t)(row0 + r) * a.row_bytes + (size_t)ch * 16)
+                                    : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int ch = ch0 + 32 * u;
+                if (ch >= n_chunks) break;
+                float xv[C];
+                const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)ch * C);
+#pragma unroll
+                for (int i = 0; i < C / 4; i++) {
+                    const float4 q = __ldg(xp + i);
+                    xv[4 * i] = q.x, xv[4 * i + 1] = q.y, xv[4 * i + 2] = q.z, xv[4 * i + 3] = q.w;
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float wv[C];
+                    decode_chunk<F>(raw[u][r], wv, NULL);
+                    float d = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < C; i++) d = fmaf(wv[i], xv[i], d);
+                    acc[r] += d;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0) part[warp][r] = v;
+    }
+    __syncthreads();
+    const int r = threadIdx.x;
+    if (r >= R || row0 + r >= a.rows) return;
+    float v = 0.0f;
+    for (int j = 0; j < k; j++) {
+        const int ej = a.ids[token * k + j];
+        if (ej >= 0 && ej < a.n_experts) v = fmaf(weights[token * k + j], part[j][r], v);
+    }
+    a.out[(size_t)token * a.out_stride + (size_t)(row0 + r)] = v;
+}
+
+int cuda_gemv_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
+                       const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
+                       int64_t expert_stride, int64_t row_offset, int n_experts) {
+    if (cuda_gemv_tc_moe_down(c, out, out_stride, x, x_stride, w, ids, weights, n_slots, k, expert_stride,
+                              row_offset, n_experts))
+        return 1;
+    const int f = fast_format_of(w);
+    if (!(f == FF_BF16 || f == FF_F16 || f == FF_F32) || k < 1 || k > GEMV_MOE_WARPS || n_slots % k != 0) return 0;
+    const int C = chunk_cols_of(f);
+    if (w->cols % C != 0 || w->row_bytes != (size_t)(w->cols / C) * 16 || !aligned16(w->data) || !aligned16(x) ||
+        x_stride % 4 != 0)
+        return 0;
+    gemv_args a;
+    memset(&a, 0, sizeof a);
+    static_cast<dev_matrix &>(a) = dev_matrix_of(w);
+    a.rows = w->rows;
+    a.cols = w->cols;
+    a.x = x;
+    a.x_stride = x_stride;
+    a.out = out;
+    a.out_stride = out_stride;
+    a.ids = ids;
+    a.expert_stride = expert_stride;
+    a.row_offset = row_offset;
+    a.n_experts = n_experts;
+    const dim3 grid(cuda_blocks((size_t)w->rows, GEMV_MOE_ROWS), (unsigned)(n_slots / k));
+    switch (f) {
+    case FF_BF16: cuda_launch(c, gemv_moe_down_kernel<FF_BF16>, grid, GEMV_MOE_WARPS * 32, 0, a, weights, k); break;
+    case FF_F16: cuda_launch(c, gemv_moe_down_kernel<FF_F16>, grid, GEMV_MOE_WARPS * 32, 0, a, weights, k); break;
+    default: cuda_launch(c, gemv_moe_down_kernel<FF_F32>, grid, GEMV_MOE_WARPS * 32, 0, a, weights, k); break;
+    }
+    cuda_launched(c, "gemv_moe_down");
+    return 1;
+}
+
 /* Any format, any alignment: element by element (odd shapes, 3/5/6/7-bit). */
 template <int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args a, dev_matrix m) {
@@ -409,7 +523,6 @@ static void launch_gemv_generic(cuda_ctx *c, const gemv_args &a, const dev_matri
     cuda_launched(c, "gemv_generic");
 }
 
-static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
               const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,

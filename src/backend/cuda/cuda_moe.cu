@@ -240,8 +240,8 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
                       gate->row_offset, E, u, 0);
         }
         /* the down projection and the tokens' weighted sums in one launch where a kernel does both */
-        if (cuda_gemv_tc_moe_down(c, out, (size_t)d, g, (size_t)width, &wd, ids, weights, n_slots, k,
-                                  down->expert_stride, down->row_offset, E))
+        if (cuda_gemv_moe_down(c, out, (size_t)d, g, (size_t)width, &wd, ids, weights, n_slots, k,
+                               down->expert_stride, down->row_offset, E))
             return;
         cuda_gemv(c, y, (size_t)d, g, (size_t)width, 1, &wd, ids, n_slots, 1, down->expert_stride, down->row_offset,
                   E, NULL, 0);
