@@ -1509,10 +1509,10 @@ static void test_gemv_tc(void) {
         }
         g4_backend_destroy(pipe);
     }
-    /* the tensor-core GEMVs' prepared activations in one copy and in three
-     * (G4_CUDA_GEMV_COPIES, default 16: tile t reads copy t % copies), on
-     * every quantised format and shape above, one and three tokens, a gated
-     * pair and MoE slots */
+    /* the integer GEMV's prepared activations in one copy and in three
+     * (G4_CUDA_GEMV_COPIES, default 4: tile t reads copy t % copies), on
+     * every quantised format and shape above (the fp16 kernels keep one
+     * copy), one and three tokens, a gated pair and MoE slots */
     const char *copies[] = {"1", "3"};
     for (int v = 0; v < 2; v++) {
         setenv("G4_CUDA_GEMV_COPIES", copies[v], 1);

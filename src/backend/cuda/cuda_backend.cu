@@ -413,7 +413,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * the activations 23.8, with 16 copies 19.9. In the GEMV itself (with
      * the pre-pass writing the copies): 21504 x 5376 26.4 -> 25.4 us, 43008
      * x 5376 45.2 -> 42.5; tg128 31b mlx4 115.7 / 120.4 / 117.4 t/s with 1,
-     * 4, 16 copies, e2b mlx4 440.6 / 442.4 / 435.7. */
+     * 4, 16 copies, e2b mlx4 440.6 / 442.4 / 435.7. The integer kernel's
+     * activations only (see cuda_gemv_tc). */
     const char *copies = getenv("G4_CUDA_GEMV_COPIES");
     c->gemv_copies = copies ? atoi(copies) : 4;
     if (c->gemv_copies < 1) c->gemv_copies = 1;
