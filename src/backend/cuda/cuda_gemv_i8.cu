@@ -68,11 +68,11 @@ __global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x
     __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* one warp per (copy, activation row, block): each copy written by warps of its own */
-    const int64_t items = (int64_t)n_blocks * n_rows, all = (int64_t)blockIdx.x * TC_WARPS + warp;
+    const int items = n_blocks * n_rows, all = (int)blockIdx.x * TC_WARPS + warp; /* (32-bit: cheap remainders) */
     if (all >= items * copies) return;
-    const int64_t item = all % items;
+    const int item = all % items;
     const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
-    uint4 *frags = prepared + (size_t)(all / items) * copy_uint4 + item * I8_BLOCK_UINT4;
+    uint4 *frags = prepared + (size_t)(all / items) * copy_uint4 + (size_t)item * I8_BLOCK_UINT4;
     const float down = tc_stage_block<4, 22>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * TC_BLOCK_COLS, cols,
                                              lane, group_cols / 4, srow[warp]);
     __syncwarp();

@@ -79,11 +79,11 @@ __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x
     __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* one warp per (copy, activation row, block): each copy written by warps of its own */
-    const int64_t items = (int64_t)n_blocks * n_rows, all = (int64_t)blockIdx.x * TC_WARPS + warp;
+    const int items = n_blocks * n_rows, all = (int)blockIdx.x * TC_WARPS + warp; /* (32-bit: cheap remainders) */
     if (all >= items * copies) return;
-    const int64_t item = all % items;
+    const int item = all % items;
     const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
-    uint4 *frags = prepared + (size_t)(all / items) * copy_uint4 + item * BU;
+    uint4 *frags = prepared + (size_t)(all / items) * copy_uint4 + (size_t)item * BU;
     /* lanes per group slot: 8, 16 or 32 */
     const float down = tc_stage_block<PER, 15>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * BC, cols, lane,
                                            group_cols / PER, srow[warp]);

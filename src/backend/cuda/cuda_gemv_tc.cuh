@@ -104,7 +104,8 @@ struct tc_place {
 /* The copy of the prepared activations that a tile reads (spread over the
  * copies so that the GPU's warps do not all queue on the same L2 lines). */
 __device__ __forceinline__ const uint4 *tc_prepared_copy(const gemv_tc_args &a, int64_t tile) {
-    return a.prepared + (size_t)(tile % a.copies) * a.copy_uint4;
+    /* (32-bit: a 64-bit remainder is a long routine, run by every block) */
+    return a.copies > 1 ? a.prepared + (size_t)((unsigned)tile % (unsigned)a.copies) * a.copy_uint4 : a.prepared;
 }
 
 /* (tc_finish recomputes it rather than holding it through the main loop) */
