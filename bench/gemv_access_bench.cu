@@ -29,31 +29,10 @@ __device__ __forceinline__ void keep(unsigned acc, unsigned *sink) {
     if (acc == 0x12345678u) sink[0] = acc;
 }
 
-template <int U>
-__global__ void quad64(const uint8_t *w, size_t row_bytes, int tiles, int parts, unsigned *sink) {
-    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    const int tile = warp / parts, part = warp % parts;
-    if (tile >= tiles) return;
-    const int g = lane >> 2, c = lane & 3;
-    const int nblk = (int)(row_bytes / 64), per = (nblk + parts - 1) / parts;
-    const int b0 = part * per, b1 = min(nblk, b0 + per);
-    const uint8_t *lo = w + (size_t)(tile * 16 + g) * row_bytes + 16 * c, *hi = lo + 8 * row_bytes;
-    unsigned acc = 0;
-    for (int b = b0; b < b1; b += U) {
-        uint4 v[2 * U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const bool in = b + u < b1;
-            v[2 * u] = in ? ld_nc(lo + (size_t)(b + u) * 64) : make_uint4(0, 0, 0, 0);
-            v[2 * u + 1] = in ? ld_nc(hi + (size_t)(b + u) * 64) : make_uint4(0, 0, 0, 0);
-        }
-        acc ^= fold<2 * U>(v);
-    }
-    keep(acc, sink);
-}
-
-/* quad64 with activations (ACT) and scales (SC) streamed as the integer
- * GEMV streams them: U steps in flight, a ring of U activation stages */
+/* quad64 (ACT, SC false), and with activations (ACT) and scales (SC)
+ * streamed as the integer GEMV streams them: U steps in flight, a ring of U
+ * activation stages. MODE 1: each tile its own copy of the activations
+ * (tile % copies); 2: one copy, each tile starting at a rotated block; 3: both. */
 template <int U, bool ACT, bool SC, int MODE = 0>
 __global__ void quad64x(const uint8_t *w, size_t row_bytes, int tiles, int parts, const uint4 *act,
                         const uint16_t *scales, unsigned *sink, int copies = 64) {
@@ -252,11 +231,11 @@ int main() {
                 t = time_kernel([&] { quad64y<3><<<yblocks, 128, smem>>>(w, rb, tiles, parts, act, sink); }, 20);
                 printf("  quad64y U=3 4 tiles/block, activations once parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
             }
-            t = time_kernel([&] { quad64<2><<<blocks, 128>>>(w, rb, tiles, parts, sink); }, 20);
+            t = time_kernel([&] { quad64x<2, false, false><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink); }, 20);
             printf("  quad64 U=2 parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
-            t = time_kernel([&] { quad64<4><<<blocks, 128>>>(w, rb, tiles, parts, sink); }, 20);
+            t = time_kernel([&] { quad64x<4, false, false><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink); }, 20);
             printf("  quad64 U=4 parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
-            t = time_kernel([&] { quad64<8><<<blocks, 128>>>(w, rb, tiles, parts, sink); }, 20);
+            t = time_kernel([&] { quad64x<8, false, false><<<blocks, 128>>>(w, rb, tiles, parts, act, scales, sink); }, 20);
             printf("  quad64 U=8 parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);
             t = time_kernel([&] { run256<1><<<blocks, 128>>>(w, rb, tiles, parts, sink); }, 20);
             printf("  run256 U=1 parts %d: %6.1f us %5.0f GB/s\n", parts, t, bytes / t / 1e3);

@@ -197,6 +197,17 @@ static void free_matrix(test_matrix *t) {
 
 /* ---- matmul ---- */
 
+/* Another CUDA backend, created with one knob set (var=value) to check or
+ * time an alternative path; NULL, with a failed check, if it cannot be. */
+static g4_backend *knob_backend(const char *var, const char *value) {
+    setenv(var, value, 1);
+    g4_backend *be = NULL;
+    const g4_status st = g4_backend_cuda_create(0, &be);
+    unsetenv(var);
+    CHECK(st == G4_OK, "CUDA backend with %s=%s: %s", var, value, g4_error_message());
+    return st == G4_OK ? be : NULL;
+}
+
 static void check_matmul_on(g4_backend *be, const char *tag, const g4_matrix *hm, const g4_matrix *dm,
                             const char *name, int n, double gemm_tol) {
     const int64_t rows = hm->rows, cols = hm->cols;
@@ -341,12 +352,8 @@ static void test_matmul(void) {
         free_matrix(&t);
     }
     /* the dequantise-in-tile mma kernel for quantised prefill (G4_CUDA_QGEMM=mma) */
-    setenv("G4_CUDA_QGEMM", "mma", 1);
-    g4_backend *mma = NULL;
-    g4_status st = g4_backend_cuda_create(0, &mma);
-    unsetenv("G4_CUDA_QGEMM");
-    CHECK(st == G4_OK, "second CUDA backend: %s", g4_error_message());
-    if (st == G4_OK) {
+    g4_backend *mma = knob_backend("G4_CUDA_QGEMM", "mma");
+    if (mma) {
         struct {
             g4_weight_format f;
             int bits, group;
@@ -359,7 +366,7 @@ static void test_matmul(void) {
             test_matrix t;
             make_matrix(&t, q[k].f, q[k].bits, q[k].group, q[k].sdt, q[k].rows, q[k].cols);
             g4_matrix dm = t.host;
-            st = mma->ops->prepare_matrix(mma, &dm);
+            const g4_status st = mma->ops->prepare_matrix(mma, &dm);
             CHECK(st == G4_OK, "prepare on the mma backend: %s", g4_error_message());
             /* inputs live on the first backend's device: one GPU, one address space */
             check_matmul_on(mma, "mma ", &t.host, &dm, t.name, 64, TOL_SPLIT);
@@ -1341,11 +1348,7 @@ static void test_moe_experts(void) {
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 16, 256, 512, 10, ns, 3, TOL_SPLIT);
     /* the same on the fp16 kernel's run: groups of 32, and groups of 64 with the integer kernel off */
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 256, 512, 5, ns, 3, TOL_SPLIT);
-    setenv("G4_CUDA_GEMV_I8", "0", 1);
-    g4_backend *fp16 = NULL;
-    if (g4_backend_cuda_create(0, &fp16) != G4_OK) fp16 = NULL;
-    unsetenv("G4_CUDA_GEMV_I8");
-    CHECK(fp16 != NULL, "CUDA backend with G4_CUDA_GEMV_I8=0: %s", g4_error_message());
+    g4_backend *fp16 = knob_backend("G4_CUDA_GEMV_I8", "0");
     if (fp16) {
         check_moe(fp16, "MLX G4_CUDA_GEMV_I8=0", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 3, TOL_SPLIT);
         check_moe(fp16, "MLX G4_CUDA_GEMV_I8=0", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, TOL_SPLIT);
@@ -1364,11 +1367,7 @@ static void test_moe_experts(void) {
     check_moe(gpu, "HF odd", 1, G4_WEIGHT_BF16, 0, 0, 8, 24, 72, 2, ns, 5, TOL_SPLIT);
     /* the experts' prefill through the general grouped kernel too (the
      * default is the pipelined one) */
-    setenv("G4_CUDA_MOE_PIPE", "0", 1);
-    g4_backend *unpiped = NULL;
-    if (g4_backend_cuda_create(0, &unpiped) != G4_OK) unpiped = NULL;
-    unsetenv("G4_CUDA_MOE_PIPE");
-    CHECK(unpiped != NULL, "CUDA backend with G4_CUDA_MOE_PIPE=0: %s", g4_error_message());
+    g4_backend *unpiped = knob_backend("G4_CUDA_MOE_PIPE", "0");
     if (unpiped) {
         const int prefill_ns[] = {40, 150};
         gpu->ops->synchronize(gpu);
@@ -1422,11 +1421,7 @@ static void test_gemv_tc(void) {
         }
     /* one token of 8 bits runs the float32 GEMV by default; its tensor-core
      * path (G4_CUDA_GEMV_TC8_ONE=1) must be right too */
-    setenv("G4_CUDA_GEMV_TC8_ONE", "1", 1);
-    g4_backend *tc8 = NULL;
-    if (g4_backend_cuda_create(0, &tc8) != G4_OK) tc8 = NULL;
-    unsetenv("G4_CUDA_GEMV_TC8_ONE");
-    CHECK(tc8 != NULL, "CUDA backend with G4_CUDA_GEMV_TC8_ONE=1: %s", g4_error_message());
+    g4_backend *tc8 = knob_backend("G4_CUDA_GEMV_TC8_ONE", "1");
     for (size_t k = 0; tc8 && k < n_formats; k++)
         for (size_t s = 0; formats[k].bits == 8 && s < sizeof shapes / sizeof shapes[0]; s++) {
             if (shapes[s][1] % formats[k].group != 0) continue;
@@ -1515,11 +1510,7 @@ static void test_gemv_tc(void) {
      * copy), one and three tokens, a gated pair and MoE slots */
     const char *copies[] = {"1", "3"};
     for (int v = 0; v < 2; v++) {
-        setenv("G4_CUDA_GEMV_COPIES", copies[v], 1);
-        g4_backend *cb = NULL;
-        if (g4_backend_cuda_create(0, &cb) != G4_OK) cb = NULL;
-        unsetenv("G4_CUDA_GEMV_COPIES");
-        CHECK(cb != NULL, "CUDA backend with G4_CUDA_GEMV_COPIES=%s: %s", copies[v], g4_error_message());
+        g4_backend *cb = knob_backend("G4_CUDA_GEMV_COPIES", copies[v]);
         if (!cb) continue;
         char tag[32];
         snprintf(tag, sizeof tag, "copies %s ", copies[v]);
@@ -1548,12 +1539,8 @@ static void test_gemv_tc(void) {
 
 /* The plain bf16 prefill mode (G4_CUDA_PREFILL=bf16): one product per tile. */
 static void test_fast_prefill(void) {
-    setenv("G4_CUDA_PREFILL", "bf16", 1);
-    g4_backend *fast = NULL;
-    g4_status st = g4_backend_cuda_create(0, &fast);
-    unsetenv("G4_CUDA_PREFILL");
-    CHECK(st == G4_OK, "bf16-mode CUDA backend: %s", g4_error_message());
-    if (st != G4_OK) return;
+    g4_backend *fast = knob_backend("G4_CUDA_PREFILL", "bf16");
+    if (!fast) return;
     struct {
         g4_weight_format f;
         int bits, group;
@@ -1613,12 +1600,7 @@ static void run_attention(void *p) {
  * column split forced off and on (G4_CUDA_GEMV_SPLIT), each also checked
  * against the CPU: which one the shape heuristic should pick. */
 static void gemv_split_speed(double bw) {
-    g4_backend *variant[2] = {NULL, NULL};
-    for (int v = 0; v < 2; v++) {
-        setenv("G4_CUDA_GEMV_SPLIT", v ? "1" : "0", 1);
-        if (g4_backend_cuda_create(0, &variant[v]) != G4_OK) variant[v] = NULL;
-    }
-    unsetenv("G4_CUDA_GEMV_SPLIT");
+    g4_backend *variant[2] = {knob_backend("G4_CUDA_GEMV_SPLIT", "0"), knob_backend("G4_CUDA_GEMV_SPLIT", "1")};
     /* E2B's, then the 31B's q|k|v, gate|up, o and down */
     const int64_t shapes[][2] = {{2048, 1536}, {256, 1536}, {1536, 2048}, {6144, 1536}, {12288, 1536}, {1536, 6144},
                                  {1536, 256}, {262144, 1536}, {16384, 5376}, {43008, 5376}, {5376, 8192},
@@ -1820,10 +1802,7 @@ static void moe_speed(double bw) {
     } formats[] = {{G4_WEIGHT_BF16, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_MXFP4, 4, 32}};
     const int E = 128, width = 704, d = 2816, k = 8;
     /* the experts' prefill through the general grouped kernel, for comparison */
-    setenv("G4_CUDA_MOE_PIPE", "0", 1);
-    g4_backend *unpiped = NULL;
-    if (g4_backend_cuda_create(0, &unpiped) != G4_OK) unpiped = NULL;
-    unsetenv("G4_CUDA_MOE_PIPE");
+    g4_backend *unpiped = knob_backend("G4_CUDA_MOE_PIPE", "0");
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         moe_weights m;
         const int hf = formats[f].f == G4_WEIGHT_BF16;
@@ -1932,10 +1911,7 @@ static void speed(void) {
     float *x = rand_floats((size_t)512 * cols, 0.05f, 2.0f);
     float *dx = up(x, (size_t)512 * cols * 4), *dout = poisoned((size_t)512 * rows);
     /* the float32 GEMV that 4-bit formats used before the tensor-core one */
-    setenv("G4_CUDA_GEMV_TC", "0", 1);
-    g4_backend *f32 = NULL;
-    if (g4_backend_cuda_create(0, &f32) != G4_OK) f32 = NULL;
-    unsetenv("G4_CUDA_GEMV_TC");
+    g4_backend *f32 = knob_backend("G4_CUDA_GEMV_TC", "0");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
         test_matrix t;
         make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, rows, cols);
