@@ -1419,17 +1419,24 @@ static void test_gemv_tc(void) {
             check_matmul(&t, tokens, 5);
             free_matrix(&t);
         }
-    /* one token of 8 bits runs the float32 GEMV by default; its tensor-core
-     * path (G4_CUDA_GEMV_TC8_ONE=1) must be right too */
+    /* one token of 8 bits runs the integer kernel by default (groups of 32
+     * and 64; 128: the float32 GEMV); with it off (G4_CUDA_GEMV_I8=4) the
+     * float32 GEMV, and with G4_CUDA_GEMV_TC8_ONE=1 too the fp16 kernel,
+     * must be right too */
+    setenv("G4_CUDA_GEMV_I8", "4", 1);
+    g4_backend *f32_8 = knob_backend("G4_CUDA_GEMV_TC8_ONE", "0");
     g4_backend *tc8 = knob_backend("G4_CUDA_GEMV_TC8_ONE", "1");
-    for (size_t k = 0; tc8 && k < n_formats; k++)
+    unsetenv("G4_CUDA_GEMV_I8");
+    for (size_t k = 0; k < n_formats; k++)
         for (size_t s = 0; formats[k].bits == 8 && s < sizeof shapes / sizeof shapes[0]; s++) {
             if (shapes[s][1] % formats[k].group != 0) continue;
             test_matrix t;
             make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, shapes[s][0], shapes[s][1]);
-            check_matmul_on(tc8, "tc8-one ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+            if (f32_8) check_matmul_on(f32_8, "i8 off ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
+            if (tc8) check_matmul_on(tc8, "tc8-one ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
             free_matrix(&t);
         }
+    if (f32_8) g4_backend_destroy(f32_8);
     if (tc8) g4_backend_destroy(tc8);
     /* a 31B MLP-sized matrix and wide rows (72 x 21504: columns in parts) */
     const int64_t big[][2] = {{21504, 5376}, {72, 21504}};
@@ -1866,9 +1873,11 @@ static void gemv_pipe_speed(double bw) {
         g4_weight_format f;
         int bits, group;
         g4_dtype sdt;
-    } formats[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
-    printf("  one-token 4-bit GEMV: default / G4_CUDA_GEMV_COPIES=1 (one copy of the prepared activations) / "
-           "G4_CUDA_GEMV_I8=0 (fp16, pipelined) / 0 with G4_CUDA_GEMV_TC_PIPE=0 (unpipelined)\n");
+    } formats[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8},
+                   {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16}};
+    printf("  one-token 4- and 8-bit GEMV: default / G4_CUDA_GEMV_COPIES=1 (one copy of the prepared activations) / "
+           "G4_CUDA_GEMV_I8=0 (4 bits: fp16, pipelined; 8 bits: float32) / 0 with G4_CUDA_GEMV_TC_PIPE=0 (4 bits: "
+           "unpipelined)\n");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];

@@ -401,10 +401,11 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     const char *pipe = getenv("G4_CUDA_GEMV_TC_PIPE");
     const int pipe_stages = pipe ? atoi(pipe) : 1;
     c->gemv_tc_pipe = pipe_stages == 1 || (pipe_stages >= 4 && pipe_stages <= 7) ? pipe_stages : 0;
-    /* one token of 4-bit affine weights on integer tensor cores (cuda_gemv_i8.cu;
-     * 31b mlx4 109.9 -> 118.7 t/s): G4_CUDA_GEMV_I8=0 leaves it to the fp16 kernels */
+    /* one token of affine 4- and 8-bit weights on integer tensor cores (cuda_gemv_i8.cu;
+     * 31b mlx4 109.9 -> 118.7 t/s): G4_CUDA_GEMV_I8=0 leaves them to the fp16 kernels
+     * (4 bits) and the float32 GEMV (8 bits), =4 or =8 keeps one width on it */
     const char *i8 = getenv("G4_CUDA_GEMV_I8");
-    c->gemv_i8 = !(i8 && !strcmp(i8, "0"));
+    c->gemv_i8 = !i8 ? 4 | 8 : !strcmp(i8, "0") ? 0 : !strcmp(i8, "4") ? 4 : !strcmp(i8, "8") ? 8 : 4 | 8;
     /* Every tile of a tensor-core GEMV reads the same prepared activations
      * at about the same time; one copy's lines sit in a few L2 slices that
      * all of the GPU's warps then queue on. Tile t reads copy t % copies.

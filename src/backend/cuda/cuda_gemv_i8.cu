@@ -43,12 +43,24 @@
  * G4_CUDA_GEMV_I8=0 turns this path off. */
 #include "backend/cuda/cuda_gemv_i8.cuh"
 
-/* Per activation row and block the pre-pass writes I8_FRAGS uint4 of B
- * fragments, index (c * 3 + p) * 2 + h: quad lane c, plane p, half h (code
- * words 2h and 2h + 1: even codes' bytes, odd codes', for each), then the
- * same 8 floats as the fp16 layout's (group slot sums, 2^e, unused). */
-#define I8_FRAGS 24
-#define I8_BLOCK_UINT4 26
+/* The block geometry per weight width. 4 bits: 128 columns (a lane's 16
+ * bytes of a row are 32 columns); per activation row and block FRAGS = 24
+ * uint4 of B fragments, index (c * 3 + p) * 2 + h: quad lane c, plane p,
+ * half h (code words 2h and 2h + 1: even codes' bytes, odd codes', for
+ * each). 8 bits: 64 columns (a lane's 16 bytes are 16 columns, the code
+ * bytes themselves the A operand: words 0, 1 of rows g, g + 8 for the
+ * block's first mma, words 2, 3 for its second); FRAGS = 12 uint4, index
+ * c * 3 + p: word j the plane's bytes of the lane's columns 4j .. 4j + 3.
+ * Then the same 8 floats as the fp16 layout's (group slot sums, 2^e,
+ * unused), and in a stage of the ring two zero uint4 for idle B lanes. */
+template <int BITS> struct i8_geom {
+    static constexpr int BC = BITS == 4 ? 128 : 64; /* columns per block */
+    static constexpr int LC = BC / 4;               /* a quad lane's columns of a row per block */
+    static constexpr int FRAGS = BITS == 4 ? 24 : 12;
+    static constexpr int BU = FRAGS + 2;            /* prepared uint4 per row and block */
+    static constexpr int STAGE = BU + 2;            /* a ring stage: BU, then a zero pair */
+    static constexpr int B_UINT4 = BITS == 4 ? 2 : 1; /* uint4 a B lane reads per block */
+};
 
 /* plane p (0: x 65536, 1: x 256, 2: x 1) of a 23-bit integer, as a byte */
 __device__ __forceinline__ uint32_t i8_plane(int X, int p) {
@@ -59,35 +71,46 @@ __device__ __forceinline__ uint32_t i8_plane(int X, int p) {
     return (uint32_t)(p == 0 ? p0 : p == 1 ? p1 : p2) & 255u;
 }
 
-/* One warp per (activation row, 128-column block). */
+/* One warp per (copy, activation row, block). */
+template <int BITS>
 __global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
                                        int n_rows, int group_cols, int copies, size_t copy_uint4) {
+    using G = i8_geom<BITS>;
+    constexpr int PER = G::BC / 32; /* columns per lane */
     pdl_wait();
     pdl_launch_next();
-    __shared__ float xs[TC_WARPS][TC_BLOCK_COLS];
+    __shared__ float xs[TC_WARPS][G::BC];
     __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* one warp per (copy, activation row, block): each copy written by warps of its own */
     const int items = n_blocks * n_rows, all = (int)blockIdx.x * TC_WARPS + warp; /* (32-bit: cheap remainders) */
     if (all >= items * copies) return;
     const int item = all % items;
-    const int row = (int)(item / n_blocks), blk = (int)(item % n_blocks);
-    uint4 *frags = prepared + (size_t)(all / items) * copy_uint4 + (size_t)item * I8_BLOCK_UINT4;
-    const float down = tc_stage_block<4, 22>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * TC_BLOCK_COLS, cols,
-                                             lane, group_cols / 4, srow[warp]);
+    const int row = item / n_blocks, blk = item % n_blocks;
+    uint4 *frags = prepared + (size_t)(all / items) * copy_uint4 + (size_t)item * G::BU;
+    const float down = tc_stage_block<PER, 22>(xs[warp], x + (size_t)row * x_stride, (int64_t)blk * G::BC, cols,
+                                               lane, group_cols / PER, srow[warp]);
     __syncwarp();
-    if (lane < 2) frags[I8_FRAGS + lane] = reinterpret_cast<const uint4 *>(srow[warp])[lane];
-    if (lane >= I8_FRAGS) return;
-    const int c = lane / 6, p = (lane >> 1) % 3, h = lane & 1;
+    if (lane < 2) frags[G::FRAGS + lane] = reinterpret_cast<const uint4 *>(srow[warp])[lane];
+    if (lane >= G::FRAGS) return;
     uint32_t out[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        /* word u's even (odd = 0) or odd (odd = 1) codes: columns 8u + odd + 2b */
-        const int u = 2 * h + (j >> 1), odd = j & 1;
+        int c, p, col0, step;
+        if constexpr (BITS == 4) {
+            /* word u's even (odd = 0) or odd (odd = 1) codes: columns 8u + odd + 2b */
+            c = lane / 6, p = (lane >> 1) % 3;
+            const int u = 2 * (lane & 1) + (j >> 1), odd = j & 1;
+            col0 = 32 * c + 8 * u + odd, step = 2;
+        } else {
+            /* the lane's columns 4j .. 4j + 3 */
+            c = lane / 3, p = lane % 3;
+            col0 = 16 * c + 4 * j, step = 1;
+        }
         uint32_t word = 0;
 #pragma unroll
         for (int b = 0; b < 4; b++) {
-            const int X = __float2int_rn(xs[warp][32 * c + 8 * u + odd + 2 * b] * down);
+            const int X = __float2int_rn(xs[warp][col0 + step * b] * down);
             word |= i8_plane(X, p) << (8 * b);
         }
         out[j] = word;
@@ -105,17 +128,19 @@ __device__ __forceinline__ void mma_u8s8_16832(int *d, const uint32_t *a, const 
 
 /* A lane's roles in a block (see the layout above). */
 struct i8_roles {
-    int b_index;          /* as a B lane: its two uint4 in a stage (the zero pair if idle) */
+    int b_index;          /* as a B lane: its uint4 in a stage (the zero pair if idle) */
     bool o_active, o_bias; /* as an output lane: columns 2c, 2c + 1 hold planes; c even: bias too */
     int o_slot;
     float w0, w1; /* the planes' weights in those columns */
 };
 
-__device__ __forceinline__ i8_roles i8_roles_of(int g, int c, int gc, bool has_bias) {
+/* gc: the group's columns within a block (at most the block) */
+template <int BITS> __device__ __forceinline__ i8_roles i8_roles_of(int g, int c, int gc, bool has_bias) {
+    using G = i8_geom<BITS>;
     i8_roles r;
-    const int my_slot = c * 32 / gc, plane = g & 3, slots = TC_BLOCK_COLS / gc;
+    const int my_slot = c * G::LC / gc, plane = g & 3, slots = G::BC / gc;
     const bool b_active = (g >> 2) == my_slot && plane < 3;
-    r.b_index = b_active ? (c * 3 + plane) * 2 : I8_BLOCK_UINT4;
+    r.b_index = b_active ? (c * 3 + plane) * G::B_UINT4 : G::BU;
     r.o_slot = c >> 1;
     r.o_active = r.o_slot < slots;
     r.o_bias = r.o_active && (c & 1) == 0 && has_bias;
@@ -123,10 +148,6 @@ __device__ __forceinline__ i8_roles i8_roles_of(int g, int c, int gc, bool has_b
     r.w1 = (c & 1) ? 0.0f : 256.0f;
     return r;
 }
-
-/* A stage of the shared-memory ring: a block's prepared activations, then
- * two zero uint4 (what idle B lanes read). */
-#define I8_STAGE_UINT4 (I8_BLOCK_UINT4 + 2)
 
 /* Scales and biases of a lane's two rows for one block, as loaded (kept
  * untouched until the block's turn: see tc_params_raw). */
@@ -139,22 +160,33 @@ template <int ES> __device__ __forceinline__ uint32_t i8_scale_bits(const uint8_
     return *reinterpret_cast<const uint32_t *>(p);
 }
 
-/* One block: four mma, then the lane's planes weighted, scaled and added. */
-template <int SD>
+/* One block: four mma (4 bits: even and odd codes by masks) or two (8
+ * bits: the codes as loaded), then the lane's planes weighted, scaled and
+ * added. */
+template <int SD, int BITS>
 __device__ __forceinline__ void i8_block(const i8_roles &r, uint4 wl, uint4 wh, const uint4 *stage,
                                          const i8_params &p, float &acc_lo, float &acc_hi) {
-    const uint4 x0 = stage[r.b_index], x1 = stage[r.b_index + 1];
-    const uint32_t b[4][2] = {{x0.x, x0.y}, {x0.z, x0.w}, {x1.x, x1.y}, {x1.z, x1.w}};
-    const uint32_t lo[4] = {wl.x, wl.y, wl.z, wl.w}, hi[4] = {wh.x, wh.y, wh.z, wh.w};
+    using G = i8_geom<BITS>;
     int d[4] = {0, 0, 0, 0};
+    if constexpr (BITS == 4) {
+        const uint4 x0 = stage[r.b_index], x1 = stage[r.b_index + 1];
+        const uint32_t b[4][2] = {{x0.x, x0.y}, {x0.z, x0.w}, {x1.x, x1.y}, {x1.z, x1.w}};
+        const uint32_t lo[4] = {wl.x, wl.y, wl.z, wl.w}, hi[4] = {wh.x, wh.y, wh.z, wh.w};
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
-        const uint32_t a[4] = {lo[u] & 0x0F0F0F0Fu, hi[u] & 0x0F0F0F0Fu, (lo[u] >> 4) & 0x0F0F0F0Fu,
-                               (hi[u] >> 4) & 0x0F0F0F0Fu};
-        mma_u8s8_16832(d, a, b[u]);
+        for (int u = 0; u < 4; u++) {
+            const uint32_t a[4] = {lo[u] & 0x0F0F0F0Fu, hi[u] & 0x0F0F0F0Fu, (lo[u] >> 4) & 0x0F0F0F0Fu,
+                                   (hi[u] >> 4) & 0x0F0F0F0Fu};
+            mma_u8s8_16832(d, a, b[u]);
+        }
+    } else {
+        const uint4 xb = stage[r.b_index];
+        const uint32_t a0[4] = {wl.x, wh.x, wl.y, wh.y}, b0[2] = {xb.x, xb.y};
+        const uint32_t a1[4] = {wl.z, wh.z, wl.w, wh.w}, b1[2] = {xb.z, xb.w};
+        mma_u8s8_16832(d, a0, b0);
+        mma_u8s8_16832(d, a1, b1);
     }
     if (!r.o_active) return;
-    const float *sums = reinterpret_cast<const float *>(stage + I8_FRAGS);
+    const float *sums = reinterpret_cast<const float *>(stage + G::FRAGS);
     const float up = sums[4];
     const float v_lo = fmaf((float)d[0], r.w0, (float)d[1] * r.w1);
     const float v_hi = fmaf((float)d[2], r.w0, (float)d[3] * r.w1);
@@ -172,13 +204,14 @@ __device__ __forceinline__ void i8_block(const i8_roles &r, uint4 wl, uint4 wh, 
  * (tc_lane_setup, tc_finish). (Measured and dropped: a streamed grid, each
  * warp an equal run of (tile, block) units across tile boundaries, split
  * tiles reduced through partial sums and a counter: 21504 x 5376 31.5 us
- * against 26.8, 31b mlx4 103.6 against 117.4 t/s, e2b mlx4 344.7 / 457.5.) Each lane streams its warp's blocks of the
- * tile: pointers at the warp's first block, advanced once per S blocks
- * (within those the offsets are constants), and how many of them it loads
- * weights, scales and activations for. Requests past those counts are
- * skipped and leave stale registers, which multiply zeros: a block's
- * columns past the row have zero activations (and zero sums); a lane's rows
- * past the matrix point at row 0 and are never stored. */
+ * against 26.8, 31b mlx4 103.6 against 117.4 t/s, e2b mlx4 344.7 / 457.5.)
+ * Each lane streams its warp's blocks of the tile: pointers at the warp's
+ * first block, advanced once per S blocks (within those the offsets are
+ * constants), and how many of them it loads weights, scales and
+ * activations for. Requests past those counts are skipped and leave stale
+ * registers, which multiply zeros: a block's columns past the row have zero
+ * activations (and zero sums); a lane's rows past the matrix point at row 0
+ * and are never stored. SLOTS: groups per block (1 or 2). */
 template <int SLOTS, int ES> struct i8_tile_lane {
     const uint8_t *w_lo, *w_hi;               /* the lane's 16 bytes of rows g, g + 8 */
     const uint8_t *s_lo, *s_hi, *b_lo, *b_hi; /* its output slot's scale, bias */
@@ -187,36 +220,38 @@ template <int SLOTS, int ES> struct i8_tile_lane {
     i8_roles r;
 };
 
-template <int SLOTS, int ES>
+template <int BITS, int SLOTS, int ES>
 __device__ __forceinline__ i8_tile_lane<SLOTS, ES> i8_tile_lane_of(const gemv_tc_args &a, const tc_lane &L) {
+    using G = i8_geom<BITS>;
     i8_tile_lane<SLOTS, ES> s;
-    s.r = i8_roles_of(L.g, L.c, L.gc, L.b_lo != NULL);
+    const int gc = G::BC / SLOTS;
+    s.r = i8_roles_of<BITS>(L.g, L.c, gc, L.b_lo != NULL);
     const int first = L.first, n = max(0, L.last - L.first);
     s.n = n;
-    /* blocks whose 32 columns of this lane are in the row */
-    const int w_blocks = (int)((a.cols - 32 * L.c + TC_BLOCK_COLS - 1) / TC_BLOCK_COLS);
+    /* blocks whose columns of this lane are in the row */
+    const int w_blocks = (int)((a.cols - G::LC * L.c + G::BC - 1) / G::BC);
     s.n_w = max(0, min(L.last, w_blocks) - first);
     s.w_lo = L.w_lo + (size_t)first * 64;
     s.w_hi = L.w_hi + (size_t)first * 64;
-    const int s_blocks = (int)((a.cols - s.r.o_slot * L.gc + TC_BLOCK_COLS - 1) / TC_BLOCK_COLS);
+    const int s_blocks = (int)((a.cols - s.r.o_slot * gc + G::BC - 1) / G::BC);
     s.n_s = s.r.o_active ? max(0, min(L.last, s_blocks) - first) : 0;
     const size_t s_off = ((size_t)first * SLOTS + (s.r.o_active ? s.r.o_slot : 0)) * ES;
     s.s_lo = L.s_lo + s_off;
     s.s_hi = L.s_hi + s_off;
     s.b_lo = s.r.o_bias ? L.b_lo + s_off : NULL;
     s.b_hi = s.r.o_bias ? L.b_hi + s_off : NULL;
-    s.x = L.prepared + (size_t)first * I8_BLOCK_UINT4 + (L.lane < I8_BLOCK_UINT4 ? L.lane : 0);
-    s.n_x = L.lane < I8_BLOCK_UINT4 ? n : 0;
+    s.x = L.prepared + (size_t)first * G::BU + (L.lane < G::BU ? L.lane : 0);
+    s.n_x = L.lane < G::BU ? n : 0;
     return s;
 }
 
 /* Requests block j of the lane's stream (j < 2 S: a constant under the
  * unrolled loop): the activations into stage x (one cp.async group, empty
  * when not this lane's), weights and scales into registers. */
-template <int SLOTS, int ES>
+template <int BITS, int SLOTS, int ES>
 __device__ __forceinline__ void i8_tile_issue(const i8_tile_lane<SLOTS, ES> &s, uint4 *x, int j, uint4 &wl,
                                               uint4 &wh, i8_params &p) {
-    if (j < s.n_x) cp_async16(x, s.x + j * I8_BLOCK_UINT4);
+    if (j < s.n_x) cp_async16(x, s.x + j * i8_geom<BITS>::BU);
     cp_async_commit();
     if (j < s.n_w) {
         wl = load_stream16(s.w_lo + j * 64);
@@ -238,117 +273,144 @@ __device__ __forceinline__ void i8_tile_issue(const i8_tile_lane<SLOTS, ES> &s, 
  * through the warp's ring of stages in shared memory). The loop is unrolled
  * by S so that the register ring's indices and the blocks' offsets are
  * constants. */
-template <int SD, int SLOTS, int S>
+template <int SD, int BITS, int SLOTS, int S>
 __device__ __forceinline__ void i8_run(const gemv_tc_args &a, const tc_lane &L, uint4 *stages, float &acc_lo,
                                        float &acc_hi) {
+    using G = i8_geom<BITS>;
     constexpr int ES = SD == TC_SCALE_F32 ? 4 : 2;
-    if (L.lane < 2 * S) stages[(L.lane >> 1) * I8_STAGE_UINT4 + I8_BLOCK_UINT4 + (L.lane & 1)] = make_uint4(0, 0, 0, 0);
-    i8_tile_lane<SLOTS, ES> s = i8_tile_lane_of<SLOTS, ES>(a, L);
-    uint4 *my_x = stages + (L.lane < I8_BLOCK_UINT4 ? L.lane : 0);
+    if (L.lane < 2 * S) stages[(L.lane >> 1) * G::STAGE + G::BU + (L.lane & 1)] = make_uint4(0, 0, 0, 0);
+    i8_tile_lane<SLOTS, ES> s = i8_tile_lane_of<BITS, SLOTS, ES>(a, L);
+    uint4 *my_x = stages + (L.lane < G::BU ? L.lane : 0);
     uint4 wl[S] = {}, wh[S] = {};
     i8_params p[S] = {};
 #pragma unroll
-    for (int k = 0; k < S - 1; k++) i8_tile_issue(s, my_x + k * I8_STAGE_UINT4, k, wl[k], wh[k], p[k]);
+    for (int k = 0; k < S - 1; k++) i8_tile_issue<BITS>(s, my_x + k * G::STAGE, k, wl[k], wh[k], p[k]);
     /* S blocks per pass; the stream's pointers and counts then move on by S */
     while (s.n > 0) {
 #pragma unroll
         for (int k = 0; k < S; k++) {
             if (k >= s.n) break;
             const int next = (k + S - 1) % S; /* computed last step (and __syncwarp'd) */
-            i8_tile_issue(s, my_x + next * I8_STAGE_UINT4, k + S - 1, wl[next], wh[next], p[next]);
+            i8_tile_issue<BITS>(s, my_x + next * G::STAGE, k + S - 1, wl[next], wh[next], p[next]);
             cp_async_wait_newest<S - 1>(); /* this block's group has landed */
             __syncwarp();
-            i8_block<SD>(s.r, wl[k], wh[k], stages + k * I8_STAGE_UINT4, p[k], acc_lo, acc_hi);
+            i8_block<SD, BITS>(s.r, wl[k], wh[k], stages + k * G::STAGE, p[k], acc_lo, acc_hi);
             __syncwarp(); /* stage k is refilled next step */
         }
         s.w_lo += S * 64, s.w_hi += S * 64;
         s.s_lo += S * SLOTS * ES, s.s_hi += S * SLOTS * ES;
         if (s.r.o_bias) s.b_lo += S * SLOTS * ES, s.b_hi += S * SLOTS * ES;
-        s.x += S * I8_BLOCK_UINT4;
+        s.x += S * G::BU;
         s.n -= S, s.n_w -= S, s.n_s -= S, s.n_x -= S;
     }
 }
 
-template <int SD, int SLOTS, int S>
+template <int SD, int BITS, int SLOTS, int S>
 __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_i8_kernel(gemv_tc_args a) {
+    using G = i8_geom<BITS>;
     pdl_wait();
-    __shared__ uint4 ring[TC_WARPS][S][I8_STAGE_UINT4];
+    __shared__ uint4 ring[TC_WARPS][S][G::STAGE];
     tc_lane L;
-    if (!tc_lane_setup(a, L, I8_BLOCK_UINT4)) return;
+    if (!tc_lane_setup(a, L, G::BU)) return;
     float acc_lo = 0.0f, acc_hi = 0.0f;
-    i8_run<SD, SLOTS, S>(a, L, ring[L.warp][0], acc_lo, acc_hi);
+    i8_run<SD, BITS, SLOTS, S>(a, L, ring[L.warp][0], acc_lo, acc_hi);
     tc_finish(a, L, acc_lo, acc_hi);
 }
 
 /* The MoE down projection with the tokens' weighted sums (see
  * tc_moe_down_finish in cuda_gemv_tc.cuh). */
-template <int SD, int SLOTS, int S>
+template <int SD, int BITS, int SLOTS, int S>
 __global__ void __launch_bounds__(TC_MOE_WARPS * 32) gemv_i8_moe_down_kernel(gemv_tc_args a, const float *weights,
                                                                              int k) {
+    using G = i8_geom<BITS>;
     pdl_wait();
-    __shared__ uint4 ring[TC_MOE_WARPS][S][I8_STAGE_UINT4];
+    __shared__ uint4 ring[TC_MOE_WARPS][S][G::STAGE];
     const int warp = threadIdx.x >> 5;
     const tc_place t = tc_moe_place(blockIdx.x, blockIdx.y, k, warp);
     tc_lane L;
     float acc_lo = 0.0f, acc_hi = 0.0f;
-    if (warp < k && tc_lane_place(a, L, I8_BLOCK_UINT4, t, 0, a.n_blocks))
-        i8_run<SD, SLOTS, S>(a, L, ring[warp][0], acc_lo, acc_hi);
+    if (warp < k && tc_lane_place(a, L, G::BU, t, 0, a.n_blocks))
+        i8_run<SD, BITS, SLOTS, S>(a, L, ring[warp][0], acc_lo, acc_hi);
     tc_moe_down_finish(a, weights, k, blockIdx.y, t.row0, acc_lo, acc_hi);
 }
 
+/* 4 bits in groups of 64 or 128 (groups of 32 would need 12 B columns), 8
+ * bits in groups of 32 or 64 (a group of 128 would span two blocks) */
 bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens) {
-    return c->gemv_i8 && n_tokens == 1 && w->format == G4_WEIGHT_AFFINE && w->bits == 4 &&
-           (w->group_size == 64 || w->group_size == 128);
+    if (n_tokens != 1 || w->format != G4_WEIGHT_AFFINE) return false;
+    if (w->bits == 4) return (c->gemv_i8 & 4) && (w->group_size == 64 || w->group_size == 128);
+    if (w->bits == 8) return (c->gemv_i8 & 8) && (w->group_size == 32 || w->group_size == 64);
+    return false;
 }
 
-size_t cuda_gemv_i8_prepared_uint4(int n_blocks) { return (size_t)n_blocks * I8_BLOCK_UINT4; }
+size_t cuda_gemv_i8_prepared_uint4(int n_blocks, int bits) {
+    return (size_t)n_blocks * (bits == 8 ? i8_geom<8>::BU : i8_geom<4>::BU);
+}
 
 void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                          int n_x, int group_cols, int copies) {
+                          int n_x, int group_cols, int copies, int bits) {
     const int64_t items = (int64_t)n_x * n_blocks;
-    cuda_launch(c, gemv_i8_prepare_kernel, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0, prepared,
-                x, x_stride, cols, n_blocks, n_x, group_cols, copies, (size_t)items * I8_BLOCK_UINT4);
+    const dim3 grid = cuda_blocks((size_t)(items * copies), TC_WARPS);
+    const size_t copy_uint4 = (size_t)items * (bits == 8 ? i8_geom<8>::BU : i8_geom<4>::BU);
+    if (bits == 8)
+        cuda_launch(c, gemv_i8_prepare_kernel<8>, grid, TC_WARPS * 32, 0, prepared, x, x_stride, cols, n_blocks, n_x,
+                    group_cols, copies, copy_uint4);
+    else
+        cuda_launch(c, gemv_i8_prepare_kernel<4>, grid, TC_WARPS * 32, 0, prepared, x, x_stride, cols, n_blocks, n_x,
+                    group_cols, copies, copy_uint4);
 }
 
-template <int SD, int SLOTS>
+/* The launches: scale storage (SD), width (BITS), groups per block (SLOTS). */
+template <int SD, int BITS, int SLOTS>
 static void launch_i8_moe_down(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k) {
     const dim3 grid((unsigned)a.n_tiles, (unsigned)n_tokens);
-    cuda_launch(c, gemv_i8_moe_down_kernel<SD, SLOTS, 3>, grid, TC_MOE_WARPS * 32, 0, a, weights, k);
+    cuda_launch(c, gemv_i8_moe_down_kernel<SD, BITS, SLOTS, 3>, grid, TC_MOE_WARPS * 32, 0, a, weights, k);
+}
+
+template <int SD, int BITS, int SLOTS> static void launch_i8_tiles(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
+    const dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
+    cuda_launch(c, gemv_i8_kernel<SD, BITS, SLOTS, 3>, grid, TC_WARPS * 32, 0, a);
+}
+
+/* n_tokens > 0: the MoE down projection with the sums (weights, k); else the GEMV over n_slots slots */
+template <int SD, int BITS, int SLOTS>
+static void launch_i8_one(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int n_tokens, const float *weights, int k) {
+    if (n_tokens > 0)
+        launch_i8_moe_down<SD, BITS, SLOTS>(c, a, n_tokens, weights, k);
+    else
+        launch_i8_tiles<SD, BITS, SLOTS>(c, a, n_slots);
 }
 
 template <int SD>
-static void launch_i8_moe_down_slots(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k) {
-    if (a.group_size == 64)
-        launch_i8_moe_down<SD, 2>(c, a, n_tokens, weights, k);
-    else
-        launch_i8_moe_down<SD, 1>(c, a, n_tokens, weights, k);
+static void launch_i8_shape(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int n_tokens, const float *weights,
+                            int k) {
+    /* groups per block: 4 bits 128 / group (64, 128), 8 bits 64 / group (32, 64) */
+    if (a.bits == 8) {
+        if (a.group_size == 32)
+            launch_i8_one<SD, 8, 2>(c, a, n_slots, n_tokens, weights, k);
+        else
+            launch_i8_one<SD, 8, 1>(c, a, n_slots, n_tokens, weights, k);
+    } else if (a.group_size == 64) {
+        launch_i8_one<SD, 4, 2>(c, a, n_slots, n_tokens, weights, k);
+    } else {
+        launch_i8_one<SD, 4, 1>(c, a, n_slots, n_tokens, weights, k);
+    }
+}
+
+static void launch_i8(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int n_tokens, const float *weights, int k,
+                      int scale_dtype) {
+    switch (scale_dtype) {
+    case TC_SCALE_BF16: launch_i8_shape<TC_SCALE_BF16>(c, a, n_slots, n_tokens, weights, k); break;
+    case TC_SCALE_F16: launch_i8_shape<TC_SCALE_F16>(c, a, n_slots, n_tokens, weights, k); break;
+    default: launch_i8_shape<TC_SCALE_F32>(c, a, n_slots, n_tokens, weights, k); break;
+    }
 }
 
 void cuda_gemv_i8_moe_down_launch(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k,
                                   int scale_dtype) {
-    switch (scale_dtype) {
-    case TC_SCALE_BF16: launch_i8_moe_down_slots<TC_SCALE_BF16>(c, a, n_tokens, weights, k); break;
-    case TC_SCALE_F16: launch_i8_moe_down_slots<TC_SCALE_F16>(c, a, n_tokens, weights, k); break;
-    default: launch_i8_moe_down_slots<TC_SCALE_F32>(c, a, n_tokens, weights, k); break;
-    }
-}
-
-template <int SD, int SLOTS> static void launch_i8(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
-    const dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
-    cuda_launch(c, gemv_i8_kernel<SD, SLOTS, 3>, grid, TC_WARPS * 32, 0, a);
-}
-
-template <int SD> static void launch_i8_slots(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
-    if (a.group_size == 64)
-        launch_i8<SD, 2>(c, a, n_slots);
-    else
-        launch_i8<SD, 1>(c, a, n_slots);
+    launch_i8(c, a, 0, n_tokens, weights, k, scale_dtype);
 }
 
 void cuda_gemv_i8_launch(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int scale_dtype) {
-    switch (scale_dtype) {
-    case TC_SCALE_BF16: launch_i8_slots<TC_SCALE_BF16>(c, a, n_slots); break;
-    case TC_SCALE_F16: launch_i8_slots<TC_SCALE_F16>(c, a, n_slots); break;
-    default: launch_i8_slots<TC_SCALE_F32>(c, a, n_slots); break;
-    }
+    launch_i8(c, a, n_slots, 0, NULL, 0, scale_dtype);
 }

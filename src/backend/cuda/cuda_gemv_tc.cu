@@ -677,22 +677,23 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
         return 0;
     if (!ids) n_slots = 1;
     if (ids) n_tokens = 1; /* one token per slot */
-    /* One token of 8-bit weights: the float32 GEMV measured faster (21504 x
-     * 5376 g64: 55.5 us against 71.6 here); G4_CUDA_GEMV_TC8_ONE=1 uses this
-     * path anyway. From two tokens on this one wins (80 us vs ~300 at 2-8). */
-    if (bits == 8 && n_tokens == 1 && !c->gemv_tc8_one) return 0;
+    /* one token of 4-bit affine weights in groups of 64 or 128, 8-bit in groups of 32 or 64: integer mma */
+    const bool i8 = cuda_gemv_i8_fits(c, w, n_tokens);
+    /* One token of 8-bit weights otherwise: the float32 GEMV measured faster
+     * than the fp16 kernel (21504 x 5376 g64: 55.5 us against 71.6 here);
+     * G4_CUDA_GEMV_TC8_ONE=1 uses this path anyway. From two tokens on this
+     * one wins (80 us vs ~300 at 2-8). */
+    if (bits == 8 && n_tokens == 1 && !i8 && !c->gemv_tc8_one) return 0;
     if (x_div <= 0) x_div = 1;
     const int n_x = ids ? (n_slots + x_div - 1) / x_div : n_tokens;
     /* blocks of 64 bytes of a row: 128 columns of 4 bits, 64 of 8 */
     const int block_cols = bits == 8 ? TC8_BLOCK_COLS : TC_BLOCK_COLS;
     const int n_blocks = (int)((w->cols + block_cols - 1) / block_cols);
-    /* one token of 4-bit affine weights in groups of 64 or 128: integer mma */
-    const bool i8 = cuda_gemv_i8_fits(c, w, n_tokens);
     /* the down projection with the tokens' sums: integer mma, or the pipelined fp16 kernel's run (4 bits) */
     if (combine_w && !((i8 || (bits == 4 && c->gemv_tc_pipe)) && ids && x_div == 1 && pair == 0 &&
                        combine_k >= 1 && combine_k <= TC_MOE_WARPS && n_slots % combine_k == 0))
         return 0;
-    const size_t row_uint4 = i8 ? cuda_gemv_i8_prepared_uint4(n_blocks)
+    const size_t row_uint4 = i8 ? cuda_gemv_i8_prepared_uint4(n_blocks, bits)
                                 : (size_t)n_blocks * (bits == 8 ? TC8_BLOCK_UINT4 : TC_BLOCK_UINT4);
     const int64_t tiles = (w->rows + (pair > 0 ? 7 : 15)) / (pair > 0 ? 8 : 16);
     /* copies of the prepared rows (see cuda_ctx.gemv_copies), no more than tiles read them; the integer
@@ -705,7 +706,7 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
     const int gc = gs < block_cols ? gs : block_cols;
     const int64_t items = (int64_t)n_x * n_blocks;
     if (i8)
-        cuda_gemv_i8_prepare(c, prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies);
+        cuda_gemv_i8_prepare(c, prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, bits);
     else if (bits == 8)
         cuda_launch(c, gemv_tc_prepare_kernel<8>, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0,
                     prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4);
