@@ -1,6 +1,10 @@
-/* One token of 4-bit affine weights (MLX, groups of 64 or 128 columns) on
- * integer tensor cores: a GEMV for decode, also per MoE slot and for gated
- * pairs (the same arguments and tile reduction as cuda_gemv_tc.cu).
+/* One token of affine weights (MLX: 4 bits in groups of 64 or 128 columns,
+ * 8 bits in groups of 32 or 64) on integer tensor cores: a GEMV for decode,
+ * also per MoE slot and for gated pairs (the same arguments and tile
+ * reduction as cuda_gemv_tc.cu). The description below is the 4-bit one;
+ * 8-bit codes need no decoding at all: a lane's 16 bytes of a row are 16
+ * columns, words 0 and 1 the A registers of a 64-column block's first mma,
+ * words 2 and 3 of its second (i8_geom).
  *
  * Why: the fp16 kernel there spends ~207 instructions per warp on a 16-row x
  * 128-column block (1 KB of weights): two masks per fp16 pair of codes, eight
@@ -38,9 +42,10 @@
  * them 65536, 256 or 1 and applies its slot's scale (c even: the bias too);
  * tc_finish adds the quad's lanes.
  *
- * Groups of 32 columns would need 12 B columns, and MXFP4 codes are not
- * integers: those stay on the fp16 kernel, as do several tokens.
- * G4_CUDA_GEMV_I8=0 turns this path off. */
+ * 4-bit groups of 32 columns would need 12 B columns, and MXFP4 codes are
+ * not integers: those stay on the fp16 kernel, as do several tokens; 8-bit
+ * groups of 128 (one group over two blocks) on the float32 GEMV.
+ * G4_CUDA_GEMV_I8=0 turns this path off, =4 / =8 keeps only that width. */
 #include "backend/cuda/cuda_gemv_i8.cuh"
 
 /* The block geometry per weight width. 4 bits: 128 columns (a lane's 16
