@@ -1419,8 +1419,9 @@ static void test_gemv_tc(void) {
             check_matmul(&t, tokens, 5);
             free_matrix(&t);
         }
-    /* one token of 8 bits runs the integer kernel by default (groups of 32
-     * and 64; 128: the float32 GEMV); with it off (G4_CUDA_GEMV_I8=4) the
+    /* one token of 8 bits runs the integer kernel here (groups of 32 and 64;
+     * 128: the float32 GEMV; by default only from 2^25 weights, here from 0,
+     * see main); with it off (G4_CUDA_GEMV_I8=4) the
      * float32 GEMV, and with G4_CUDA_GEMV_TC8_ONE=1 too the fp16 kernel,
      * must be right too */
     setenv("G4_CUDA_GEMV_I8", "4", 1);
@@ -2263,6 +2264,9 @@ static void test_failure_status(void) {
 }
 
 int main(void) {
+    /* 8-bit weights take the integer GEMV only from 2^25 weights on; here it
+     * takes every 8-bit case (the float32 GEMV's are checked by "i8 off") */
+    setenv("G4_CUDA_GEMV_I8_MIN8", "0", 1);
     g4_status st = g4_backend_cuda_create(0, &gpu);
     if (st == G4_ERR_UNSUPPORTED) {
         printf("skipped: %s\n", g4_error_message());

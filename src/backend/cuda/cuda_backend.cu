@@ -406,6 +406,13 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * (4 bits) and the float32 GEMV (8 bits), =4 or =8 keeps one width on it */
     const char *i8 = getenv("G4_CUDA_GEMV_I8");
     c->gemv_i8 = !i8 ? 4 | 8 : !strcmp(i8, "0") ? 0 : !strcmp(i8, "4") ? 4 : !strcmp(i8, "8") ? 8 : 4 | 8;
+    /* 8 bits only from this many weights (rows x columns x MoE slots) on: the
+     * integer kernel's pre-pass and per-block setup lose to the float32 GEMV
+     * on small matrices (H200, groups of 64: 5376 x 8192 23.3 us against
+     * 27.8, 43008 x 5376 71.3 against 96.2, but 12288 x 1536 11.2 against
+     * 10.2 and 1536 x 2048 6.1 against 3.9). G4_CUDA_GEMV_I8_MIN8=0: all. */
+    const char *min8 = getenv("G4_CUDA_GEMV_I8_MIN8");
+    c->gemv_i8_min8 = min8 ? atoll(min8) : (int64_t)1 << 25;
     /* Every tile of a tensor-core GEMV reads the same prepared activations
      * at about the same time; one copy's lines sit in a few L2 slices that
      * all of the GPU's warps then queue on. Tile t reads copy t % copies.

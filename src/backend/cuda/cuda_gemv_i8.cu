@@ -341,10 +341,12 @@ __global__ void __launch_bounds__(TC_MOE_WARPS * 32) gemv_i8_moe_down_kernel(gem
 
 /* 4 bits in groups of 64 or 128 (groups of 32 would need 12 B columns), 8
  * bits in groups of 32 or 64 (a group of 128 would span two blocks) */
-bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens) {
+bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens, int n_slots) {
     if (n_tokens != 1 || w->format != G4_WEIGHT_AFFINE) return false;
     if (w->bits == 4) return (c->gemv_i8 & 4) && (w->group_size == 64 || w->group_size == 128);
-    if (w->bits == 8) return (c->gemv_i8 & 8) && (w->group_size == 32 || w->group_size == 64);
+    if (w->bits == 8)
+        return (c->gemv_i8 & 8) && (w->group_size == 32 || w->group_size == 64) &&
+               w->rows * w->cols * n_slots >= c->gemv_i8_min8;
     return false;
 }
 

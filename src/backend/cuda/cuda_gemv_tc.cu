@@ -678,7 +678,7 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
     if (!ids) n_slots = 1;
     if (ids) n_tokens = 1; /* one token per slot */
     /* one token of 4-bit affine weights in groups of 64 or 128, 8-bit in groups of 32 or 64: integer mma */
-    const bool i8 = cuda_gemv_i8_fits(c, w, n_tokens);
+    const bool i8 = cuda_gemv_i8_fits(c, w, n_tokens, n_slots);
     /* One token of 8-bit weights otherwise: the float32 GEMV measured faster
      * than the fp16 kernel (21504 x 5376 g64: 55.5 us against 71.6 here);
      * G4_CUDA_GEMV_TC8_ONE=1 uses this path anyway. From two tokens on this

@@ -79,6 +79,7 @@ struct cuda_ctx {
     int gemv_tc8_one; /* G4_CUDA_GEMV_TC8_ONE=1: one token of 8-bit weights on tensor cores too (slower, see cuda_gemv_tc) */
     int gemv_tc_pipe; /* one token of 4 bits by the pipelined kernel with this many stages (4..7; 1: its default, 5); 0: gemv_tc_kernel (G4_CUDA_GEMV_TC_PIPE) */
     int gemv_i8;      /* widths (4 | 8) whose one-token affine GEMV runs on integer tensor cores (cuda_gemv_i8.cu), 0: none (G4_CUDA_GEMV_I8) */
+    int64_t gemv_i8_min8; /* fewest weights (rows x cols x slots) of 8 bits for the integer kernel (G4_CUDA_GEMV_I8_MIN8) */
     int gemv_copies;  /* copies of the integer GEMV's prepared activations, tile t reading copy t % copies (G4_CUDA_GEMV_COPIES) */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
