@@ -423,6 +423,10 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * x 5376 45.2 -> 42.5; tg128 31b mlx4 115.7 / 120.4 / 117.4 t/s with 1,
      * 4, 16 copies, e2b mlx4 440.6 / 442.4 / 435.7. The integer kernel's
      * activations only (see cuda_gemv_tc). */
+    /* a GEMV's first weight loads (float formats on the float32 kernel, the
+     * integer kernel's) before it waits for the kernel before it */
+    const char *early = getenv("G4_CUDA_GEMV_EARLY");
+    c->gemv_early = !(early && !strcmp(early, "0"));
     const char *copies = getenv("G4_CUDA_GEMV_COPIES");
     c->gemv_copies = copies ? atoi(copies) : 4;
     if (c->gemv_copies < 1) c->gemv_copies = 1;

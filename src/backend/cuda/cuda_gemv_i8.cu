@@ -254,10 +254,14 @@ __device__ __forceinline__ i8_tile_lane<SLOTS, ES> i8_tile_lane_of(const gemv_tc
  * unrolled loop): the activations into stage x (one cp.async group, empty
  * when not this lane's), weights and scales into registers. */
 template <int BITS, int SLOTS, int ES>
-__device__ __forceinline__ void i8_tile_issue(const i8_tile_lane<SLOTS, ES> &s, uint4 *x, int j, uint4 &wl,
-                                              uint4 &wh, i8_params &p) {
+__device__ __forceinline__ void i8_tile_issue_x(const i8_tile_lane<SLOTS, ES> &s, uint4 *x, int j) {
     if (j < s.n_x) cp_async16(x, s.x + j * i8_geom<BITS>::BU);
     cp_async_commit();
+}
+
+template <int SLOTS, int ES>
+__device__ __forceinline__ void i8_tile_issue_w(const i8_tile_lane<SLOTS, ES> &s, int j, uint4 &wl, uint4 &wh,
+                                                i8_params &p) {
     if (j < s.n_w) {
         wl = load_stream16(s.w_lo + j * 64);
         wh = load_stream16(s.w_hi + j * 64);
@@ -272,15 +276,24 @@ __device__ __forceinline__ void i8_tile_issue(const i8_tile_lane<SLOTS, ES> &s, 
     }
 }
 
+template <int BITS, int SLOTS, int ES>
+__device__ __forceinline__ void i8_tile_issue(const i8_tile_lane<SLOTS, ES> &s, uint4 *x, int j, uint4 &wl,
+                                              uint4 &wh, i8_params &p) {
+    i8_tile_issue_x<BITS>(s, x, j);
+    i8_tile_issue_w(s, j, wl, wh, p);
+}
+
 /* A lane's run over its stream of blocks, software-pipelined over S
  * stages: while block i is computed, blocks i + 1 .. i + S - 1 are in
  * flight (weights and scales in registers, the prepared activations
  * through the warp's ring of stages in shared memory). The loop is unrolled
  * by S so that the register ring's indices and the blocks' offsets are
- * constants. */
+ * constants. early: the first S - 1 blocks' weights and scales go out
+ * before pdl_wait (the kernel's caller has not waited yet; the weights are
+ * never written by a kernel), their activations after it. */
 template <int SD, int BITS, int SLOTS, int S>
 __device__ __forceinline__ void i8_run(const gemv_tc_args &a, const tc_lane &L, uint4 *stages, float &acc_lo,
-                                       float &acc_hi) {
+                                       float &acc_hi, bool early) {
     using G = i8_geom<BITS>;
     constexpr int ES = SD == TC_SCALE_F32 ? 4 : 2;
     if (L.lane < 2 * S) stages[(L.lane >> 1) * G::STAGE + G::BU + (L.lane & 1)] = make_uint4(0, 0, 0, 0);
@@ -289,7 +302,10 @@ __device__ __forceinline__ void i8_run(const gemv_tc_args &a, const tc_lane &L, 
     uint4 wl[S] = {}, wh[S] = {};
     i8_params p[S] = {};
 #pragma unroll
-    for (int k = 0; k < S - 1; k++) i8_tile_issue<BITS>(s, my_x + k * G::STAGE, k, wl[k], wh[k], p[k]);
+    for (int k = 0; k < S - 1; k++) i8_tile_issue_w(s, k, wl[k], wh[k], p[k]);
+    if (early) pdl_wait();
+#pragma unroll
+    for (int k = 0; k < S - 1; k++) i8_tile_issue_x<BITS>(s, my_x + k * G::STAGE, k);
     /* S blocks per pass; the stream's pointers and counts then move on by S */
     while (s.n > 0) {
 #pragma unroll
@@ -313,12 +329,13 @@ __device__ __forceinline__ void i8_run(const gemv_tc_args &a, const tc_lane &L, 
 template <int SD, int BITS, int SLOTS, int S>
 __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_i8_kernel(gemv_tc_args a) {
     using G = i8_geom<BITS>;
-    pdl_wait();
+    const bool early = a.early && !a.ids; /* (see i8_run) */
+    if (!early) pdl_wait();
     __shared__ uint4 ring[TC_WARPS][S][G::STAGE];
     tc_lane L;
     if (!tc_lane_setup(a, L, G::BU)) return;
     float acc_lo = 0.0f, acc_hi = 0.0f;
-    i8_run<SD, BITS, SLOTS, S>(a, L, ring[L.warp][0], acc_lo, acc_hi);
+    i8_run<SD, BITS, SLOTS, S>(a, L, ring[L.warp][0], acc_lo, acc_hi, early);
     tc_finish(a, L, acc_lo, acc_hi);
 }
 
@@ -335,7 +352,7 @@ __global__ void __launch_bounds__(TC_MOE_WARPS * 32) gemv_i8_moe_down_kernel(gem
     tc_lane L;
     float acc_lo = 0.0f, acc_hi = 0.0f;
     if (warp < k && tc_lane_place(a, L, G::BU, t, 0, a.n_blocks))
-        i8_run<SD, BITS, SLOTS, S>(a, L, ring[warp][0], acc_lo, acc_hi);
+        i8_run<SD, BITS, SLOTS, S>(a, L, ring[warp][0], acc_lo, acc_hi, false);
     tc_moe_down_finish(a, weights, k, blockIdx.y, t.row0, acc_lo, acc_hi);
 }
 

@@ -732,6 +732,7 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
     a.n_experts = n_experts;
     a.gelu_mul = pair > 0 ? NULL : gelu_mul;
     a.pair = pair;
+    a.early = c->gemv_early;
     /* Columns in 2, 4 or 8 parts until there are four waves of blocks (five
      * blocks per multiprocessor fit, four for several tokens): a last partial
      * wave then costs little. Each warp keeps at least eight blocks (two

@@ -101,6 +101,7 @@ struct gemv_args : dev_matrix {
     /* > 0: gated pairs, out[r] = gelu_tanh(row r's sum) * (row r + pair's sum)
      * for the a.rows output rows (gate rows, their up rows pair further on) */
     int64_t pair;
+    int early; /* the first weights before pdl_wait (see gemv_kernel); 0 with ids */
 };
 
 #define GEMV_WARPS 4
@@ -120,7 +121,6 @@ __device__ __forceinline__ void gemv_store(float *out, const float *mul, size_t 
  * warps to keep enough loads in flight) still fill the GPU. */
 template <int F, int NT, int R, bool SPLIT, int MINB>
 __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
-    pdl_wait();
     constexpr int C = chunk_cols<F>();
     __shared__ float lut[16];
     if constexpr (F == FF_MXFP4) {
@@ -148,6 +148,14 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
     const float *x = a.x, *mul = a.gelu_mul;
     float *out = a.out;
     int n = a.n;
+    /* The weights are never written by a kernel: without ids the first pass's
+     * weight loads go out before pdl_wait, while the kernel before this one
+     * (a norm, the activations' preparation) may still be running. Float
+     * formats only (with scales and biases too, the loads held across the
+     * loop's first turn cost the 8-bit kernels spills). */
+    constexpr bool GROUPED = is_affine<F>() || F == FF_MXFP4;
+    const bool early = !GROUPED && a.early && !a.ids;
+    if (!early) pdl_wait();
     if (a.ids) {
         const int slot = blockIdx.y;
         const int e = a.ids[slot];
@@ -171,13 +179,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
     /* two chunks per thread per pass: twice the bytes in flight (four, or
      * the L2 256-byte prefetch hint on these loads, measured slower on the
      * 31B's bf16 shapes) */
-    constexpr bool GROUPED = is_affine<F>() || F == FF_MXFP4;
-    for (int ch0 = first; ch0 < n_chunks; ch0 += 2 * STRIDE) {
-        uint4 raw[2][R];
-        /* the chunks' scales and biases as loaded, requested with the codes
-         * and converted only when used (a conversion here would wait for
-         * the load on the spot) */
-        uint32_t s_bits[2][R], b_bits[2][R];
+    uint4 raw[2][R];
+    /* the chunks' scales and biases as loaded, requested with the codes and
+     * converted only when used (a conversion here would wait for the load
+     * on the spot) */
+    uint32_t s_bits[2][R], b_bits[2][R];
+    /* a pass's weights: two chunks of each of the R rows from ch0 on */
+    auto load_pass = [&](int ch0) {
 #pragma unroll
         for (int u = 0; u < 2; u++)
 #pragma unroll
@@ -200,6 +208,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
                     }
                 }
             }
+    };
+    if constexpr (!GROUPED) {
+        load_pass(first);
+        if (early) pdl_wait();
+    }
+    for (int ch0 = first; ch0 < n_chunks; ch0 += 2 * STRIDE) {
+        if (GROUPED || ch0 != first) load_pass(ch0);
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int ch = ch0 + STRIDE * u;
@@ -550,6 +565,7 @@ int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t
     a.n_experts = n_experts;
     a.gelu_mul = pair > 0 ? NULL : gelu_mul;
     a.pair = pair;
+    a.early = c->gemv_early;
     if (!ids) n_slots = 1;
     if (a.rows <= 0 || n_slots <= 0) return 1;
     int f = fast_format_of(w);
