@@ -1441,15 +1441,21 @@ static void test_gemv_tc(void) {
     if (tc8) g4_backend_destroy(tc8);
     /* every GEMV here loads its first weights before waiting for the kernel
      * before it; with that off (G4_CUDA_GEMV_EARLY=0) too: bf16 on the
-     * float32 kernel, 4 and 8 bits on the integer one */
+     * float32 kernel, 4 and 8 bits on the integer one, MXFP4 on the
+     * pipelined fp16 one */
     g4_backend *late = knob_backend("G4_CUDA_GEMV_EARLY", "0");
     const struct {
         g4_weight_format f;
         int bits, group;
-    } late_formats[] = {{G4_WEIGHT_BF16, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_AFFINE, 8, 64}};
+        g4_dtype sdt;
+    } late_formats[] = {{G4_WEIGHT_BF16, 0, 0, G4_DTYPE_BF16},
+                        {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16},
+                        {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16},
+                        {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
     for (size_t k = 0; late && k < sizeof late_formats / sizeof late_formats[0]; k++) {
         test_matrix t;
-        make_matrix(&t, late_formats[k].f, late_formats[k].bits, late_formats[k].group, G4_DTYPE_BF16, 1000, 2048);
+        make_matrix(&t, late_formats[k].f, late_formats[k].bits, late_formats[k].group, late_formats[k].sdt, 1000,
+                    2048);
         check_matmul_on(late, "early off ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
         free_matrix(&t);
     }

@@ -305,32 +305,60 @@ struct tc_pipe_stage {
     uint4 x[TC_BLOCK_UINT4];
 };
 
-/* Requests block blk (if it is the warp's) into stage st and loads its
- * scales into p: one commit group, empty past the warp's blocks. */
+/* Requests block blk's prepared activations (if it is the warp's) into
+ * stage st. */
+__device__ __forceinline__ void tc_pipe_issue_x(const tc_lane &L, tc_pipe_stage &st, int blk) {
+    if (blk >= L.last) return;
+    const uint4 *src = L.prepared + (size_t)blk * TC_BLOCK_UINT4;
+    cp_async16(&st.x[L.lane], src + L.lane);
+    if (L.lane < TC_BLOCK_UINT4 - 32) cp_async16(&st.x[32 + L.lane], src + 32 + L.lane);
+}
+
+/* ... and its weights into the stage, its scales into p */
 template <int SD>
-__device__ __forceinline__ void tc_pipe_issue(const gemv_tc_args &a, const tc_lane &L, tc_pipe_stage &st, int blk,
-                                              tc_params_raw<SD> &p) {
+__device__ __forceinline__ void tc_pipe_issue_w(const gemv_tc_args &a, const tc_lane &L, tc_pipe_stage &st, int blk,
+                                                tc_params_raw<SD> &p) {
     if (blk < L.last) {
-        const uint4 *src = L.prepared + (size_t)blk * TC_BLOCK_UINT4;
-        cp_async16(&st.x[L.lane], src + L.lane);
-        if (L.lane < TC_BLOCK_UINT4 - 32) cp_async16(&st.x[32 + L.lane], src + 32 + L.lane);
         const bool in = tc_block_in(a, L, blk);
         const size_t off = in ? (size_t)blk * 64 : 0; /* nothing is read when zero-filling */
         cp_async16_or_zero(&st.w[0][L.lane], L.w_lo + off, in && L.ok_lo);
         cp_async16_or_zero(&st.w[1][L.lane], L.w_hi + off, in && L.ok_hi);
     }
     p = tc_block_params_raw<SD>(a, L, blk);
+}
+
+/* Both for block blk: one commit group, empty past the warp's blocks. */
+template <int SD>
+__device__ __forceinline__ void tc_pipe_issue(const gemv_tc_args &a, const tc_lane &L, tc_pipe_stage &st, int blk,
+                                              tc_params_raw<SD> &p) {
+    tc_pipe_issue_x(L, st, blk);
+    tc_pipe_issue_w<SD>(a, L, st, blk, p);
     cp_async_commit();
 }
 
-/* A lane's pipelined run over its blocks [L.first, L.last) into its sums. */
+/* A lane's pipelined run over its blocks [L.first, L.last) into its sums.
+ * early: the first S - 1 blocks' weights and scales go out before pdl_wait
+ * (the kernel has not waited yet; no kernel writes weights), their
+ * activations after it; the first commit group then holds all those
+ * weights, which only makes the first waits stricter. */
 template <int SD, int S>
 __device__ __forceinline__ void tc_pipe_run(const gemv_tc_args &a, const tc_lane &L, tc_pipe_stage *stages,
-                                            float &acc_lo, float &acc_hi) {
+                                            float &acc_lo, float &acc_hi, bool early) {
     constexpr bool MX = SD == TC_SCALE_E8M0;
     tc_params_raw<SD> p[S]; /* block first + j's in p[j % S] */
+    if (early) {
 #pragma unroll
-    for (int k = 0; k < S - 1; k++) tc_pipe_issue<SD>(a, L, stages[k], L.first + k, p[k]);
+        for (int k = 0; k < S - 1; k++) tc_pipe_issue_w<SD>(a, L, stages[k], L.first + k, p[k]);
+        pdl_wait();
+#pragma unroll
+        for (int k = 0; k < S - 1; k++) {
+            tc_pipe_issue_x(L, stages[k], L.first + k);
+            cp_async_commit();
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < S - 1; k++) tc_pipe_issue<SD>(a, L, stages[k], L.first + k, p[k]);
+    }
     for (int base = L.first; base < L.last; base += S) {
 #pragma unroll
         for (int k = 0; k < S; k++) {
@@ -349,12 +377,13 @@ __device__ __forceinline__ void tc_pipe_run(const gemv_tc_args &a, const tc_lane
 
 template <int SD, int S>
 __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_pipe_kernel(gemv_tc_args a) {
-    pdl_wait();
+    const bool early = a.early && !a.ids; /* (see tc_pipe_run) */
+    if (!early) pdl_wait();
     __shared__ tc_pipe_stage ring[TC_WARPS][S];
     tc_lane L;
     if (!tc_lane_setup(a, L, TC_BLOCK_UINT4)) return;
     float acc_lo = 0.0f, acc_hi = 0.0f;
-    tc_pipe_run<SD, S>(a, L, ring[L.warp], acc_lo, acc_hi);
+    tc_pipe_run<SD, S>(a, L, ring[L.warp], acc_lo, acc_hi, early);
     tc_finish(a, L, acc_lo, acc_hi);
 }
 
@@ -374,7 +403,7 @@ __global__ void __launch_bounds__(TC_MOE_WARPS * 32) gemv_tc_moe_down_kernel(gem
     tc_lane L;
     float acc_lo = 0.0f, acc_hi = 0.0f;
     if (warp < k && tc_lane_place(a, L, TC_BLOCK_UINT4, t, 0, a.n_blocks))
-        tc_pipe_run<SD, TC_MOE_PIPE_STAGES>(a, L, ring[warp], acc_lo, acc_hi);
+        tc_pipe_run<SD, TC_MOE_PIPE_STAGES>(a, L, ring[warp], acc_lo, acc_hi, false);
     tc_moe_down_finish(a, weights, k, blockIdx.y, t.row0, acc_lo, acc_hi);
 }
 

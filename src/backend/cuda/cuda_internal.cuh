@@ -80,7 +80,7 @@ struct cuda_ctx {
     int gemv_tc_pipe; /* one token of 4 bits by the pipelined kernel with this many stages (4..7; 1: its default, 5); 0: gemv_tc_kernel (G4_CUDA_GEMV_TC_PIPE) */
     int gemv_i8;      /* widths (4 | 8) whose one-token affine GEMV runs on integer tensor cores (cuda_gemv_i8.cu), 0: none (G4_CUDA_GEMV_I8) */
     int64_t gemv_i8_min8; /* fewest weights (rows x cols x slots) of 8 bits for the integer kernel (G4_CUDA_GEMV_I8_MIN8) */
-    int gemv_early;   /* the GEMVs' first weights before pdl_wait (float32 and integer kernels; G4_CUDA_GEMV_EARLY=0: after) */
+    int gemv_early;   /* the GEMVs' first weights before pdl_wait (float32, integer, pipelined fp16 kernels; G4_CUDA_GEMV_EARLY=0: after) */
     int gemv_copies;  /* copies of the integer GEMV's prepared activations, tile t reading copy t % copies (G4_CUDA_GEMV_COPIES) */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
@@ -121,7 +121,7 @@ void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
  * (hiding the launch gap of a decode step's many small kernels). Every such
  * kernel calls pdl_wait() first, which returns once the previous kernel has
  * completed and its writes are visible; nothing is read or written before,
- * except by the GEMVs (float32 and integer kernels, without ids): their
+ * except by the GEMVs (float32, integer and pipelined fp16 kernels, without ids): their
  * first weights, which no kernel writes (G4_CUDA_GEMV_EARLY=0: after).
  * (Measured and dropped: letting the next kernel start as soon as all blocks
  * are resident in every kernel, griddepcontrol.launch_dependents first, with GEMVs
