@@ -82,8 +82,14 @@ __global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x
                                        int n_rows, int group_cols, int copies, size_t copy_uint4) {
     using G = i8_geom<BITS>;
     constexpr int PER = G::BC / 32; /* columns per lane */
-    pdl_wait();
+    /* The GEMV after this pre-pass may be scheduled before the pre-pass
+     * itself waits: its blocks then send their first weight loads while the
+     * kernel before the pre-pass (a norm, the attention merge) still runs.
+     * Safe: the GEMV waits for this grid to complete, which waits for that
+     * one; and the GEMV lets nothing after it start early, so no more than
+     * these three are ever resident at once. */
     pdl_launch_next();
+    pdl_wait();
     __shared__ float xs[TC_WARPS][G::BC];
     __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -73,8 +73,8 @@ __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x
                                        int n_rows, int group_cols, int copies, size_t copy_uint4) {
     constexpr int BC = BITS == 4 ? TC_BLOCK_COLS : TC8_BLOCK_COLS, BU = BITS == 4 ? TC_BLOCK_UINT4 : TC8_BLOCK_UINT4;
     constexpr int PER = BC / 32, FRAGS = BU - 2; /* columns per lane; uint4 of B fragments */
+    pdl_launch_next(); /* before the wait: see gemv_i8_prepare_kernel */
     pdl_wait();
-    pdl_launch_next();
     __shared__ float xs[TC_WARPS][BC];
     __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
