@@ -427,6 +427,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * integer kernel's) before it waits for the kernel before it */
     const char *early = getenv("G4_CUDA_GEMV_EARLY");
     c->gemv_early = !(early && !strcmp(early, "0"));
+    const char *prep_trigger = getenv("G4_CUDA_PREP_TRIGGER");
+    c->prep_trigger_first = !(prep_trigger && !strcmp(prep_trigger, "0"));
     const char *copies = getenv("G4_CUDA_GEMV_COPIES");
     c->gemv_copies = copies ? atoi(copies) : 4;
     if (c->gemv_copies < 1) c->gemv_copies = 1;

@@ -79,11 +79,19 @@ __device__ __forceinline__ uint32_t i8_plane(int X, int p) {
 /* One warp per (copy, activation row, block). */
 template <int BITS>
 __global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                                       int n_rows, int group_cols, int copies, size_t copy_uint4) {
+                                       int n_rows, int group_cols, int copies, size_t copy_uint4, int trigger_first) {
     using G = i8_geom<BITS>;
     constexpr int PER = G::BC / 32; /* columns per lane */
+    /* The GEMV after this pre-pass may be scheduled before the pre-pass
+     * itself waits: its blocks then send their first weight loads while the
+     * kernel before the pre-pass (a norm, the attention merge) still runs.
+     * Safe: the GEMV waits for this grid to complete, which waits for that
+     * one; and the GEMV lets nothing after it start early, so no more than
+     * these three are ever resident at once. (G4_CUDA_PREP_TRIGGER=0: after
+     * the wait, as the other small kernels do.) */
+    if (trigger_first) pdl_launch_next();
     pdl_wait();
-    pdl_launch_next();
+    if (!trigger_first) pdl_launch_next();
     __shared__ float xs[TC_WARPS][G::BC];
     __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -378,10 +386,10 @@ void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x
     const size_t copy_uint4 = (size_t)items * (bits == 8 ? i8_geom<8>::BU : i8_geom<4>::BU);
     if (bits == 8)
         cuda_launch(c, gemv_i8_prepare_kernel<8>, grid, TC_WARPS * 32, 0, prepared, x, x_stride, cols, n_blocks, n_x,
-                    group_cols, copies, copy_uint4);
+                    group_cols, copies, copy_uint4, c->prep_trigger_first);
     else
         cuda_launch(c, gemv_i8_prepare_kernel<4>, grid, TC_WARPS * 32, 0, prepared, x, x_stride, cols, n_blocks, n_x,
-                    group_cols, copies, copy_uint4);
+                    group_cols, copies, copy_uint4, c->prep_trigger_first);
 }
 
 /* The launches: scale storage (SD), width (BITS), groups per block (SLOTS). */

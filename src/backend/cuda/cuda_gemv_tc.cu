@@ -70,11 +70,13 @@ __device__ __forceinline__ uint32_t tc_half_pair(float a, float b, int part) {
 /* One warp per block of columns (128 of 4-bit weights, 64 of 8-bit). */
 template <int BITS>
 __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                                       int n_rows, int group_cols, int copies, size_t copy_uint4) {
+                                       int n_rows, int group_cols, int copies, size_t copy_uint4,
+                                       int trigger_first) {
     constexpr int BC = BITS == 4 ? TC_BLOCK_COLS : TC8_BLOCK_COLS, BU = BITS == 4 ? TC_BLOCK_UINT4 : TC8_BLOCK_UINT4;
     constexpr int PER = BC / 32, FRAGS = BU - 2; /* columns per lane; uint4 of B fragments */
+    if (trigger_first) pdl_launch_next(); /* (see gemv_i8_prepare_kernel) */
     pdl_wait();
-    pdl_launch_next();
+    if (!trigger_first) pdl_launch_next();
     __shared__ float xs[TC_WARPS][BC];
     __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -738,10 +740,10 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
         cuda_gemv_i8_prepare(c, prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, bits);
     else if (bits == 8)
         cuda_launch(c, gemv_tc_prepare_kernel<8>, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0,
-                    prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4);
+                    prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4, c->prep_trigger_first);
     else
         cuda_launch(c, gemv_tc_prepare_kernel<4>, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0,
-                    prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4);
+                    prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4, c->prep_trigger_first);
     if (!cuda_launched(c, "gemv_tc_prepare")) return 1;
 
     gemv_tc_args a;

@@ -81,6 +81,7 @@ struct cuda_ctx {
     int gemv_i8;      /* widths (4 | 8) whose one-token affine GEMV runs on integer tensor cores (cuda_gemv_i8.cu), 0: none (G4_CUDA_GEMV_I8) */
     int64_t gemv_i8_min8; /* fewest weights (rows x cols x slots) of 8 bits for the integer kernel (G4_CUDA_GEMV_I8_MIN8) */
     int gemv_early;   /* the GEMVs' first weights before pdl_wait (float32, integer, pipelined fp16 kernels; G4_CUDA_GEMV_EARLY=0: after) */
+    int prep_trigger_first; /* GEMV pre-passes let their GEMV be scheduled before they wait (G4_CUDA_PREP_TRIGGER=0: after) */
     int gemv_copies;  /* copies of the integer GEMV's prepared activations, tile t reading copy t % copies (G4_CUDA_GEMV_COPIES) */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
     /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
