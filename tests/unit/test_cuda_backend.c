@@ -2288,7 +2288,6 @@ int main(void) {
     /* 8-bit weights take the integer GEMV only from 2^25 weights on; here it
      * takes every 8-bit case (the float32 GEMV's are checked by "i8 off") */
     setenv("G4_CUDA_GEMV_I8_MIN8", "0", 1);
-    setenv("G4_CUDA_GEMV_TC_MIN4", "0", 1); /* likewise every 4-bit case on the tensor-core GEMVs */
     g4_status st = g4_backend_cuda_create(0, &gpu);
     if (st == G4_ERR_UNSUPPORTED) {
         printf("skipped: %s\n", g4_error_message());

@@ -413,11 +413,6 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * 10.2 and 1536 x 2048 6.1 against 3.9). G4_CUDA_GEMV_I8_MIN8=0: all. */
     const char *min8 = getenv("G4_CUDA_GEMV_I8_MIN8");
     c->gemv_i8_min8 = min8 ? atoll(min8) : (int64_t)1 << 25;
-    /* 4-bit matrices (affine, MXFP4) without expert ids below this many
-     * weights skip the tensor-core kernels and their pre-pass for the float32
-     * GEMV (which decodes in registers, no pre-pass); 0: none. */
-    const char *min4 = getenv("G4_CUDA_GEMV_TC_MIN4");
-    c->gemv_tc_min4 = min4 ? atoll(min4) : 0;
     /* Every tile of a tensor-core GEMV reads the same prepared activations
      * at about the same time; one copy's lines sit in a few L2 slices that
      * all of the GPU's warps then queue on. Tile t reads copy t % copies.

@@ -708,7 +708,6 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
         return 0;
     if (!ids) n_slots = 1;
     if (ids) n_tokens = 1; /* one token per slot */
-    if (bits == 4 && !ids && n_tokens == 1 && w->rows * w->cols < c->gemv_tc_min4) return 0;
     /* one token of 4-bit affine weights in groups of 64 or 128, 8-bit in groups of 32 or 64: integer mma */
     const bool i8 = cuda_gemv_i8_fits(c, w, n_tokens, n_slots);
     /* One token of 8-bit weights otherwise: the float32 GEMV measured faster

@@ -80,7 +80,6 @@ struct cuda_ctx {
     int gemv_tc_pipe; /* one token of 4 bits by the pipelined kernel with this many stages (4..7; 1: its default, 5); 0: gemv_tc_kernel (G4_CUDA_GEMV_TC_PIPE) */
     int gemv_i8;      /* widths (4 | 8) whose one-token affine GEMV runs on integer tensor cores (cuda_gemv_i8.cu), 0: none (G4_CUDA_GEMV_I8) */
     int64_t gemv_i8_min8; /* fewest weights (rows x cols x slots) of 8 bits for the integer kernel (G4_CUDA_GEMV_I8_MIN8) */
-    int64_t gemv_tc_min4; /* fewest weights (rows x cols) of a 4-bit matrix without expert ids for the tensor-core GEMVs; smaller ones on the float32 GEMV (G4_CUDA_GEMV_TC_MIN4) */
     int gemv_early;   /* the GEMVs' first weights before pdl_wait (float32, integer, pipelined fp16 kernels; G4_CUDA_GEMV_EARLY=0: after) */
     int prep_trigger_first; /* GEMV pre-passes let their GEMV be scheduled before they wait (G4_CUDA_PREP_TRIGGER=0: after) */
     int gemv_copies;  /* copies of the integer GEMV's prepared activations, tile t reading copy t % copies (G4_CUDA_GEMV_COPIES) */
