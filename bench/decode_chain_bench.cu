@@ -12,7 +12,14 @@
  *  persistent: one kernel, one block per SM x 2; each piece a phase ended by
  *              a grid barrier; a read phase's first loads are issued before
  *              the barrier that precedes it (weights never depend on it);
- *              the norm is recomputed by every block from the vector in L2. */
+ *              the norm is recomputed by every block from the vector in L2;
+ *  persistent deep: the same, but each thread copies its first slots of the
+ *              NEXT piece into shared memory (cp.async, up to ~200 KB per
+ *              SM, ~26 MB over the GPU) as soon as it has read its part of
+ *              this one, before the barrier: weights never depend on the
+ *              activations, so the memory stream need not stop at a phase
+ *              boundary (the question: does that close the gap to the
+ *              copy-rate floor that kernel boundaries and barriers leave?). */
 #include "cuda_bench_util.cuh"
 
 #define HIDDEN 1536
@@ -91,6 +98,13 @@ __device__ __forceinline__ void grid_barrier(unsigned *count, unsigned &target) 
     __syncthreads();
 }
 
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 struct persist_args {
     const uint8_t *buf;
     size_t layer_bytes;
@@ -98,7 +112,54 @@ struct persist_args {
     float *vec;                                /* 2 x HIDDEN ping-pong */
     unsigned *count, *sink;
     int early; /* issue a read phase's first loads before the barrier */
+    int slots; /* persistent_deep_kernel: uint4 of the next piece each thread stages in shared memory */
 };
+
+/* the first `slots` of a thread's share of piece (w, n) into its shared slots */
+__device__ __forceinline__ void stage_piece(uint4 *pre, int slots, const uint4 *w, size_t n, size_t first,
+                                            size_t stride) {
+    for (int k = 0; k < slots; k++) {
+        const size_t i = first + (size_t)k * stride;
+        if (i >= n) break;
+        cp_async16(pre + (size_t)k * blockDim.x + threadIdx.x, w + i);
+    }
+    cp_async_commit();
+}
+
+__global__ void __launch_bounds__(256) persistent_deep_kernel(persist_args a) {
+    extern __shared__ uint4 pre[]; /* [slots][blockDim.x] */
+    __shared__ float red[8];
+    __shared__ float xs[HIDDEN];
+    unsigned target = 0, acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    stage_piece(pre, a.slots, (const uint4 *)(a.buf + a.piece_off[0]), a.piece_n[0], first, stride);
+    for (int l = 0; l < LAYERS; l++) {
+        const uint8_t *base = a.buf + (size_t)l * a.layer_bytes;
+        for (int p = 0; p < PIECES; p++) {
+            const uint4 *w = (const uint4 *)(base + a.piece_off[p]);
+            const size_t n = a.piece_n[p];
+            grid_barrier(a.count, target);
+            norm_body(a.vec + (p & 1) * HIDDEN, xs, red);
+            if (blockIdx.x == 0)
+                for (int i = threadIdx.x; i < HIDDEN; i += 256) __stcg(a.vec + ((p + 1) & 1) * HIDDEN + i, xs[i] * 0.5f + 1.0f);
+            /* the staged part, then the rest from memory */
+            cp_async_wait_all();
+            int k = 0;
+            for (; k < a.slots && first + (size_t)k * stride < n; k++) {
+                const uint4 v = pre[(size_t)k * blockDim.x + threadIdx.x];
+                acc ^= v.x ^ v.y ^ v.z ^ v.w;
+            }
+            acc ^= read_range(w, n, first + (size_t)k * stride, stride);
+            acc ^= __float_as_uint(xs[threadIdx.x]);
+            /* the next piece's first slots while others finish this one */
+            const int q = (p + 1) % PIECES, lq = p + 1 < PIECES ? l : l + 1;
+            if (lq < LAYERS)
+                stage_piece(pre, a.slots, (const uint4 *)(a.buf + (size_t)lq * a.layer_bytes + a.piece_off[q]),
+                            a.piece_n[q], first, stride);
+        }
+    }
+    if (acc == 0x12345678u) a.sink[0] = acc;
+}
 
 __global__ void __launch_bounds__(256) persistent_kernel(persist_args a) {
     __shared__ float red[8];
@@ -247,6 +308,34 @@ int main() {
             cudaGraphExecDestroy(exec);
             cudaGraphDestroy(graph);
         }
+    for (int per_sm : {1, 2}) {
+        const int slots = (int)((200u << 10) / per_sm / (256 * 16));
+        const size_t smem = (size_t)slots * 256 * 16;
+        CHECK(cudaFuncSetAttribute(persistent_deep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int fit = 0;
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, persistent_deep_kernel, 256, smem));
+        if (fit < per_sm) {
+            printf("persistent deep %d/SM: does not fit (%d)\n", per_sm, fit);
+            continue;
+        }
+        persist_args a;
+        a.buf = buf, a.layer_bytes = layer_bytes, a.vec = vec, a.count = count, a.sink = sink, a.early = 0;
+        a.slots = slots;
+        for (int p = 0; p < PIECES; p++) a.piece_off[p] = off[p], a.piece_n[p] = (piece_mb[p] << 20) / 16;
+        cudaGraph_t graph;
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        CHECK(cudaMemsetAsync(count, 0, 4, s));
+        persistent_deep_kernel<<<sms * per_sm, 256, smem, s>>>(a);
+        CHECK(cudaStreamEndCapture(s, &graph));
+        cudaGraphExec_t exec;
+        CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        const float ms = time_graph(exec, s);
+        CHECK(cudaGetLastError());
+        printf("persistent deep %d/SM (%zu KB staged a block, %.1f MB over the GPU): %7.2f us a layer (%.0f GB/s)\n",
+               per_sm, smem >> 10, (double)smem * sms * per_sm / 1e6, ms * 1000 / LAYERS, bytes_total / (ms * 1e6));
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+    }
     /* the barrier alone */
     {
         persist_args a = {};
