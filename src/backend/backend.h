@@ -169,6 +169,14 @@ typedef struct {
      * temporary, add, scale, rmsnorm, in one pass. */
     void (*add_rmsnorm)(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
                         float scale, float *next_out, const float *next_w);
+    /* Optional (NULL: the two ops below one after the other): a MoE layer's
+     * attention residual step and the three norms its feed-forward block
+     * takes of the new h, in one pass: add_rmsnorm(h, x, w, rows, dim, eps,
+     * 1, out, w_out), then rmsnorm_pair(out2, w2, out3, w3, h, ...); exactly
+     * those bits. */
+    void (*add_rmsnorm_moe)(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
+                            float *out, const float *w_out, float *out2, const float *w2, float *out3,
+                            const float *w3);
     /* The end of a MoE layer's feed-forward block, per row: dense =
      * rmsnorm(dense) * w_dense + rmsnorm(experts) * w_experts, then the
      * residual step add_rmsnorm(h, dense, w_post, ..., scale, next_out,

@@ -29,7 +29,7 @@ struct g4_text_scratch {
     float *h, *a, *t1, *q, *k, *v, *attn, *gate, *up;
     float *qkv; /* merged projection rows [q | k | v]; NULL when no layer has one */
     float *ple_all, *ple_tok, *ple_i, *ple_g;
-    float *router_logits, *moe_w, *x2, *moe_out;
+    float *router_logits, *moe_w, *x2, *x3, *moe_out; /* x2: the router's input, x3: the experts' */
     int32_t *moe_ids;
     float *hsel, *logits;
     /* top_logits output, packed so that one copy brings it back: per call
@@ -99,6 +99,7 @@ g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logi
         s->moe_ids = scratch_alloc(s, N * (size_t)tc->top_k_experts * 4, &ok);
         s->moe_w = scratch_alloc(s, N * (size_t)tc->top_k_experts * 4, &ok);
         s->x2 = scratch_alloc(s, N * d * 4, &ok);
+        s->x3 = scratch_alloc(s, N * d * 4, &ok);
         s->moe_out = scratch_alloc(s, N * d * 4, &ok);
     }
     s->hsel = scratch_alloc(s, R * d * 4, &ok);
@@ -120,7 +121,7 @@ void g4_text_scratch_free(g4_text_scratch *s) {
         if (s->recorded[i].graph) s->be->ops->graph_free(s->be, s->recorded[i].graph);
     void *bufs[] = {s->ids, s->ple_ids, s->pos, s->seq, s->kv_range, s->mm_rows, s->logit_rows, s->full_tables,
                     s->sliding_tables, s->h, s->a, s->t1, s->q, s->k, s->v, s->qkv, s->attn, s->gate, s->up,
-                    s->ple_all, s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->moe_out,
+                    s->ple_all, s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->x3, s->moe_out,
                     s->moe_ids, s->hsel, s->logits, s->cand};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) s->be->ops->release(s->be, bufs[i]);
@@ -238,8 +239,12 @@ static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
     const int cache_layer = lc->kv_donor >= 0 ? lc->kv_donor : i;
     be->ops->attention(be, s->attn, s->q, kv->layer_kv[cache_layer], ab, sliding, Hq, 1.0f);
     be->ops->matmul(be, s->t1, s->attn, n, &w->o);
-    be->ops->add_rmsnorm(be, s->h, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps, 1.0f, s->a,
-                         w->pre_ffn_norm);
+    if (tc->moe && be->ops->add_rmsnorm_moe) /* the router's and the experts' inputs too */
+        be->ops->add_rmsnorm_moe(be, s->h, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps, s->a,
+                                 w->pre_ffn_norm, s->x2, w->router_scale, s->x3, w->pre_ffn_norm2);
+    else
+        be->ops->add_rmsnorm(be, s->h, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps, 1.0f, s->a,
+                             w->pre_ffn_norm);
 }
 
 /* scale: the layer's scalar when this block ends the layer, else 1;
@@ -260,14 +265,15 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
     if (tc->moe) {
         /* dense branch, then the routed experts beside it; the router sees
          * the un-normalised residual stream */
-        /* one norm of h, two weights: the router's scale (its input) and
-         * pre_ffn_norm2 (the experts' input, into s->a: the dense branch
-         * has read it) */
-        be->ops->rmsnorm_pair(be, s->x2, w->router_scale, s->a, w->pre_ffn_norm2, s->h, n, d, tc->rms_eps);
+        /* one norm of h, two weights: the router's scale (its input, x2)
+         * and pre_ffn_norm2 (the experts', x3); add_rmsnorm_moe took them
+         * already with the attention's residual step */
+        if (!be->ops->add_rmsnorm_moe)
+            be->ops->rmsnorm_pair(be, s->x2, w->router_scale, s->x3, w->pre_ffn_norm2, s->h, n, d, tc->rms_eps);
         be->ops->matmul(be, s->router_logits, s->x2, n, &w->router);
         be->ops->moe_route(be, s->moe_ids, s->moe_w, s->router_logits, w->per_expert_scale, n, tc->n_experts,
                            tc->top_k_experts);
-        be->ops->moe_experts(be, s->moe_out, s->a, n, s->moe_ids, s->moe_w, tc->top_k_experts, &w->expert_gate,
+        be->ops->moe_experts(be, s->moe_out, s->x3, n, s->moe_ids, s->moe_w, tc->top_k_experts, &w->expert_gate,
                              &w->expert_up, &w->expert_down);
         /* both branches normed and summed, then the residual step */
         be->ops->moe_residual(be, s->h, s->t1, w->post_ffn_norm1, s->moe_out, w->post_ffn_norm2, w->post_ffn_norm, n,

@@ -490,6 +490,53 @@ static void test_add_rmsnorm(void) {
     }
 }
 
+/* add_rmsnorm_moe: the same bits as add_rmsnorm then rmsnorm_pair on the
+ * GPU, and the CPU's two ops within rounding */
+static void test_add_rmsnorm_moe(void) {
+    const int cases[][2] = {{1, 2816}, {3, 2816}, {1, 1536}, {8, 704}, {5, 37}, {2, 5376}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int rows = cases[k][0], dim = cases[k][1];
+        const size_t n = (size_t)rows * dim;
+        float *x = rand_floats(n, 0.01f, 30.0f), *h = rand_floats(n, 0.01f, 10.0f);
+        float *w = rand_floats((size_t)dim, 0.5f, 2.0f), *w1 = rand_floats((size_t)dim, 0.5f, 2.0f);
+        float *w2 = rand_floats((size_t)dim, 0.5f, 2.0f), *w3 = rand_floats((size_t)dim, 0.5f, 2.0f);
+        const float *w3_or_null = k == 4 ? NULL : w3; /* a norm without a weight too */
+        float *want_h = malloc(n * 4), *want[3] = {malloc(n * 4), malloc(n * 4), malloc(n * 4)};
+        memcpy(want_h, h, n * 4);
+        cpu->ops->add_rmsnorm(cpu, want_h, x, w, rows, dim, 1e-6f, 1.0f, want[0], w1);
+        cpu->ops->rmsnorm_pair(cpu, want[1], w2, want[2], w3_or_null, want_h, rows, dim, 1e-6f);
+        float *dx = up(x, n * 4), *dw = up(w, (size_t)dim * 4), *dw1 = up(w1, (size_t)dim * 4);
+        float *dw2 = up(w2, (size_t)dim * 4), *dw3 = up(w3, (size_t)dim * 4);
+        float *got_h[2], *got[2][3];
+        for (int v = 0; v < 2; v++) { /* v 0: one op, 1: the two */
+            float *dh = up(h, n * 4), *d[3] = {poisoned(n), poisoned(n), poisoned(n)};
+            if (v == 0)
+                gpu->ops->add_rmsnorm_moe(gpu, dh, dx, dw, rows, dim, 1e-6f, d[0], dw1, d[1], dw2, d[2],
+                                          w3_or_null ? dw3 : NULL);
+            else {
+                gpu->ops->add_rmsnorm(gpu, dh, dx, dw, rows, dim, 1e-6f, 1.0f, d[0], dw1);
+                gpu->ops->rmsnorm_pair(gpu, d[1], dw2, d[2], w3_or_null ? dw3 : NULL, dh, rows, dim, 1e-6f);
+            }
+            got_h[v] = down(dh, n);
+            for (int j = 0; j < 3; j++) got[v][j] = down(d[j], n), release(d[j]);
+            release(dh);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "%d x %d%s", rows, dim, w3_or_null ? "" : ", one norm unweighted");
+        compare("add_rmsnorm_moe h", what, got_h[0], want_h, n, TOL_ELEMENTWISE);
+        compare("add_rmsnorm_moe next", what, got[0][0], want[0], n, TOL_ELEMENTWISE);
+        compare("add_rmsnorm_moe router", what, got[0][1], want[1], n, TOL_ELEMENTWISE);
+        compare("add_rmsnorm_moe experts", what, got[0][2], want[2], n, TOL_ELEMENTWISE);
+        int same = memcmp(got_h[0], got_h[1], n * 4) == 0;
+        for (int j = 0; j < 3; j++) same = same && memcmp(got[0][j], got[1][j], n * 4) == 0;
+        CHECK(same, "add_rmsnorm_moe %s: the same bits as add_rmsnorm then rmsnorm_pair", what);
+        release(dx), release(dw), release(dw1), release(dw2), release(dw3);
+        free(x), free(h), free(w), free(w1), free(w2), free(w3), free(want_h);
+        for (int j = 0; j < 3; j++) free(want[j]), free(got[0][j]), free(got[1][j]);
+        free(got_h[0]), free(got_h[1]);
+    }
+}
+
 /* gelu_tanh(W x) * mul: the GEMV epilogue (n <= 8, fast and generic
  * layouts, with the column split or not) and the prefill fallback. */
 static void test_matmul_gelu_mul(void) {
@@ -2326,6 +2373,7 @@ int main(void) {
     test_rmsnorm();
     test_rmsnorm_pair();
     test_add_rmsnorm();
+    test_add_rmsnorm_moe();
     test_moe_residual();
     test_matmul_gelu_mul();
     test_rope(0);

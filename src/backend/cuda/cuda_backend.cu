@@ -308,6 +308,7 @@ static const g4_backend_ops cuda_ops = {
     .rope = cuda_rope,
     .rmsnorm_rope = cuda_rmsnorm_rope,
     .add_rmsnorm = cuda_add_rmsnorm,
+    .add_rmsnorm_moe = cuda_add_rmsnorm_moe,
     .moe_residual = cuda_moe_residual,
     .gelu_mul = cuda_gelu_mul,
     .add = cuda_add,
@@ -427,6 +428,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
      * integer kernel's) before it waits for the kernel before it */
     const char *early = getenv("G4_CUDA_GEMV_EARLY");
     c->gemv_early = !(early && !strcmp(early, "0"));
+    const char *norm_moe = getenv("G4_CUDA_NORM_MOE");
+    c->norm_moe = !(norm_moe && !strcmp(norm_moe, "0"));
     const char *prep_trigger = getenv("G4_CUDA_PREP_TRIGGER");
     c->prep_trigger_first = !(prep_trigger && !strcmp(prep_trigger, "0"));
     const char *copies = getenv("G4_CUDA_GEMV_COPIES");

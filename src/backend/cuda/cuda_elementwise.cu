@@ -270,8 +270,9 @@ __global__ void rmsnorm_row_kernel(float *out, const float *x, const float *w, i
     }
 }
 
+/* returns rmsnorm(h)'s factor when nr is not NULL (else 0) */
 template <int PER>
-__device__ __forceinline__ void add_rmsnorm_regs(float (&hv)[PER], const float (&xv)[PER], const float (&wv)[PER],
+__device__ __forceinline__ float add_rmsnorm_regs(float (&hv)[PER], const float (&xv)[PER], const float (&wv)[PER],
                                                  const float (&nw)[PER], bool next_weighted, float *hr, float *nr,
                                                  int dim, float eps, float scale) {
     double ss = 0;
@@ -290,13 +291,14 @@ __device__ __forceinline__ void add_rmsnorm_regs(float (&hv)[PER], const float (
             ss_h += (double)hv[k] * (double)hv[k];
         }
     }
-    if (!nr) return;
+    if (!nr) return 0.0f;
     const float inv_h = block_inv_rms_of(ss_h, dim, eps);
 #pragma unroll
     for (int k = 0; k < PER; k++) {
         const int i = threadIdx.x + k * blockDim.x;
         if (i < dim) nr[i] = next_weighted ? __fmul_rn(__fmul_rn(hv[k], inv_h), nw[k]) : __fmul_rn(hv[k], inv_h);
     }
+    return inv_h;
 }
 
 template <int PER>
@@ -318,6 +320,43 @@ __global__ void add_rmsnorm_row_kernel(float *h, const float *x, const float *w,
         nw[k] = in && next_w ? next_w[i] : 1.0f;
     }
     add_rmsnorm_regs<PER>(hv, xv, wv, nw, next_w != NULL, hr, next ? next + r * (size_t)dim : NULL, dim, eps, scale);
+}
+
+/* add_rmsnorm_row_kernel (scale 1, a next norm) and then rmsnorm_row_kernel
+ * with two weights on the new h, in one launch (g4_backend_ops.
+ * add_rmsnorm_moe): the same threads and sums, so the same bits. */
+template <int PER>
+__global__ void __launch_bounds__(512) add_rmsnorm_moe_row_kernel(float *h, const float *x, const float *w, int dim,
+                                                                  float eps, float *out, const float *w_out,
+                                                                  float *out2, const float *w2, float *out3,
+                                                                  const float *w3) {
+    pdl_wait();
+    pdl_launch_next();
+    const size_t r = blockIdx.x;
+    const float *xr = x + r * (size_t)dim;
+    float *hr = h + r * (size_t)dim;
+    float xv[PER], hv[PER], wv[PER], nw[PER], v2[PER], v3[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        const bool in = i < dim;
+        xv[k] = in ? xr[i] : 0.0f;
+        hv[k] = in ? hr[i] : 0.0f;
+        wv[k] = in ? w[i] : 0.0f;
+        nw[k] = in && w_out ? w_out[i] : 1.0f;
+        v2[k] = in && w2 ? w2[i] : 1.0f;
+        v3[k] = in && w3 ? w3[i] : 1.0f;
+    }
+    const float inv_h = add_rmsnorm_regs<PER>(hv, xv, wv, nw, w_out != NULL, hr, out + r * (size_t)dim, dim, eps, 1.0f);
+    float *o2 = out2 + r * (size_t)dim, *o3 = out3 + r * (size_t)dim;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i >= dim) continue;
+        const float y = __fmul_rn(hv[k], inv_h);
+        o2[i] = w2 ? __fmul_rn(y, v2[k]) : y;
+        o3[i] = w3 ? __fmul_rn(y, v3[k]) : y;
+    }
 }
 
 /* The end of a MoE layer's feed-forward block in one launch (see
@@ -402,6 +441,25 @@ void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, 
     else
         cuda_launch(c, add_rmsnorm_kernel, rows, threads, 0, h, x, w, dim, eps, scale, next_out, next_w);
     cuda_launched(c, "add_rmsnorm");
+}
+
+void cuda_add_rmsnorm_moe(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
+                          float *out, const float *w_out, float *out2, const float *w2, float *out3, const float *w3) {
+    cuda_ctx *c = cuda_of(be);
+    if (rows <= 0 || dim <= 0) return;
+    const int threads = norm_threads(dim), per = (dim + threads - 1) / threads;
+    if (per > 8 || !c->norm_moe) { /* the two steps one by one */
+        cuda_add_rmsnorm(be, h, x, w, rows, dim, eps, 1.0f, out, w_out);
+        cuda_rmsnorm_pair(be, out2, w2, out3, w3, h, rows, dim, eps);
+        return;
+    }
+    if (per <= 4)
+        cuda_launch(c, add_rmsnorm_moe_row_kernel<4>, rows, threads, 0, h, x, w, dim, eps, out, w_out, out2, w2, out3,
+                    w3);
+    else
+        cuda_launch(c, add_rmsnorm_moe_row_kernel<8>, rows, threads, 0, h, x, w, dim, eps, out, w_out, out2, w2, out3,
+                    w3);
+    cuda_launched(c, "add_rmsnorm_moe");
 }
 
 void cuda_moe_residual(g4_backend *be, float *h, float *dense, const float *w_dense, const float *experts,

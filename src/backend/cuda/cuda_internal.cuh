@@ -81,6 +81,7 @@ struct cuda_ctx {
     int gemv_i8;      /* widths (4 | 8) whose one-token affine GEMV runs on integer tensor cores (cuda_gemv_i8.cu), 0: none (G4_CUDA_GEMV_I8) */
     int64_t gemv_i8_min8; /* fewest weights (rows x cols x slots) of 8 bits for the integer kernel (G4_CUDA_GEMV_I8_MIN8) */
     int gemv_early;   /* the GEMVs' first weights before pdl_wait (float32, integer, pipelined fp16 kernels; G4_CUDA_GEMV_EARLY=0: after) */
+    int norm_moe;     /* add_rmsnorm_moe in one launch (G4_CUDA_NORM_MOE=0: add_rmsnorm, then rmsnorm_pair) */
     int prep_trigger_first; /* GEMV pre-passes let their GEMV be scheduled before they wait (G4_CUDA_PREP_TRIGGER=0: after) */
     int gemv_copies;  /* copies of the integer GEMV's prepared activations, tile t reading copy t % copies (G4_CUDA_GEMV_COPIES) */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
@@ -187,6 +188,8 @@ void cuda_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, i
                        const int32_t *pos, float theta, int n_pairs, float eps);
 void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
                       float scale, float *next_out, const float *next_w);
+void cuda_add_rmsnorm_moe(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
+                          float *out, const float *w_out, float *out2, const float *w2, float *out3, const float *w3);
 void cuda_moe_residual(g4_backend *be, float *h, float *dense, const float *w_dense, const float *experts,
                        const float *w_experts, const float *w_post, int rows, int dim, float eps, float scale,
                        float *next_out, const float *next_w);
