@@ -248,6 +248,12 @@ typedef struct {
     void (*moe_experts)(g4_backend *be, float *out, const float *x, int n, const int32_t *ids, const float *weights,
                         int k, const g4_expert_matrix *gate, const g4_expert_matrix *up,
                         const g4_expert_matrix *down);
+    /* Optional (NULL: moe_route then moe_experts): the two in one call, so
+     * that the backend can run the routing inside the experts' first
+     * launch; the same results. */
+    void (*moe_route_experts)(g4_backend *be, float *out, const float *x, int n, int32_t *ids, float *weights,
+                              const float *logits, const float *expert_scale, int n_experts, int k,
+                              const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down);
 
     /* vision tower */
     /* out = a * s + b (scalars) */

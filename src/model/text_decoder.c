@@ -271,10 +271,16 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
         if (!be->ops->add_rmsnorm_moe)
             be->ops->rmsnorm_pair(be, s->x2, w->router_scale, s->x3, w->pre_ffn_norm2, s->h, n, d, tc->rms_eps);
         be->ops->matmul(be, s->router_logits, s->x2, n, &w->router);
-        be->ops->moe_route(be, s->moe_ids, s->moe_w, s->router_logits, w->per_expert_scale, n, tc->n_experts,
-                           tc->top_k_experts);
-        be->ops->moe_experts(be, s->moe_out, s->x3, n, s->moe_ids, s->moe_w, tc->top_k_experts, &w->expert_gate,
-                             &w->expert_up, &w->expert_down);
+        if (be->ops->moe_route_experts) {
+            be->ops->moe_route_experts(be, s->moe_out, s->x3, n, s->moe_ids, s->moe_w, s->router_logits,
+                                       w->per_expert_scale, tc->n_experts, tc->top_k_experts, &w->expert_gate,
+                                       &w->expert_up, &w->expert_down);
+        } else {
+            be->ops->moe_route(be, s->moe_ids, s->moe_w, s->router_logits, w->per_expert_scale, n, tc->n_experts,
+                               tc->top_k_experts);
+            be->ops->moe_experts(be, s->moe_out, s->x3, n, s->moe_ids, s->moe_w, tc->top_k_experts,
+                                 &w->expert_gate, &w->expert_up, &w->expert_down);
+        }
         /* both branches normed and summed, then the residual step */
         be->ops->moe_residual(be, s->h, s->t1, w->post_ffn_norm1, s->moe_out, w->post_ffn_norm2, w->post_ffn_norm, n,
                               d, tc->rms_eps, scale, next_norm ? s->a : NULL, next_norm);

@@ -1427,6 +1427,64 @@ static void test_moe_experts(void) {
     }
 }
 
+/* moe_route_experts (the routing riding on the experts' first pre-pass for
+ * a few tokens): the same ids, weights and output bits as moe_route then
+ * moe_experts on the GPU, and the CPU's within rounding */
+static void check_route_experts(const char *label, int hf, g4_weight_format f, int bits, int group, int E, int width,
+                                int d, int k, const int *ns, int count) {
+    moe_weights m;
+    moe_weights_make(&m, hf, f, bits, group, E, width, d);
+    for (int c = 0; c < count; c++) {
+        const int n = ns[c];
+        float *x = rand_floats((size_t)n * d, 0.05f, 2.0f), *logits = rand_floats((size_t)n * E, -3.0f, 3.0f);
+        float *scale = rand_floats((size_t)E, 0.5f, 1.5f);
+        int32_t *want_ids = malloc((size_t)n * k * 4);
+        float *want_w = malloc((size_t)n * k * 4), *want = malloc((size_t)n * d * 4);
+        cpu->ops->moe_route(cpu, want_ids, want_w, logits, scale, n, E, k);
+        cpu->ops->moe_experts(cpu, want, x, n, want_ids, want_w, k, &m.hg, &m.hu, &m.hd);
+        float *dx = up(x, (size_t)n * d * 4), *dlogits = up(logits, (size_t)n * E * 4);
+        float *dscale = up(scale, (size_t)E * 4);
+        int32_t *got_ids[2];
+        float *got_w[2], *got[2];
+        for (int v = 0; v < 2; v++) { /* v 0: one call, 1: the two */
+            int32_t *dids = (int32_t *)poisoned((size_t)n * k);
+            float *dw = poisoned((size_t)n * k), *dout = poisoned((size_t)n * d);
+            if (v == 0)
+                gpu->ops->moe_route_experts(gpu, dout, dx, n, dids, dw, dlogits, dscale, E, k, &m.dg, &m.du, &m.dd);
+            else {
+                gpu->ops->moe_route(gpu, dids, dw, dlogits, dscale, n, E, k);
+                gpu->ops->moe_experts(gpu, dout, dx, n, dids, dw, k, &m.dg, &m.du, &m.dd);
+            }
+            got_ids[v] = (int32_t *)down(dids, (size_t)n * k), got_w[v] = down(dw, (size_t)n * k);
+            got[v] = down(dout, (size_t)n * d);
+            release(dids), release(dw), release(dout);
+        }
+        char what[160];
+        snprintf(what, sizeof what, "%s %s E=%d k=%d %dx%d n=%d", label, m.dm.name, E, k, width, d, n);
+        CHECK(memcmp(got_ids[0], want_ids, (size_t)n * k * 4) == 0, "moe_route_experts %s: the CPU's choices", what);
+        compare("moe_route_experts weights", what, got_w[0], want_w, (size_t)n * k, TOL_ELEMENTWISE);
+        compare("moe_route_experts", what, got[0], want, (size_t)n * d, n <= 8 ? TOL_REDUCE : TOL_SPLIT);
+        CHECK(memcmp(got_ids[0], got_ids[1], (size_t)n * k * 4) == 0 &&
+                  memcmp(got_w[0], got_w[1], (size_t)n * k * 4) == 0 &&
+                  memcmp(got[0], got[1], (size_t)n * d * 4) == 0,
+              "moe_route_experts %s: the same bits as moe_route then moe_experts", what);
+        release(dx), release(dlogits), release(dscale);
+        for (int v = 0; v < 2; v++) free(got_ids[v]), free(got_w[v]), free(got[v]);
+        free(x), free(logits), free(scale), free(want_ids), free(want_w), free(want);
+    }
+    moe_weights_free(&m);
+}
+
+static void test_moe_route_experts(void) {
+    const int ns[] = {1, 3, 8, 40}, one[] = {1};
+    /* 26B-A4B's routing (top-8 of 128) and expert widths */
+    check_route_experts("MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 128, 704, 2816, 8, ns, 4); /* integer pre-pass */
+    check_route_experts("MLX", 0, G4_WEIGHT_MXFP4, 4, 32, 128, 704, 2816, 8, ns, 4);  /* fp16 pre-pass */
+    check_route_experts("HF", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, ns, 4);      /* no pre-pass: a launch */
+    check_route_experts("MLX", 0, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4, ns, 4);   /* 8 bits, small */
+    check_route_experts("MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 200, 64, 256, 2, one, 1);  /* more experts than ride */
+}
+
 /* The tensor-core GEMV (cuda_gemv_tc.cu): 1..8 tokens of 4-bit and 8-bit
  * affine (every group size and scale type) and MXFP4, at real shapes, odd
  * shapes (rows not a multiple of 16, columns not of 128) and wide rows
@@ -2374,6 +2432,7 @@ int main(void) {
     test_rmsnorm_pair();
     test_add_rmsnorm();
     test_add_rmsnorm_moe();
+    test_moe_route_experts();
     test_moe_residual();
     test_matmul_gelu_mul();
     test_rope(0);

@@ -328,6 +328,7 @@ static const g4_backend_ops cuda_ops = {
     .attention = cuda_attention,
     .moe_route = cuda_moe_route,
     .moe_experts = cuda_moe_experts,
+    .moe_route_experts = cuda_moe_route_experts,
     .affine = cuda_affine,
     .rope_2d = cuda_rope_2d,
     .pool_rows = cuda_pool_rows,
@@ -430,6 +431,8 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->gemv_early = !(early && !strcmp(early, "0"));
     const char *norm_moe = getenv("G4_CUDA_NORM_MOE");
     c->norm_moe = !(norm_moe && !strcmp(norm_moe, "0"));
+    const char *route_ride = getenv("G4_CUDA_ROUTE_RIDE");
+    c->route_ride = !(route_ride && !strcmp(route_ride, "0"));
     const char *prep_trigger = getenv("G4_CUDA_PREP_TRIGGER");
     c->prep_trigger_first = !(prep_trigger && !strcmp(prep_trigger, "0"));
     const char *copies = getenv("G4_CUDA_GEMV_COPIES");

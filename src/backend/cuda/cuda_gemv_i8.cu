@@ -47,6 +47,7 @@
  * groups of 128 (one group over two blocks) on the float32 GEMV.
  * G4_CUDA_GEMV_I8=0 turns this path off, =4 / =8 keeps only that width. */
 #include "backend/cuda/cuda_gemv_i8.cuh"
+#include "backend/cuda/cuda_moe_route.cuh"
 
 /* The block geometry per weight width. 4 bits: 128 columns (a lane's 16
  * bytes of a row are 32 columns); per activation row and block FRAGS = 24
@@ -79,7 +80,8 @@ __device__ __forceinline__ uint32_t i8_plane(int X, int p) {
 /* One warp per (copy, activation row, block). */
 template <int BITS>
 __global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                                       int n_rows, int group_cols, int copies, size_t copy_uint4, int trigger_first) {
+                                       int n_rows, int group_cols, int copies, size_t copy_uint4, int trigger_first,
+                                       cuda_moe_route_job route) {
     using G = i8_geom<BITS>;
     constexpr int PER = G::BC / 32; /* columns per lane */
     /* The GEMV after this pre-pass may be scheduled before the pre-pass
@@ -92,6 +94,10 @@ __global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x
     if (trigger_first) pdl_launch_next();
     pdl_wait();
     if (!trigger_first) pdl_launch_next();
+    if (route.n > 0 && blockIdx.x == gridDim.x - 1) { /* the MoE routing's block (cuda_moe_route_experts) */
+        moe_route_job_run(route);
+        return;
+    }
     __shared__ float xs[TC_WARPS][G::BC];
     __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -380,16 +386,16 @@ size_t cuda_gemv_i8_prepared_uint4(int n_blocks, int bits) {
 }
 
 void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                          int n_x, int group_cols, int copies, int bits) {
+                          int n_x, int group_cols, int copies, int bits, const cuda_moe_route_job &route) {
     const int64_t items = (int64_t)n_x * n_blocks;
-    const dim3 grid = cuda_blocks((size_t)(items * copies), TC_WARPS);
+    const dim3 grid(cuda_blocks((size_t)(items * copies), TC_WARPS) + (route.n > 0 ? 1 : 0));
     const size_t copy_uint4 = (size_t)items * (bits == 8 ? i8_geom<8>::BU : i8_geom<4>::BU);
     if (bits == 8)
         cuda_launch(c, gemv_i8_prepare_kernel<8>, grid, TC_WARPS * 32, 0, prepared, x, x_stride, cols, n_blocks, n_x,
-                    group_cols, copies, copy_uint4, c->prep_trigger_first);
+                    group_cols, copies, copy_uint4, c->prep_trigger_first, route);
     else
         cuda_launch(c, gemv_i8_prepare_kernel<4>, grid, TC_WARPS * 32, 0, prepared, x, x_stride, cols, n_blocks, n_x,
-                    group_cols, copies, copy_uint4, c->prep_trigger_first);
+                    group_cols, copies, copy_uint4, c->prep_trigger_first, route);
 }
 
 /* The launches: scale storage (SD), width (BITS), groups per block (SLOTS). */

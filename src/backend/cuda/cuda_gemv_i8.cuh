@@ -13,9 +13,9 @@ bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens, int 
  * for 4 bits, 64 for 8) */
 size_t cuda_gemv_i8_prepared_uint4(int n_blocks, int bits);
 /* the pre-pass: n_x rows of x (x_stride apart) into prepared, `copies` times
- * (n_x rows apart) */
+ * (n_x rows apart), with route's MoE routing in an extra block when route.n > 0 */
 void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                          int n_x, int group_cols, int copies, int bits);
+                          int n_x, int group_cols, int copies, int bits, const cuda_moe_route_job &route);
 /* the GEMV over a's tiles and parts, one grid row per MoE slot */
 void cuda_gemv_i8_launch(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int scale_dtype);
 /* the MoE down projection with each token's weighted sum of its k experts

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_gemv_i8.cuh"
+#include "backend/cuda/cuda_moe_route.cuh"
 
 /* Per activation row and 128-column block the pre-pass writes TC_BLOCK_UINT4
  * uint4: 32 of B fragments (index (c * 2 + h) * 4 + u: quad lane c, part h,
@@ -71,12 +72,16 @@ __device__ __forceinline__ uint32_t tc_half_pair(float a, float b, int part) {
 template <int BITS>
 __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
                                        int n_rows, int group_cols, int copies, size_t copy_uint4,
-                                       int trigger_first) {
+                                       int trigger_first, cuda_moe_route_job route) {
     constexpr int BC = BITS == 4 ? TC_BLOCK_COLS : TC8_BLOCK_COLS, BU = BITS == 4 ? TC_BLOCK_UINT4 : TC8_BLOCK_UINT4;
     constexpr int PER = BC / 32, FRAGS = BU - 2; /* columns per lane; uint4 of B fragments */
     if (trigger_first) pdl_launch_next(); /* (see gemv_i8_prepare_kernel) */
     pdl_wait();
     if (!trigger_first) pdl_launch_next();
+    if (route.n > 0 && blockIdx.x == gridDim.x - 1) { /* (see gemv_i8_prepare_kernel) */
+        moe_route_job_run(route);
+        return;
+    }
     __shared__ float xs[TC_WARPS][BC];
     __shared__ __align__(16) float srow[TC_WARPS][8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -736,14 +741,21 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
     if (!prepared) return 1; /* failure recorded */
     const int gc = gs < block_cols ? gs : block_cols;
     const int64_t items = (int64_t)n_x * n_blocks;
+    /* a MoE routing waiting for the experts' first pre-pass rides on this one (cuda_moe_route_experts) */
+    cuda_moe_route_job route = {};
+    if (ids && c->route_job.n > 0) {
+        route = c->route_job;
+        c->route_job.n = 0;
+    }
+    const unsigned prep_grid = cuda_blocks((size_t)(items * copies), TC_WARPS) + (route.n > 0 ? 1 : 0);
     if (i8)
-        cuda_gemv_i8_prepare(c, prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, bits);
+        cuda_gemv_i8_prepare(c, prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, bits, route);
     else if (bits == 8)
-        cuda_launch(c, gemv_tc_prepare_kernel<8>, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0,
-                    prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4, c->prep_trigger_first);
+        cuda_launch(c, gemv_tc_prepare_kernel<8>, prep_grid, TC_WARPS * 32, 0, prepared, x, x_stride, w->cols,
+                    n_blocks, n_x, gc, copies, copy_uint4, c->prep_trigger_first, route);
     else
-        cuda_launch(c, gemv_tc_prepare_kernel<4>, cuda_blocks((size_t)(items * copies), TC_WARPS), TC_WARPS * 32, 0,
-                    prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, copy_uint4, c->prep_trigger_first);
+        cuda_launch(c, gemv_tc_prepare_kernel<4>, prep_grid, TC_WARPS * 32, 0, prepared, x, x_stride, w->cols,
+                    n_blocks, n_x, gc, copies, copy_uint4, c->prep_trigger_first, route);
     if (!cuda_launched(c, "gemv_tc_prepare")) return 1;
 
     gemv_tc_args a;

@@ -47,6 +47,15 @@ struct cuda_upload {
     size_t bytes;
 };
 
+/* A MoE routing (moe_route's arguments) that the next GEMV pre-pass runs
+ * in a block of its own instead of a launch of its own (n 0: none) */
+struct cuda_moe_route_job {
+    int32_t *ids;
+    float *weights;
+    const float *logits, *expert_scale;
+    int n, n_experts, k;
+};
+
 struct cuda_ctx {
     int device;
     char name[256];
@@ -82,6 +91,8 @@ struct cuda_ctx {
     int64_t gemv_i8_min8; /* fewest weights (rows x cols x slots) of 8 bits for the integer kernel (G4_CUDA_GEMV_I8_MIN8) */
     int gemv_early;   /* the GEMVs' first weights before pdl_wait (float32, integer, pipelined fp16 kernels; G4_CUDA_GEMV_EARLY=0: after) */
     int norm_moe;     /* add_rmsnorm_moe in one launch (G4_CUDA_NORM_MOE=0: add_rmsnorm, then rmsnorm_pair) */
+    int route_ride;   /* moe_route_experts: the routing rides on the experts' first pre-pass (G4_CUDA_ROUTE_RIDE=0: a launch of its own) */
+    cuda_moe_route_job route_job; /* that routing until a pre-pass takes it (cuda_moe_route_flush launches it otherwise) */
     int prep_trigger_first; /* GEMV pre-passes let their GEMV be scheduled before they wait (G4_CUDA_PREP_TRIGGER=0: after) */
     int gemv_copies;  /* copies of the integer GEMV's prepared activations, tile t reading copy t % copies (G4_CUDA_GEMV_COPIES) */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
@@ -190,6 +201,11 @@ void cuda_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, 
                       float scale, float *next_out, const float *next_w);
 void cuda_add_rmsnorm_moe(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
                           float *out, const float *w_out, float *out2, const float *w2, float *out3, const float *w3);
+void cuda_moe_route_experts(g4_backend *be, float *out, const float *x, int n, int32_t *ids, float *weights,
+                            const float *logits, const float *expert_scale, int n_experts, int k,
+                            const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down);
+/* launches c->route_job's routing now if one is waiting (before any kernel that may read its ids) */
+void cuda_moe_route_flush(cuda_ctx *c);
 void cuda_moe_residual(g4_backend *be, float *h, float *dense, const float *w_dense, const float *experts,
                        const float *w_experts, const float *w_post, int rows, int dim, float eps, float scale,
                        float *next_out, const float *next_w);

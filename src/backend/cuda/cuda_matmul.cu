@@ -397,6 +397,7 @@ int cuda_gemv_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *
     if (cuda_gemv_tc_moe_down(c, out, out_stride, x, x_stride, w, ids, weights, n_slots, k, expert_stride,
                               row_offset, n_experts))
         return 1;
+    cuda_moe_route_flush(c); /* (taken by the gate and up projections before: only for safety) */
     const int f = fast_format_of(w);
     if (!(f == FF_BF16 || f == FF_F16 || f == FF_F32) || k < 1 || k > GEMV_MOE_WARPS || n_slots % k != 0) return 0;
     const int C = chunk_cols_of(f);
@@ -549,6 +550,7 @@ int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t
     if (cuda_gemv_tc(c, out, out_stride, x, x_stride, n_tokens, w, ids, n_slots, x_div, expert_stride, row_offset,
                      n_experts, gelu_mul, pair))
         return 1;
+    cuda_moe_route_flush(c); /* a routing waiting for a pre-pass: this path has none */
     gemv_args a;
     static_cast<dev_matrix &>(a) = dev_matrix_of(w);
     a.rows = w->rows; /* with ids: rows of one expert */

@@ -11,69 +11,19 @@
  * choice order. */
 #include <math.h>
 
-#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_moe_route.cuh"
 
 /* ---- routing ---- */
 
-/* A float as an unsigned key with the same order (NaN lowest: it never wins,
- * as in the CPU's comparisons). */
-__device__ __forceinline__ unsigned route_key(float v) {
-    const unsigned u = __float_as_uint(v);
-    if (v != v) return 0u;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-/* One warp per token: top-k of the router logits (ties to the lower index),
- * softmax over the chosen (the full normaliser cancels), times the
- * per-expert scale; in double like the host, its sum in the host's order.
- * Lane l holds experts l + 32 i (i < NV) in registers; each choice is the
- * warp's largest key (one redux) and the lowest index holding it (another).
- * The exponentials run after the choices, one per lane. (One choice per
- * round of shuffles with the exponential inside took 8.3 us for the
- * 26B-A4B's top-8 of 128.) */
+/* route_key, moe_route_token: cuda_moe_route.cuh */
 template <int NV>
 __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float *expert_scale, int n,
                                  int n_experts, int k) {
     pdl_wait();
     pdl_launch_next();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
     if (t >= n) return;
-    const float *z = logits + (size_t)t * n_experts;
-    unsigned key[NV];
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        const int e = lane + 32 * i;
-        key[i] = e < n_experts ? route_key(z[e]) : 0u;
-    }
-    uint32_t taken = 0; /* bit i: expert lane + 32 i chosen */
-    int my_e = -1;      /* lane j < k: choice j */
-    for (int j = 0; j < k; j++) {
-        unsigned best = 0u;
-        int best_e = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            const int e = lane + 32 * i;
-            if (e < n_experts && !(taken >> i & 1u) && (best_e == 0x7fffffff || key[i] > best)) {
-                best = key[i];
-                best_e = e;
-            }
-        }
-        const unsigned top = __reduce_max_sync(0xffffffffu, best);
-        const int e = (int)__reduce_min_sync(0xffffffffu, (unsigned)(best == top ? best_e : 0x7fffffff));
-        if ((e & 31) == lane) taken |= 1u << (e >> 5);
-        if (lane == j) my_e = e;
-    }
-    /* the chosen logits' exponentials relative to the first (largest), summed in choice order */
-    const int e0 = __shfl_sync(0xffffffffu, my_e, 0);
-    const double max_z = (double)z[e0];
-    const double p = lane < k ? exp((double)z[my_e] - max_z) : 0.0;
-    double total = 0;
-    for (int j = 0; j < k && j < 32; j++) total += __shfl_sync(0xffffffffu, p, j);
-    if (lane < k) {
-        ids[(size_t)t * k + lane] = my_e;
-        weights[(size_t)t * k + lane] = (float)(p / total) * expert_scale[my_e];
-    }
+    moe_route_token<NV>(ids, weights, logits, expert_scale, t, n_experts, k);
 }
 
 void cuda_moe_route(g4_backend *be, int32_t *ids, float *weights, const float *logits, const float *expert_scale,
@@ -93,6 +43,34 @@ void cuda_moe_route(g4_backend *be, int32_t *ids, float *weights, const float *l
     else
         cuda_launch(c, moe_route_kernel<32>, grid, 128, 0, ids, weights, logits, expert_scale, n, n_experts, k);
     cuda_launched(c, "moe_route");
+}
+
+void cuda_moe_route_flush(cuda_ctx *c) {
+    if (c->route_job.n <= 0) return;
+    const cuda_moe_route_job j = c->route_job;
+    c->route_job.n = 0;
+    const dim3 grid = cuda_blocks((size_t)j.n, 4);
+    cuda_launch(c, moe_route_kernel<4>, grid, 128, 0, j.ids, j.weights, j.logits, j.expert_scale, j.n, j.n_experts,
+                j.k);
+    cuda_launched(c, "moe_route");
+}
+
+/* moe_route then moe_experts; for a decode step's few tokens and up to 128
+ * experts the routing rides on the experts' first GEMV pre-pass (an extra
+ * block of that grid: one launch fewer a MoE layer). Every GEMV path that
+ * does not take it launches it first (cuda_moe_route_flush), so ids are
+ * always written before anything reads them. */
+void cuda_moe_route_experts(g4_backend *be, float *out, const float *x, int n, int32_t *ids, float *weights,
+                            const float *logits, const float *expert_scale, int n_experts, int k,
+                            const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down) {
+    cuda_ctx *c = cuda_of(be);
+    if (c->route_ride && n > 0 && n <= 8 && k > 0 && k <= 32 && k <= n_experts && n_experts <= 128) {
+        c->route_job = {ids, weights, logits, expert_scale, n, n_experts, k};
+    } else {
+        cuda_moe_route(be, ids, weights, logits, expert_scale, n, n_experts, k);
+    }
+    cuda_moe_experts(be, out, x, n, ids, weights, k, gate, up, down);
+    cuda_moe_route_flush(c); /* (only if no path took it: an op failure) */
 }
 
 /* ---- sorting slots by expert (one block) ---- */
@@ -197,6 +175,7 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
     if (!g || !u || !y) return;
     const g4_matrix wg = one_expert_shape(gate), wu = one_expert_shape(up), wd = one_expert_shape(down);
     cuda_groups groups;
+    if (n > 8) cuda_moe_route_flush(c); /* the grouped paths sort the ids first */
     const int grouped = n > 8 && cuda_mma_supported(&wg, x, (size_t)d_in) && cuda_mma_supported(&wu, x, (size_t)d_in) &&
                         cuda_mma_supported(&wd, g, (size_t)width) && moe_groups(c, ids, n_slots, E, &groups);
     const int pipelined = grouped && c->moe_pipe && cuda_moe_gemm_supported(&wg) && cuda_moe_gemm_supported(&wu) &&
