@@ -301,15 +301,13 @@ __device__ __forceinline__ float add_rmsnorm_regs(float (&hv)[PER], const float 
     return inv_h;
 }
 
+/* A residual step's row into registers (PER values per thread): the branch
+ * output x, the residual h, the post-norm's weight w and the next norm's nw
+ * (1 where there is none) */
 template <int PER>
-__global__ void add_rmsnorm_row_kernel(float *h, const float *x, const float *w, int dim, float eps, float scale,
-                                       float *next, const float *next_w) {
-    pdl_wait();
-    pdl_launch_next();
-    const size_t r = blockIdx.x;
-    const float *xr = x + r * (size_t)dim;
-    float *hr = h + r * (size_t)dim;
-    float xv[PER], hv[PER], wv[PER], nw[PER];
+__device__ __forceinline__ void load_residual_row(float (&xv)[PER], float (&hv)[PER], float (&wv)[PER],
+                                                  float (&nw)[PER], const float *xr, const float *hr, const float *w,
+                                                  const float *next_w, int dim) {
 #pragma unroll
     for (int k = 0; k < PER; k++) {
         const int i = threadIdx.x + k * blockDim.x;
@@ -319,6 +317,18 @@ __global__ void add_rmsnorm_row_kernel(float *h, const float *x, const float *w,
         wv[k] = in ? w[i] : 0.0f;
         nw[k] = in && next_w ? next_w[i] : 1.0f;
     }
+}
+
+template <int PER>
+__global__ void add_rmsnorm_row_kernel(float *h, const float *x, const float *w, int dim, float eps, float scale,
+                                       float *next, const float *next_w) {
+    pdl_wait();
+    pdl_launch_next();
+    const size_t r = blockIdx.x;
+    const float *xr = x + r * (size_t)dim;
+    float *hr = h + r * (size_t)dim;
+    float xv[PER], hv[PER], wv[PER], nw[PER];
+    load_residual_row<PER>(xv, hv, wv, nw, xr, hr, w, next_w, dim);
     add_rmsnorm_regs<PER>(hv, xv, wv, nw, next_w != NULL, hr, next ? next + r * (size_t)dim : NULL, dim, eps, scale);
 }
 
@@ -336,16 +346,12 @@ __global__ void __launch_bounds__(512) add_rmsnorm_moe_row_kernel(float *h, cons
     const float *xr = x + r * (size_t)dim;
     float *hr = h + r * (size_t)dim;
     float xv[PER], hv[PER], wv[PER], nw[PER], v2[PER], v3[PER];
+    load_residual_row<PER>(xv, hv, wv, nw, xr, hr, w, w_out, dim);
 #pragma unroll
     for (int k = 0; k < PER; k++) {
         const int i = threadIdx.x + k * blockDim.x;
-        const bool in = i < dim;
-        xv[k] = in ? xr[i] : 0.0f;
-        hv[k] = in ? hr[i] : 0.0f;
-        wv[k] = in ? w[i] : 0.0f;
-        nw[k] = in && w_out ? w_out[i] : 1.0f;
-        v2[k] = in && w2 ? w2[i] : 1.0f;
-        v3[k] = in && w3 ? w3[i] : 1.0f;
+        v2[k] = i < dim && w2 ? w2[i] : 1.0f;
+        v3[k] = i < dim && w3 ? w3[i] : 1.0f;
     }
     const float inv_h = add_rmsnorm_regs<PER>(hv, xv, wv, nw, w_out != NULL, hr, out + r * (size_t)dim, dim, eps, 1.0f);
     float *o2 = out2 + r * (size_t)dim, *o3 = out3 + r * (size_t)dim;
