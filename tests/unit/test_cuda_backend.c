@@ -948,12 +948,13 @@ static void shuffle(int32_t *v, int n) {
 }
 
 /* Backends with the tensor-core prefill attention on (G4_CUDA_ATTN_TC=1:
- * rows per block by shape; 32 and 64 forced; G4_CUDA_ATTN_TC_SPLIT: keys
+ * the flash kernel; 32 and 64: the older kernel with that many rows per
+ * block; G4_CUDA_ATTN_TC_SPLIT: keys
  * per piece when each tile's keys are split over blocks, "" by shape) and
  * off (0, last), made once. */
 #define ATTN_TC_VARIANTS 9
 static const char *const attn_tc_knob[ATTN_TC_VARIANTS][2] = {
-    {"1", ""}, {"32", "0"}, {"64", "0"}, {"32", "32"}, {"64", "64"}, {"32", "256"}, {"64", "256"}, {"1", "128"}, {"0", ""}};
+    {"1", ""}, {"1", "0"}, {"1", "32"}, {"1", "256"}, {"32", "0"}, {"64", "0"}, {"32", "256"}, {"64", "64"}, {"0", ""}};
 static const char *attn_tc_name[ATTN_TC_VARIANTS];
 static g4_backend *attn_tc_be[ATTN_TC_VARIANTS];
 static int attn_tc_made;

@@ -42,49 +42,16 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
-#include "backend/cuda/cuda_kv.cuh"
+#include "backend/cuda/cuda_attention_tc.cuh"
 
 #define TCA_THREADS 256
 #define TCA_WARPS 8
 #define TCA_BN 32          /* keys per tile */
-#define TCA_P_EXP 14       /* P is stored as p * 2^14: its lo part stays normal down to p = 2^-17 */
-#define TCA_V_EXP_START 100 /* the V scale before any tile (and for a tile of zeros) */
 #define TCA_U 4            /* loads in flight per thread in the staging loops (two blocks per SM) */
 #define TCA_U_WIDE 8       /* the same with one block per SM (more registers) */
 #define TCA_MAX_PIECES 8   /* key pieces per tile when split (at most ATTN_MAX_SPLITS) */
 
-struct attn_tc_params : attn_common {
-    int tiles;            /* blocks of BM query rows per KV head */
-    int splits, split_len; /* key pieces per run (counted from its first key) and their length */
-    float *part_acc, *part_ml; /* splits > 1: the pieces' partials (cuda_attention_merge) */
-};
-
-/* 2^e as a float, e in [-126, 127] */
-__device__ __forceinline__ float tca_pow2(int e) { return __int_as_float((e + 127) << 23); }
-
-/* e with peak * 2^e in [2^14, 2^15) (clamped to [-126, cap]); `none` for
- * a zero or non-finite peak. */
-__device__ __forceinline__ int tca_exponent(float peak, int none, int cap) {
-    if (!(peak > 0.0f && peak <= 3.4e38f)) return none;
-    int e;
-    frexpf(peak, &e); /* peak = m 2^e, m in [0.5, 1) */
-    return max(-126, min(cap, 15 - e));
-}
-
-/* (a, b) = hi + lo, each an fp16 pair (a in the low half) */
-__device__ __forceinline__ void tca_split(float a, float b, uint32_t &hi, uint32_t &lo) {
-    const __half2 h = __floats2half2_rn(a, b);
-    const float2 hf = __half22float2(h);
-    const __half2 l = __floats2half2_rn(a - hf.x, b - hf.y);
-    hi = *reinterpret_cast<const uint32_t *>(&h);
-    lo = *reinterpret_cast<const uint32_t *>(&l);
-}
-
 __device__ __forceinline__ uint32_t tca_ld32(const __half *p) { return *reinterpret_cast<const uint32_t *>(p); }
-
-__device__ __forceinline__ float tca_absmax4(float4 v) {
-    return fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-}
 
 /* (row, column) of i = start, start + TCA_THREADS, ... over rows of `cols`
  * columns: i / cols and i % cols without a division per step. */
@@ -101,11 +68,6 @@ struct tca_walk {
         }
     }
 };
-
-__device__ __forceinline__ const float *tca_q_row(const attn_tc_params &p, int kvh, int gr) {
-    const int t = gr / p.G, h = kvh * p.G + gr % p.G;
-    return p.q + ((size_t)t * p.n_heads + h) * p.D;
-}
 
 /* Shared memory of one block, in bytes (the kernel carves it the same way). */
 static size_t tca_smem_bytes(int D, int BM) {
@@ -549,10 +511,11 @@ int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv
      * multiprocessor): 31B 32/16 heads x 256 at 512 tokens 204 -> 187 us,
      * at 2048 2051 -> 1836 us, E2B 8/1 x 256 at 512 (split) 101 -> 90 us.
      * G4_CUDA_ATTN_TC=32 or 64 forces one. */
-    int BM = dmax > 256 ? 32 : c->attn_tc == 32 ? 32 : 64;
-    if (BM == 64 && tca_smem_bytes(D, 64) > c->smem_optin) BM = 32; /* GPUs with less shared memory */
+    const int flash_rows = c->attn_tc == 1 ? cuda_attention_flash_rows(c, D) : 0;
+    int BM = flash_rows ? flash_rows : dmax > 256 ? 32 : c->attn_tc == 32 ? 32 : 64;
+    if (!flash_rows && BM == 64 && tca_smem_bytes(D, 64) > c->smem_optin) BM = 32; /* less shared memory */
     const size_t smem = tca_smem_bytes(D, BM);
-    if (smem > c->smem_optin) return 0; /* (512 needs ~155 KB: fits an A100's 163 KB) */
+    if (!flash_rows && smem > c->smem_optin) return 0; /* (512 needs ~155 KB: fits an A100's 163 KB) */
     attn_tc_params p;
     static_cast<attn_common &>(p) = attn_common_of(out, q, kv, b, sliding, n_heads, scale);
     p.tiles = (int)(((int64_t)b->n_tokens * G + BM - 1) / BM);
@@ -576,7 +539,9 @@ int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv
             return 1;
         if (p.splits <= 1) p.splits = 1, p.split_len = INT32_MAX / 2;
     }
-    if (dmax == 128 && BM == 64)
+    if (flash_rows)
+        cuda_attention_flash(c, p);
+    else if (dmax == 128 && BM == 64)
         launch_attention_tc<128, 64>(c, p, smem);
     else if (dmax == 128)
         launch_attention_tc<128, 32>(c, p, smem);

@@ -1,0 +1,455 @@
+/* Prefill attention on tensor cores, flash-attention 2 style (the default
+ * for head_dim 64..512 in multiples of 16; cuda_attention_tc.cu decides).
+ *
+ * A block of 4 warps owns BM query rows of one KV head (row r: token r / G,
+ * head kvh * G + r % G, as the other attention kernels number them) and
+ * walks the union of their key ranges (per run of one sequence) in tiles of
+ * BN keys, read through the block tables (kv_slot: rings work). Each warp
+ * owns 16 rows; at head_dim 512 two warps share them, each with half the
+ * channels of O (both compute the rows' scores). Per tile:
+ *  1. (issued during the tile before) cp.async copies the tile's float32 K
+ *     and V rows into shared memory, zeros where a key has no slot;
+ *  2. each warp splits whole K rows into fp16 hi + lo, one power-of-two
+ *     scale per key (the row's peak), and finds the tile's V peak;
+ *  3. V is split with one scale per tile that never increases within a
+ *     run, so the running O is only ever rescaled by a power of two <= 1;
+ *  4. the next tile's copies are issued;
+ *  5. S = Q K^T stays in registers (ldmatrix fragments from shared
+ *     memory), the online softmax runs on them in float32 (a row's four
+ *     threads exchange by shuffles), P becomes the A fragments of P V
+ *     directly, and O accumulates in registers.
+ *
+ * Accuracy, as cuda_attention_tc.cu's kernel: every operand x is scaled by
+ * a power of two (peak in [2^14, 2^15)) and split x = hi + lo, both fp16 (22
+ * significant bits); each product is hi*hi + lo*hi + hi*lo, fp16 products
+ * are exact in float32; each k-step's (Q K^T) or tile's (P V) three mma go
+ * into a fresh accumulator added in float32. Q gets one scale per row, K one
+ * per key (both finer than the older kernel's per block and per tile).
+ *
+ * Shared memory: Q hi/lo [2][BM][D+8] halves, K and V hi/lo [2][BN][D+8]
+ * each, the raw float32 tile [2][BN][D]: 197 KB at head_dim 256 (64 rows,
+ * 32 keys) and 194 KB at 512 (32 rows, 16 keys): one block per SM. The row
+ * stride D + 8 halves puts the 8 rows of every ldmatrix in distinct banks. */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_attention_tc.cuh"
+
+#define FA_WARPS 4
+#define FA_THREADS (32 * FA_WARPS)
+
+/* four 8x8 fp16 matrices from shared memory, one row address per thread
+ * (threads 8i..8i+7: matrix i); .trans: each matrix transposed */
+__device__ __forceinline__ void fa_ldmatrix4(uint32_t *r, const __half *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+__device__ __forceinline__ void fa_ldmatrix4_trans(uint32_t *r, const __half *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+/* A warp's row of D floats (from global or shared memory; zeros when !live)
+ * scaled by 2^e, its peak into [2^14, 2^15), stored as fp16 hi and lo
+ * halves. Returns 2^-e. */
+template <int DMAX>
+__device__ __forceinline__ float fa_split_row(const float *src, bool live, int D4, __half *hi, __half *lo, int lane) {
+    float4 v[DMAX / 128];
+    float peak = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DMAX / 128; i++) {
+        const int c4 = lane + 32 * i;
+        v[i] = live && c4 < D4 ? *reinterpret_cast<const float4 *>(src + 4 * c4) : make_float4(0, 0, 0, 0);
+        peak = fmaxf(peak, tca_absmax4(v[i]));
+    }
+    const int e = tca_exponent(warp_max(peak), 0, 126);
+    const float up = tca_pow2(e);
+#pragma unroll
+    for (int i = 0; i < DMAX / 128; i++) {
+        const int c4 = lane + 32 * i;
+        if (c4 < D4) {
+            uint32_t h0, l0, h1, l1;
+            tca_split(v[i].x * up, v[i].y * up, h0, l0);
+            tca_split(v[i].z * up, v[i].w * up, h1, l1);
+            *reinterpret_cast<uint2 *>(hi + 4 * c4) = make_uint2(h0, h1);
+            *reinterpret_cast<uint2 *>(lo + 4 * c4) = make_uint2(l0, l1);
+        }
+    }
+    return tca_pow2(-e);
+}
+
+/* The warp's peak of |x| over its share of a row of D floats in shared memory */
+template <int DMAX> __device__ __forceinline__ float fa_row_peak(const float *src, int D4, int lane) {
+    float peak = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DMAX / 128; i++) {
+        const int c4 = lane + 32 * i;
+        if (c4 < D4) peak = fmaxf(peak, tca_absmax4(*reinterpret_cast<const float4 *>(src + 4 * c4)));
+    }
+    return peak;
+}
+
+/* Copies of the keys in `slots` (float32 K and, unless K = V, V rows of
+ * KV head kvh) into raw [2][BN][D]; zeros for slot -1. One group. */
+template <int BN>
+__device__ __forceinline__ void fa_copy_tile(const attn_tc_params &p, int kvh, const int64_t *slots, float *raw,
+                                             int tid) {
+    const int D = p.D, D4 = D >> 2;
+    const size_t kv_row = (size_t)p.n_kv * D;
+    const int parts = p.vp == p.kp ? 1 : 2;
+    for (int part = 0; part < parts; part++) {
+        const float *pool = part ? p.vp : p.kp;
+        for (int i = tid; i < BN * D4; i += FA_THREADS) {
+            const int j = i / D4, c4 = i - j * D4;
+            const int64_t slot = slots[j];
+            const float *src = pool + (slot >= 0 ? (size_t)slot * kv_row + (size_t)kvh * D + 4 * c4 : 0);
+            cp_async16_or_zero(raw + ((size_t)part * BN + j) * D + 4 * c4, src, slot >= 0);
+        }
+    }
+    cp_async_commit();
+}
+
+/* DMAX: head_dim bound (loops run to the actual D); BN: keys per tile; CW:
+ * warps sharing 16 rows (each a share of O's channels). */
+template <int DMAX, int BN, int CW>
+__global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_params p) {
+    constexpr int BM = 16 * FA_WARPS / CW; /* query rows per block */
+    constexpr int NQ = BN / 8;             /* key n-tiles of S per warp */
+    constexpr int KC = BN / 16;            /* key chunks of P V */
+    constexpr int NP = DMAX / 16 / CW;     /* 16-channel pairs of O per warp (at most) */
+    static_assert(BN % 16 == 0 && DMAX % (16 * CW) == 0, "tile shape");
+    pdl_wait();
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    const int D = p.D, ld = D + 8, D4 = D >> 2;
+    __half *Qs = reinterpret_cast<__half *>(fa_smem); /* [2][BM][ld]: hi, lo */
+    __half *Ks = Qs + 2 * BM * ld;                    /* [2][BN][ld] */
+    __half *Vs = Ks + 2 * BN * ld;                    /* [2][BN][ld] */
+    float *raw = reinterpret_cast<float *>(Vs + 2 * BN * ld); /* [2][BN][D]: K, V */
+    float *key_f = raw + 2 * BN * D;                  /* [BN]: 2^-e of each key's K scale */
+    float *row_f = key_f + BN;                        /* [BM]: scale * 2^-e of each row's Q scale */
+    float *red = row_f + BM;                          /* [FA_WARPS] */
+    int64_t *slots = reinterpret_cast<int64_t *>(red + FA_WARPS); /* [BN] */
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tig = lane & 3;
+    const int rg = warp / CW, cw = warp % CW; /* this warp's 16 rows, its share of the channels */
+    /* blocks in order of (tile, last first; KV head; key piece): the tiles of
+     * the latest tokens, which see the most keys, start first */
+    const int split = (int)(blockIdx.x % p.splits), kvh = (int)(blockIdx.x / p.splits % p.n_kv);
+    const int tile = p.tiles - 1 - (int)(blockIdx.x / p.splits / p.n_kv);
+    const int first_row = tile * BM;
+    const int last_row = min(first_row + BM, p.n_tokens * p.G) - 1;
+    if (last_row < first_row) return; /* the whole block */
+    const float *vraw = p.vp == p.kp ? raw : raw + BN * D;
+
+    /* the block's query rows as hi + lo, one scale per row */
+    for (int r = warp; r < BM; r += FA_WARPS) {
+        const bool live = first_row + r <= last_row;
+        const float f = fa_split_row<DMAX>(live ? tca_q_row(p, kvh, first_row + r) : p.q, live, D4, Qs + r * ld,
+                                           Qs + (BM + r) * ld, lane);
+        if (lane == 0) row_f[r] = p.scale * f;
+    }
+    __syncthreads();
+
+    /* this thread's two rows (the accumulator rows g and g + 8 of its warp) */
+    int row_t[2], row_lo[2], row_hi[2];
+    float row_scale[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = rg * 16 + g + 8 * h;
+        row_scale[h] = row_f[r];
+        row_t[h] = -1, row_lo[h] = 1, row_hi[h] = 0;
+        if (first_row + r <= last_row) {
+            row_t[h] = (first_row + r) / p.G;
+            row_lo[h] = p.kv_range[4 * row_t[h] + p.range_off];
+            row_hi[h] = p.kv_range[4 * row_t[h] + p.range_off + 1];
+        }
+    }
+
+    const int t_first = first_row / p.G, t_last = last_row / p.G;
+    for (int run_start = t_first; run_start <= t_last;) {
+        /* a run: consecutive tokens of one sequence */
+        const int s = p.seq[run_start];
+        int lo_u, hi_u;
+        const int run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
+        if (p.splits > 1) { /* this block's piece of the run's keys */
+            if (lo_u <= hi_u && (int64_t)split * p.split_len <= (int64_t)(hi_u - lo_u)) {
+                lo_u += split * p.split_len;
+                if (split + 1 < p.splits) hi_u = (int)min((int64_t)hi_u, (int64_t)lo_u + p.split_len - 1);
+            } else {
+                hi_u = lo_u - 1;
+            }
+        }
+        bool active[2];
+        float m[2], l[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            active[h] = row_t[h] >= run_start && row_t[h] < run_end;
+            m[h] = -INFINITY;
+            l[h] = 0.0f;
+        }
+        int ev = TCA_V_EXP_START; /* V's scale exponent (block-uniform, never increases) */
+        float acc[NP][2][4];
+#pragma unroll
+        for (int i = 0; i < NP; i++)
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) acc[i][n][k] = 0.0f;
+        const bool any_keys = lo_u <= hi_u;
+        if (any_keys) { /* the first tile's copies */
+            __syncthreads(); /* (slots of an earlier run read) */
+            if (tid < BN) slots[tid] = lo_u + tid <= hi_u ? kv_slot(p.tb, s, lo_u + tid) : -1;
+            __syncthreads();
+            fa_copy_tile<BN>(p, kvh, slots, raw, tid);
+        }
+        for (int tile_lo = lo_u; any_keys && tile_lo <= hi_u; tile_lo += BN) {
+            cp_async_wait_newest<0>();
+            __syncthreads(); /* the raw tile is in; every warp is done with the last tile's K and V */
+            /* 2. K rows as hi + lo (a warp per key), the warps' V peaks */
+            float vpeak = 0.0f;
+            for (int j = warp; j < BN; j += FA_WARPS) {
+                const float f = fa_split_row<DMAX>(raw + j * D, true, D4, Ks + j * ld, Ks + (BN + j) * ld, lane);
+                if (lane == 0) key_f[j] = f;
+                vpeak = fmaxf(vpeak, fa_row_peak<DMAX>(vraw + j * D, D4, lane));
+            }
+            vpeak = warp_max(vpeak);
+            if (lane == 0) red[warp] = vpeak;
+            /* the next tile's slots (this tile's copies were issued before the barrier above) */
+            if (tid < BN) {
+                const int pos = tile_lo + BN + tid;
+                slots[tid] = pos <= hi_u ? kv_slot(p.tb, s, pos) : -1;
+            }
+            __syncthreads();
+            /* 3. V with the tile's scale */
+            vpeak = red[0];
+#pragma unroll
+            for (int w = 1; w < FA_WARPS; w++) vpeak = fmaxf(vpeak, red[w]);
+            const int ev_new = min(ev, tca_exponent(vpeak, TCA_V_EXP_START, TCA_V_EXP_START));
+            const float v_change = ev_new - ev < -126 ? 0.0f : tca_pow2(ev_new - ev);
+            ev = ev_new;
+            {
+                const float v_up = tca_pow2(ev);
+                for (int j = warp; j < BN; j += FA_WARPS) {
+#pragma unroll
+                    for (int i = 0; i < DMAX / 128; i++) {
+                        const int c4 = lane + 32 * i;
+                        if (c4 < D4) {
+                            const float4 v = *reinterpret_cast<const float4 *>(vraw + j * D + 4 * c4);
+                            uint32_t h0, l0, h1, l1;
+                            tca_split(v.x * v_up, v.y * v_up, h0, l0);
+                            tca_split(v.z * v_up, v.w * v_up, h1, l1);
+                            *reinterpret_cast<uint2 *>(Vs + j * ld + 4 * c4) = make_uint2(h0, h1);
+                            *reinterpret_cast<uint2 *>(Vs + (BN + j) * ld + 4 * c4) = make_uint2(l0, l1);
+                        }
+                    }
+                }
+            }
+            __syncthreads(); /* K and V ready, the raw tile free */
+            /* 4. the next tile's copies run behind this tile's products */
+            if (tile_lo + BN <= hi_u) fa_copy_tile<BN>(p, kvh, slots, raw, tid);
+
+            /* 5. S = Q K^T for the warp's 16 rows and all BN keys */
+            float sacc[NQ][4];
+#pragma unroll
+            for (int n = 0; n < NQ; n++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) sacc[n][k] = 0.0f;
+            {
+                /* A: rows lane % 16, channels +8 for lanes 16..31; B: keys
+                 * lane % 8 (+8 for lanes 16..31), channels +8 for lanes 8..15, 24..31 */
+                const __half *qa = Qs + (rg * 16 + (lane & 15)) * ld + 8 * (lane >> 4);
+                const __half *kb = Ks + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
+                for (int k0 = 0; k0 < D; k0 += 16) {
+                    uint32_t a_hi[4], a_lo[4];
+                    fa_ldmatrix4(a_hi, qa + k0);
+                    fa_ldmatrix4(a_lo, qa + BM * ld + k0);
+#pragma unroll
+                    for (int np = 0; np < BN / 16; np++) {
+                        uint32_t b_hi[4], b_lo[4]; /* n-tile 2 np: [0..1], 2 np + 1: [2..3] */
+                        fa_ldmatrix4(b_hi, kb + np * 16 * ld + k0);
+                        fa_ldmatrix4(b_lo, kb + (BN + np * 16) * ld + k0);
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            float t4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            mma_f16_16816(t4, a_lo, b_hi + 2 * h); /* q_lo k_hi */
+                            mma_f16_16816(t4, a_hi, b_lo + 2 * h); /* q_hi k_lo */
+                            mma_f16_16816(t4, a_hi, b_hi + 2 * h); /* q_hi k_hi */
+#pragma unroll
+                            for (int k = 0; k < 4; k++) sacc[2 * np + h][k] += t4[k];
+                        }
+                    }
+                }
+            }
+            /* the online softmax of rows g (sacc[.][0..1]) and g + 8 ([2..3]):
+             * keys 8 n + 2 tig (+1) */
+            float alpha[2];
+            {
+                float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int n = 0; n < NQ; n++)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const int h = k >> 1, j = 8 * n + 2 * tig + (k & 1), pos = tile_lo + j;
+                        const bool valid = active[h] && pos <= hi_u && pos >= row_lo[h] && pos <= row_hi[h];
+                        sacc[n][k] = valid ? sacc[n][k] * row_scale[h] * key_f[j] : -INFINITY;
+                        mx[h] = fmaxf(mx[h], sacc[n][k]);
+                    }
+                float sum[2] = {0.0f, 0.0f}, m_new[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+                    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+                    m_new[h] = fmaxf(m[h], mx[h]);
+                }
+#pragma unroll
+                for (int n = 0; n < NQ; n++)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const int h = k >> 1;
+                        sacc[n][k] = m_new[h] == -INFINITY ? 0.0f : expf(sacc[n][k] - m_new[h]);
+                        sum[h] += sacc[n][k];
+                    }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
+                    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+                    alpha[h] = 1.0f; /* rows outside this run keep their (zero) accumulators */
+                    if (active[h]) {
+                        alpha[h] = m[h] == -INFINITY ? 0.0f : expf(m[h] - m_new[h]);
+                        l[h] = l[h] * alpha[h] + sum[h];
+                        m[h] = m_new[h];
+                    }
+                }
+            }
+            /* P as the A fragments of P V (key chunk c: n-tiles 2c, 2c + 1), scaled by 2^14 */
+            uint32_t p_hi[KC][4], p_lo[KC][4];
+            {
+                const float p_up = tca_pow2(TCA_P_EXP);
+#pragma unroll
+                for (int c = 0; c < KC; c++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const int n = 2 * c + (q >> 1), k = 2 * (q & 1); /* q: row g / g+8, keys +0 / +8 */
+                        tca_split(sacc[n][k] * p_up, sacc[n][k + 1] * p_up, p_hi[c][q], p_lo[c][q]);
+                    }
+            }
+            /* O = O alpha 2^(ev change) + P V over this warp's channel pairs cw + CW i */
+            {
+                const float f0 = alpha[0] * v_change, f1 = alpha[1] * v_change;
+                /* B (transposed): keys lane % 16, channels +8 for lanes 16..31 */
+                const __half *vb = Vs + (lane & 15) * ld + 8 * (lane >> 4);
+#pragma unroll
+                for (int i = 0; i < NP; i++) {
+                    const int cp = cw + CW * i;
+                    if (cp * 16 < D) {
+                        float t4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+                        for (int c = 0; c < KC; c++) {
+                            uint32_t b_hi[4], b_lo[4];
+                            fa_ldmatrix4_trans(b_hi, vb + c * 16 * ld + cp * 16);
+                            fa_ldmatrix4_trans(b_lo, vb + (BN + c * 16) * ld + cp * 16);
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                mma_f16_16816(t4[h], p_lo[c], b_hi + 2 * h); /* p_lo v_hi */
+                                mma_f16_16816(t4[h], p_hi[c], b_lo + 2 * h); /* p_hi v_lo */
+                                mma_f16_16816(t4[h], p_hi[c], b_hi + 2 * h); /* p_hi v_hi */
+                            }
+                        }
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            acc[i][h][0] = fmaf(acc[i][h][0], f0, t4[h][0]);
+                            acc[i][h][1] = fmaf(acc[i][h][1], f0, t4[h][1]);
+                            acc[i][h][2] = fmaf(acc[i][h][2], f1, t4[h][2]);
+                            acc[i][h][3] = fmaf(acc[i][h][3], f1, t4[h][3]);
+                        }
+                    }
+                }
+            }
+        }
+        /* results of this run's rows: O 2^-(ev + 14) / l, or as a piece's
+         * partial (O 2^-(ev + 14), m, l) */
+        const float out_f = tca_pow2(-(ev + TCA_P_EXP));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (!active[h]) continue;
+            const int gr = first_row + rg * 16 + g + 8 * h, t = row_t[h];
+            const size_t th = (size_t)t * p.n_heads + kvh * p.G + gr % p.G;
+            const float lr = any_keys ? l[h] : 0.0f;
+            if (p.splits > 1) {
+                if (cw == 0 && tig == 0) {
+                    p.part_ml[2 * (th * p.splits + split)] = any_keys ? m[h] : -INFINITY;
+                    p.part_ml[2 * (th * p.splits + split) + 1] = lr;
+                }
+                if (!(lr > 0.0f)) continue; /* a piece without keys: the merge skips it */
+            }
+            float *o = p.splits > 1 ? p.part_acc + (th * p.splits + split) * D : p.out + th * D;
+            const float f = p.splits > 1 ? out_f : lr > 0.0f ? out_f / lr : 0.0f;
+#pragma unroll
+            for (int i = 0; i < NP; i++) {
+                const int cp = cw + CW * i;
+                if (cp * 16 < D) {
+#pragma unroll
+                    for (int n = 0; n < 2; n++)
+                        *reinterpret_cast<float2 *>(o + cp * 16 + n * 8 + 2 * tig) =
+                            make_float2(acc[i][n][2 * h] * f, acc[i][n][2 * h + 1] * f);
+                }
+            }
+        }
+        run_start = run_end;
+    }
+}
+
+/* keys per tile by head_dim bound: 16 at 512 (shared memory) */
+static int fa_bn(int dmax) { return dmax > 256 ? 16 : 32; }
+
+static size_t fa_smem_bytes(int D, int BM, int BN) {
+    const size_t ld = (size_t)D + 8;
+    return (2 * (size_t)BM * ld + 4 * (size_t)BN * ld) * 2 + 2 * (size_t)BN * D * 4 + (size_t)BN * 4 +
+           (size_t)BM * 4 + FA_WARPS * 4 + (size_t)BN * 8;
+}
+
+static int fa_dmax(int D) { return D <= 128 ? 128 : D <= 256 ? 256 : 512; }
+
+int cuda_attention_flash_rows(const cuda_ctx *c, int D) {
+    if (D < 64 || D > 512 || D % 16) return 0;
+    const int dmax = fa_dmax(D), BM = dmax > 256 ? 32 : 64;
+    return fa_smem_bytes(D, BM, fa_bn(dmax)) <= c->smem_optin ? BM : 0;
+}
+
+template <int DMAX, int BN, int CW> static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
+    static int configured; /* the opt-in above 48 KB, once per kernel */
+    if (!configured) {
+        if (!cuda_check(c,
+                        cudaFuncSetAttribute(attention_flash_kernel<DMAX, BN, CW>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(c->smem_optin)),
+                        "cudaFuncSetAttribute"))
+            return;
+        configured = 1;
+    }
+    const int64_t blocks = (int64_t)p.tiles * p.n_kv * p.splits;
+    if (blocks > INT32_MAX) {
+        cuda_fail_op(c, "attention_flash: %lld blocks", (long long)blocks);
+        return;
+    }
+    cuda_launch(c, attention_flash_kernel<DMAX, BN, CW>, dim3((unsigned)blocks), FA_THREADS, smem, p);
+    cuda_launched(c, "attention_flash");
+}
+
+void cuda_attention_flash(cuda_ctx *c, const attn_tc_params &p) {
+    const int dmax = fa_dmax(p.D), BM = dmax > 256 ? 32 : 64;
+    const size_t smem = fa_smem_bytes(p.D, BM, fa_bn(dmax));
+    if (dmax == 128)
+        launch_flash<128, 32, 1>(c, p, smem);
+    else if (dmax == 256)
+        launch_flash<256, 32, 1>(c, p, smem);
+    else
+        launch_flash<512, 16, 2>(c, p, smem);
+}
