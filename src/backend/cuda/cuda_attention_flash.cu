@@ -35,9 +35,6 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_attention_tc.cuh"
 
-#define FA_WARPS 4
-#define FA_THREADS (32 * FA_WARPS)
-
 /* four 8x8 fp16 matrices from shared memory, one row address per thread
  * (threads 8i..8i+7: matrix i); .trans: each matrix transposed */
 __device__ __forceinline__ void fa_ldmatrix4(uint32_t *r, const __half *row) {
@@ -98,7 +95,7 @@ template <int DMAX> __device__ __forceinline__ float fa_row_peak(const float *sr
 
 /* Copies of the keys in `slots` (float32 K and, unless K = V, V rows of
  * KV head kvh) into raw [2][BN][D]; zeros for slot -1. One group. */
-template <int BN>
+template <int BN, int THREADS>
 __device__ __forceinline__ void fa_copy_tile(const attn_tc_params &p, int kvh, const int64_t *slots, float *raw,
                                              int tid) {
     const int D = p.D, D4 = D >> 2;
@@ -106,7 +103,7 @@ __device__ __forceinline__ void fa_copy_tile(const attn_tc_params &p, int kvh, c
     const int parts = p.vp == p.kp ? 1 : 2;
     for (int part = 0; part < parts; part++) {
         const float *pool = part ? p.vp : p.kp;
-        for (int i = tid; i < BN * D4; i += FA_THREADS) {
+        for (int i = tid; i < BN * D4; i += THREADS) {
             const int j = i / D4, c4 = i - j * D4;
             const int64_t slot = slots[j];
             const float *src = pool + (slot >= 0 ? (size_t)slot * kv_row + (size_t)kvh * D + 4 * c4 : 0);
@@ -116,30 +113,47 @@ __device__ __forceinline__ void fa_copy_tile(const attn_tc_params &p, int kvh, c
     cp_async_commit();
 }
 
-/* DMAX: head_dim bound (loops run to the actual D); BN: keys per tile; CW:
- * warps sharing 16 rows (each a share of O's channels). */
-template <int DMAX, int BN, int CW>
-__global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_params p) {
-    constexpr int BM = 16 * FA_WARPS / CW; /* query rows per block */
-    constexpr int NQ = BN / 8;             /* key n-tiles of S per warp */
-    constexpr int KC = BN / 16;            /* key chunks of P V */
-    constexpr int NP = DMAX / 16 / CW;     /* 16-channel pairs of O per warp (at most) */
-    static_assert(BN % 16 == 0 && DMAX % (16 * CW) == 0, "tile shape");
+/* d += a b (fp16, float32 accumulators) without `volatile`: the compiler
+ * may interleave independent products, which hides the tensor core's
+ * latency with few warps per SM */
+__device__ __forceinline__ void fa_mma(float *d, const uint32_t *a, const uint32_t *b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* DMAX: head_dim bound (loops run to the actual D); BN: keys per tile; RG:
+ * groups of 16 rows per block; CW: warps sharing 16 rows by splitting O's
+ * channels (each computes the rows' scores); KW: warps sharing 16 rows by
+ * splitting each tile's keys (each its own softmax and O, merged at the
+ * end of a run). */
+template <int DMAX, int BN, int RG, int CW, int KW>
+__global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(attn_tc_params p) {
+    constexpr int WARPS = RG * CW * KW, THREADS = 32 * WARPS;
+    constexpr int BM = 16 * RG;         /* query rows per block */
+    constexpr int WK = BN / KW;         /* keys of a tile per warp */
+    constexpr int NQ = WK / 8;          /* key n-tiles of S per warp */
+    constexpr int KC = WK / 16;         /* key chunks of P V per warp */
+    constexpr int NP = DMAX / 16 / CW;  /* 16-channel pairs of O per warp (at most) */
+    static_assert(WK % 16 == 0 && DMAX % (16 * CW) == 0 && (CW == 1 || KW == 1) && KW <= 2, "tile shape");
     pdl_wait();
     extern __shared__ __align__(16) unsigned char fa_smem[];
     const int D = p.D, ld = D + 8, D4 = D >> 2;
     __half *Qs = reinterpret_cast<__half *>(fa_smem); /* [2][BM][ld]: hi, lo */
     __half *Ks = Qs + 2 * BM * ld;                    /* [2][BN][ld] */
     __half *Vs = Ks + 2 * BN * ld;                    /* [2][BN][ld] */
-    float *raw = reinterpret_cast<float *>(Vs + 2 * BN * ld); /* [2][BN][D]: K, V */
+    float *raw = reinterpret_cast<float *>(Vs + 2 * BN * ld); /* [2][BN][D]: K, V; at a run's end the KW merge */
     float *key_f = raw + 2 * BN * D;                  /* [BN]: 2^-e of each key's K scale */
     float *row_f = key_f + BN;                        /* [BM]: scale * 2^-e of each row's Q scale */
-    float *red = row_f + BM;                          /* [FA_WARPS] */
-    int64_t *slots = reinterpret_cast<int64_t *>(red + FA_WARPS); /* [BN] */
+    float *row_ml = row_f + BM;                       /* [BM][2]: the KW merge's m and l */
+    float *red = row_ml + 2 * BM;                     /* [WARPS] */
+    int64_t *slots = reinterpret_cast<int64_t *>(red + WARPS); /* [BN] */
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tig = lane & 3;
-    const int rg = warp / CW, cw = warp % CW; /* this warp's 16 rows, its share of the channels */
+    const int cw = warp % CW, kw = warp / CW % KW, rg = warp / CW / KW;
+    const int wk0 = kw * WK; /* this warp's first key of a tile */
     /* blocks in order of (tile, last first; KV head; key piece): the tiles of
      * the latest tokens, which see the most keys, start first */
     const int split = (int)(blockIdx.x % p.splits), kvh = (int)(blockIdx.x / p.splits % p.n_kv);
@@ -150,7 +164,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_
     const float *vraw = p.vp == p.kp ? raw : raw + BN * D;
 
     /* the block's query rows as hi + lo, one scale per row */
-    for (int r = warp; r < BM; r += FA_WARPS) {
+    for (int r = warp; r < BM; r += WARPS) {
         const bool live = first_row + r <= last_row;
         const float f = fa_split_row<DMAX>(live ? tca_q_row(p, kvh, first_row + r) : p.q, live, D4, Qs + r * ld,
                                            Qs + (BM + r) * ld, lane);
@@ -204,18 +218,18 @@ __global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_
 #pragma unroll
                 for (int k = 0; k < 4; k++) acc[i][n][k] = 0.0f;
         const bool any_keys = lo_u <= hi_u;
+        __syncthreads(); /* (an earlier run's slots and merge buffers are read) */
         if (any_keys) { /* the first tile's copies */
-            __syncthreads(); /* (slots of an earlier run read) */
             if (tid < BN) slots[tid] = lo_u + tid <= hi_u ? kv_slot(p.tb, s, lo_u + tid) : -1;
             __syncthreads();
-            fa_copy_tile<BN>(p, kvh, slots, raw, tid);
+            fa_copy_tile<BN, THREADS>(p, kvh, slots, raw, tid);
         }
         for (int tile_lo = lo_u; any_keys && tile_lo <= hi_u; tile_lo += BN) {
             cp_async_wait_newest<0>();
             __syncthreads(); /* the raw tile is in; every warp is done with the last tile's K and V */
             /* 2. K rows as hi + lo (a warp per key), the warps' V peaks */
             float vpeak = 0.0f;
-            for (int j = warp; j < BN; j += FA_WARPS) {
+            for (int j = warp; j < BN; j += WARPS) {
                 const float f = fa_split_row<DMAX>(raw + j * D, true, D4, Ks + j * ld, Ks + (BN + j) * ld, lane);
                 if (lane == 0) key_f[j] = f;
                 vpeak = fmaxf(vpeak, fa_row_peak<DMAX>(vraw + j * D, D4, lane));
@@ -231,13 +245,13 @@ __global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_
             /* 3. V with the tile's scale */
             vpeak = red[0];
 #pragma unroll
-            for (int w = 1; w < FA_WARPS; w++) vpeak = fmaxf(vpeak, red[w]);
+            for (int w = 1; w < WARPS; w++) vpeak = fmaxf(vpeak, red[w]);
             const int ev_new = min(ev, tca_exponent(vpeak, TCA_V_EXP_START, TCA_V_EXP_START));
             const float v_change = ev_new - ev < -126 ? 0.0f : tca_pow2(ev_new - ev);
             ev = ev_new;
             {
                 const float v_up = tca_pow2(ev);
-                for (int j = warp; j < BN; j += FA_WARPS) {
+                for (int j = warp; j < BN; j += WARPS) {
 #pragma unroll
                     for (int i = 0; i < DMAX / 128; i++) {
                         const int c4 = lane + 32 * i;
@@ -254,9 +268,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_
             }
             __syncthreads(); /* K and V ready, the raw tile free */
             /* 4. the next tile's copies run behind this tile's products */
-            if (tile_lo + BN <= hi_u) fa_copy_tile<BN>(p, kvh, slots, raw, tid);
+            if (tile_lo + BN <= hi_u) fa_copy_tile<BN, THREADS>(p, kvh, slots, raw, tid);
 
-            /* 5. S = Q K^T for the warp's 16 rows and all BN keys */
+            /* 5. S = Q K^T for the warp's 16 rows and its WK keys; each
+             * k-step's three products into fresh accumulators, two k-steps
+             * at a time (independent products back to back) */
             float sacc[NQ][4];
 #pragma unroll
             for (int n = 0; n < NQ; n++)
@@ -266,30 +282,52 @@ __global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_
                 /* A: rows lane % 16, channels +8 for lanes 16..31; B: keys
                  * lane % 8 (+8 for lanes 16..31), channels +8 for lanes 8..15, 24..31 */
                 const __half *qa = Qs + (rg * 16 + (lane & 15)) * ld + 8 * (lane >> 4);
-                const __half *kb = Ks + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
-                for (int k0 = 0; k0 < D; k0 += 16) {
-                    uint32_t a_hi[4], a_lo[4];
-                    fa_ldmatrix4(a_hi, qa + k0);
-                    fa_ldmatrix4(a_lo, qa + BM * ld + k0);
+                const __half *kb = Ks + (wk0 + (lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
+                for (int k0 = 0; k0 < D; k0 += 32) {
+                    const int steps = k0 + 16 < D ? 2 : 1;
+                    uint32_t a_hi[2][4], a_lo[2][4], b_hi[2][NQ / 2][4], b_lo[2][NQ / 2][4];
+                    float t4[2][NQ][4];
 #pragma unroll
-                    for (int np = 0; np < BN / 16; np++) {
-                        uint32_t b_hi[4], b_lo[4]; /* n-tile 2 np: [0..1], 2 np + 1: [2..3] */
-                        fa_ldmatrix4(b_hi, kb + np * 16 * ld + k0);
-                        fa_ldmatrix4(b_lo, kb + (BN + np * 16) * ld + k0);
+                    for (int u = 0; u < 2; u++) {
+                        if (u < steps) {
+                            fa_ldmatrix4(a_hi[u], qa + k0 + 16 * u);
+                            fa_ldmatrix4(a_lo[u], qa + BM * ld + k0 + 16 * u);
 #pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            float t4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                            mma_f16_16816(t4, a_lo, b_hi + 2 * h); /* q_lo k_hi */
-                            mma_f16_16816(t4, a_hi, b_lo + 2 * h); /* q_hi k_lo */
-                            mma_f16_16816(t4, a_hi, b_hi + 2 * h); /* q_hi k_hi */
-#pragma unroll
-                            for (int k = 0; k < 4; k++) sacc[2 * np + h][k] += t4[k];
+                            for (int np = 0; np < NQ / 2; np++) {
+                                fa_ldmatrix4(b_hi[u][np], kb + np * 16 * ld + k0 + 16 * u);
+                                fa_ldmatrix4(b_lo[u][np], kb + (BN + np * 16) * ld + k0 + 16 * u);
+                            }
                         }
+#pragma unroll
+                        for (int n = 0; n < NQ; n++)
+#pragma unroll
+                            for (int k = 0; k < 4; k++) t4[u][n][k] = 0.0f;
                     }
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+#pragma unroll
+                        for (int n = 0; n < NQ; n++)
+                            if (u < steps) fa_mma(t4[u][n], a_lo[u], b_hi[u][n / 2] + 2 * (n & 1)); /* q_lo k_hi */
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+#pragma unroll
+                        for (int n = 0; n < NQ; n++)
+                            if (u < steps) fa_mma(t4[u][n], a_hi[u], b_lo[u][n / 2] + 2 * (n & 1)); /* q_hi k_lo */
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+#pragma unroll
+                        for (int n = 0; n < NQ; n++)
+                            if (u < steps) fa_mma(t4[u][n], a_hi[u], b_hi[u][n / 2] + 2 * (n & 1)); /* q_hi k_hi */
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+#pragma unroll
+                        for (int n = 0; n < NQ; n++)
+#pragma unroll
+                            for (int k = 0; k < 4; k++) sacc[n][k] += t4[u][n][k];
                 }
             }
             /* the online softmax of rows g (sacc[.][0..1]) and g + 8 ([2..3]):
-             * keys 8 n + 2 tig (+1) */
+             * keys wk0 + 8 n + 2 tig (+1) */
             float alpha[2];
             {
                 float mx[2] = {-INFINITY, -INFINITY};
@@ -297,7 +335,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_
                 for (int n = 0; n < NQ; n++)
 #pragma unroll
                     for (int k = 0; k < 4; k++) {
-                        const int h = k >> 1, j = 8 * n + 2 * tig + (k & 1), pos = tile_lo + j;
+                        const int h = k >> 1, j = wk0 + 8 * n + 2 * tig + (k & 1), pos = tile_lo + j;
                         const bool valid = active[h] && pos <= hi_u && pos >= row_lo[h] && pos <= row_hi[h];
                         sacc[n][k] = valid ? sacc[n][k] * row_scale[h] * key_f[j] : -INFINITY;
                         mx[h] = fmaxf(mx[h], sacc[n][k]);
@@ -341,36 +379,108 @@ __global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_
                         tca_split(sacc[n][k] * p_up, sacc[n][k + 1] * p_up, p_hi[c][q], p_lo[c][q]);
                     }
             }
-            /* O = O alpha 2^(ev change) + P V over this warp's channel pairs cw + CW i */
+            /* O = O alpha 2^(ev change) + P V over this warp's channel pairs
+             * cw + CW i, two pairs at a time; each pair's products over the
+             * warp's keys into fresh accumulators */
             {
                 const float f0 = alpha[0] * v_change, f1 = alpha[1] * v_change;
                 /* B (transposed): keys lane % 16, channels +8 for lanes 16..31 */
-                const __half *vb = Vs + (lane & 15) * ld + 8 * (lane >> 4);
+                const __half *vb = Vs + (wk0 + (lane & 15)) * ld + 8 * (lane >> 4);
 #pragma unroll
-                for (int i = 0; i < NP; i++) {
-                    const int cp = cw + CW * i;
-                    if (cp * 16 < D) {
-                        float t4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+                for (int i0 = 0; i0 < NP; i0 += 2) {
+                    float t4[2][2][4];
 #pragma unroll
-                        for (int c = 0; c < KC; c++) {
-                            uint32_t b_hi[4], b_lo[4];
-                            fa_ldmatrix4_trans(b_hi, vb + c * 16 * ld + cp * 16);
-                            fa_ldmatrix4_trans(b_lo, vb + (BN + c * 16) * ld + cp * 16);
+                    for (int u = 0; u < 2; u++)
 #pragma unroll
-                            for (int h = 0; h < 2; h++) {
-                                mma_f16_16816(t4[h], p_lo[c], b_hi + 2 * h); /* p_lo v_hi */
-                                mma_f16_16816(t4[h], p_hi[c], b_lo + 2 * h); /* p_hi v_lo */
-                                mma_f16_16816(t4[h], p_hi[c], b_hi + 2 * h); /* p_hi v_hi */
+                        for (int h = 0; h < 2; h++)
+#pragma unroll
+                            for (int k = 0; k < 4; k++) t4[u][h][k] = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < KC; c++) {
+                        uint32_t b_hi[2][4], b_lo[2][4];
+#pragma unroll
+                        for (int u = 0; u < 2; u++) {
+                            const int cp = cw + CW * (i0 + u);
+                            if (i0 + u < NP && cp * 16 < D) {
+                                fa_ldmatrix4_trans(b_hi[u], vb + c * 16 * ld + cp * 16);
+                                fa_ldmatrix4_trans(b_lo[u], vb + (BN + c * 16) * ld + cp * 16);
                             }
                         }
 #pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            acc[i][h][0] = fmaf(acc[i][h][0], f0, t4[h][0]);
-                            acc[i][h][1] = fmaf(acc[i][h][1], f0, t4[h][1]);
-                            acc[i][h][2] = fmaf(acc[i][h][2], f1, t4[h][2]);
-                            acc[i][h][3] = fmaf(acc[i][h][3], f1, t4[h][3]);
-                        }
+                        for (int u = 0; u < 2; u++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++)
+                                if (i0 + u < NP && (cw + CW * (i0 + u)) * 16 < D)
+                                    fa_mma(t4[u][h], p_lo[c], b_hi[u] + 2 * h); /* p_lo v_hi */
+#pragma unroll
+                        for (int u = 0; u < 2; u++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++)
+                                if (i0 + u < NP && (cw + CW * (i0 + u)) * 16 < D)
+                                    fa_mma(t4[u][h], p_hi[c], b_lo[u] + 2 * h); /* p_hi v_lo */
+#pragma unroll
+                        for (int u = 0; u < 2; u++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++)
+                                if (i0 + u < NP && (cw + CW * (i0 + u)) * 16 < D)
+                                    fa_mma(t4[u][h], p_hi[c], b_hi[u] + 2 * h); /* p_hi v_hi */
                     }
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+                        if (i0 + u < NP)
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                acc[i0 + u][h][0] = fmaf(acc[i0 + u][h][0], f0, t4[u][h][0]);
+                                acc[i0 + u][h][1] = fmaf(acc[i0 + u][h][1], f0, t4[u][h][1]);
+                                acc[i0 + u][h][2] = fmaf(acc[i0 + u][h][2], f1, t4[u][h][2]);
+                                acc[i0 + u][h][3] = fmaf(acc[i0 + u][h][3], f1, t4[u][h][3]);
+                            }
+                }
+            }
+        }
+        /* KW = 2: the key halves' (m, l, O) merged into the kw = 0 warp,
+         * through the raw buffer (free after the last tile) */
+        if (KW > 1) {
+            __syncthreads(); /* every warp past the last tile */
+            float *o_share = raw + (size_t)rg * 16 * D;
+            if (kw == 1) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = g + 8 * h;
+                    if (tig == 0) {
+                        row_ml[2 * (rg * 16 + r)] = m[h];
+                        row_ml[2 * (rg * 16 + r) + 1] = l[h];
+                    }
+#pragma unroll
+                    for (int i = 0; i < NP; i++)
+                        if (i * 16 < D)
+#pragma unroll
+                            for (int n = 0; n < 2; n++)
+                                *reinterpret_cast<float2 *>(o_share + r * D + i * 16 + n * 8 + 2 * tig) =
+                                    make_float2(acc[i][n][2 * h], acc[i][n][2 * h + 1]);
+                }
+            }
+            __syncthreads();
+            if (kw == 0) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = g + 8 * h;
+                    const float m1 = row_ml[2 * (rg * 16 + r)], l1 = row_ml[2 * (rg * 16 + r) + 1];
+                    const float mm = fmaxf(m[h], m1);
+                    const float a0 = mm == -INFINITY ? 0.0f : expf(m[h] - mm);
+                    const float a1 = mm == -INFINITY ? 0.0f : expf(m1 - mm);
+                    l[h] = l[h] * a0 + l1 * a1;
+                    m[h] = mm;
+#pragma unroll
+                    for (int i = 0; i < NP; i++)
+                        if (i * 16 < D)
+#pragma unroll
+                            for (int n = 0; n < 2; n++) {
+                                const float2 o1 =
+                                    *reinterpret_cast<const float2 *>(o_share + r * D + i * 16 + n * 8 + 2 * tig);
+                                acc[i][n][2 * h] = acc[i][n][2 * h] * a0 + o1.x * a1;
+                                acc[i][n][2 * h + 1] = acc[i][n][2 * h + 1] * a0 + o1.y * a1;
+                            }
                 }
             }
         }
@@ -379,7 +489,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_
         const float out_f = tca_pow2(-(ev + TCA_P_EXP));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            if (!active[h]) continue;
+            if (!active[h] || kw != 0) continue;
             const int gr = first_row + rg * 16 + g + 8 * h, t = row_t[h];
             const size_t th = (size_t)t * p.n_heads + kvh * p.G + gr % p.G;
             const float lr = any_keys ? l[h] : 0.0f;
@@ -407,28 +517,32 @@ __global__ void __launch_bounds__(FA_THREADS, 1) attention_flash_kernel(attn_tc_
     }
 }
 
-/* keys per tile by head_dim bound: 16 at 512 (shared memory) */
-static int fa_bn(int dmax) { return dmax > 256 ? 16 : 32; }
+/* The tilings: head_dim up to 256: 64 rows, 32 keys a tile, 8 warps (two
+ * per 16 rows, each with 16 of the keys); 512: 32 rows, 16 keys, 4 warps
+ * (two per 16 rows, each with half the channels). */
+static int fa_dmax(int D) { return D <= 128 ? 128 : D <= 256 ? 256 : 512; }
+static int fa_rows(int dmax) { return dmax > 256 ? 32 : 64; }
+static int fa_keys(int dmax) { return dmax > 256 ? 16 : 32; }
+static int fa_warps(int dmax) { return dmax > 256 ? 4 : 8; }
 
-static size_t fa_smem_bytes(int D, int BM, int BN) {
+static size_t fa_smem_bytes(int D, int BM, int BN, int warps) {
     const size_t ld = (size_t)D + 8;
     return (2 * (size_t)BM * ld + 4 * (size_t)BN * ld) * 2 + 2 * (size_t)BN * D * 4 + (size_t)BN * 4 +
-           (size_t)BM * 4 + FA_WARPS * 4 + (size_t)BN * 8;
+           (size_t)BM * 4 + (size_t)BM * 8 + (size_t)warps * 4 + (size_t)BN * 8;
 }
-
-static int fa_dmax(int D) { return D <= 128 ? 128 : D <= 256 ? 256 : 512; }
 
 int cuda_attention_flash_rows(const cuda_ctx *c, int D) {
     if (D < 64 || D > 512 || D % 16) return 0;
-    const int dmax = fa_dmax(D), BM = dmax > 256 ? 32 : 64;
-    return fa_smem_bytes(D, BM, fa_bn(dmax)) <= c->smem_optin ? BM : 0;
+    const int dmax = fa_dmax(D);
+    return fa_smem_bytes(D, fa_rows(dmax), fa_keys(dmax), fa_warps(dmax)) <= c->smem_optin ? fa_rows(dmax) : 0;
 }
 
-template <int DMAX, int BN, int CW> static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
+template <int DMAX, int BN, int RG, int CW, int KW>
+static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
     static int configured; /* the opt-in above 48 KB, once per kernel */
     if (!configured) {
         if (!cuda_check(c,
-                        cudaFuncSetAttribute(attention_flash_kernel<DMAX, BN, CW>,
+                        cudaFuncSetAttribute(attention_flash_kernel<DMAX, BN, RG, CW, KW>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(c->smem_optin)),
                         "cudaFuncSetAttribute"))
             return;
@@ -439,17 +553,17 @@ template <int DMAX, int BN, int CW> static void launch_flash(cuda_ctx *c, const 
         cuda_fail_op(c, "attention_flash: %lld blocks", (long long)blocks);
         return;
     }
-    cuda_launch(c, attention_flash_kernel<DMAX, BN, CW>, dim3((unsigned)blocks), FA_THREADS, smem, p);
+    cuda_launch(c, attention_flash_kernel<DMAX, BN, RG, CW, KW>, dim3((unsigned)blocks), 32 * RG * CW * KW, smem, p);
     cuda_launched(c, "attention_flash");
 }
 
 void cuda_attention_flash(cuda_ctx *c, const attn_tc_params &p) {
-    const int dmax = fa_dmax(p.D), BM = dmax > 256 ? 32 : 64;
-    const size_t smem = fa_smem_bytes(p.D, BM, fa_bn(dmax));
+    const int dmax = fa_dmax(p.D);
+    const size_t smem = fa_smem_bytes(p.D, fa_rows(dmax), fa_keys(dmax), fa_warps(dmax));
     if (dmax == 128)
-        launch_flash<128, 32, 1>(c, p, smem);
+        launch_flash<128, 32, 4, 1, 2>(c, p, smem);
     else if (dmax == 256)
-        launch_flash<256, 32, 1>(c, p, smem);
+        launch_flash<256, 32, 4, 1, 2>(c, p, smem);
     else
-        launch_flash<512, 16, 2>(c, p, smem);
+        launch_flash<512, 16, 2, 2, 1>(c, p, smem);
 }
