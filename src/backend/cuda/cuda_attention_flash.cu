@@ -103,11 +103,15 @@ __device__ __forceinline__ void fa_copy_tile(const attn_tc_params &p, int kvh, c
     const int parts = p.vp == p.kp ? 1 : 2;
     for (int part = 0; part < parts; part++) {
         const float *pool = part ? p.vp : p.kp;
-        for (int i = tid; i < BN * D4; i += THREADS) {
-            const int j = i / D4, c4 = i - j * D4;
+        /* (key j, float4 c4) of tid, tid + THREADS, ... stepped without a division */
+        const int dj = THREADS / D4, dc = THREADS - dj * D4;
+        for (int j = tid / D4, c4 = tid - tid / D4 * D4; j < BN;) {
             const int64_t slot = slots[j];
             const float *src = pool + (slot >= 0 ? (size_t)slot * kv_row + (size_t)kvh * D + 4 * c4 : 0);
             cp_async16_or_zero(raw + ((size_t)part * BN + j) * D + 4 * c4, src, slot >= 0);
+            j += dj;
+            c4 += dc;
+            if (c4 >= D4) c4 -= D4, j++;
         }
     }
     cp_async_commit();
