@@ -1,12 +1,13 @@
-/* Prefill attention on tensor cores, flash-attention 2 style (the default
- * for head_dim 64..512 in multiples of 16; cuda_attention_tc.cu decides).
+/* Prefill attention on tensor cores, flash-attention 2 style: the default
+ * for head_dim 64..256 in multiples of 16 (cuda_attention_tc.cu decides;
+ * its older kernel takes head_dim 512 and GPUs with less shared memory).
  *
- * A block of 4 warps owns BM query rows of one KV head (row r: token r / G,
+ * A block of 8 warps owns 64 query rows of one KV head (row r: token r / G,
  * head kvh * G + r % G, as the other attention kernels number them) and
  * walks the union of their key ranges (per run of one sequence) in tiles of
- * BN keys, read through the block tables (kv_slot: rings work). Each warp
- * owns 16 rows; at head_dim 512 two warps share them, each with half the
- * channels of O (both compute the rows' scores). Per tile:
+ * 32 keys, read through the block tables (kv_slot: rings work). Two warps
+ * own each 16 rows, each with 16 keys of every tile and its own softmax
+ * state and O, merged at the end of a run. Per tile:
  *  1. (issued during the tile before) cp.async copies the tile's float32 K
  *     and V rows into shared memory, zeros where a key has no slot;
  *  2. each warp splits whole K rows into fp16 hi + lo, one power-of-two
@@ -26,14 +27,16 @@
  * into a fresh accumulator added in float32. Q gets one scale per row, K one
  * per key (both finer than the older kernel's per block and per tile).
  *
- * Shared memory: Q hi/lo [2][BM][D+8] halves, K and V hi/lo [2][BN][D+8]
- * each, the raw float32 tile [2][BN][D]: 197 KB at head_dim 256 (64 rows,
- * 32 keys) and 194 KB at 512 (32 rows, 16 keys): one block per SM. The row
- * stride D + 8 halves puts the 8 rows of every ldmatrix in distinct banks. */
+ * Shared memory: Q hi/lo [2][64][D+8] halves, K and V hi/lo [2][32][D+8]
+ * each, the raw float32 tile [2][32][D]: 197 KB at head_dim 256, one block
+ * per SM. The row stride D + 8 halves puts the 8 rows of every ldmatrix in
+ * distinct banks. */
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_attention_tc.cuh"
+
+#define FA_LOG2E 1.4426950408889634f
 
 /* four 8x8 fp16 matrices from shared memory, one row address per thread
  * (threads 8i..8i+7: matrix i); .trans: each matrix transposed */
@@ -128,19 +131,17 @@ __device__ __forceinline__ void fa_mma(float *d, const uint32_t *a, const uint32
 }
 
 /* DMAX: head_dim bound (loops run to the actual D); BN: keys per tile; RG:
- * groups of 16 rows per block; CW: warps sharing 16 rows by splitting O's
- * channels (each computes the rows' scores); KW: warps sharing 16 rows by
- * splitting each tile's keys (each its own softmax and O, merged at the
- * end of a run). */
-template <int DMAX, int BN, int RG, int CW, int KW>
-__global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(attn_tc_params p) {
-    constexpr int WARPS = RG * CW * KW, THREADS = 32 * WARPS;
+ * groups of 16 rows per block; KW: warps sharing 16 rows by splitting each
+ * tile's keys (each its own softmax and O, merged at the end of a run). */
+template <int DMAX, int BN, int RG, int KW>
+__global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_tc_params p) {
+    constexpr int WARPS = RG * KW, THREADS = 32 * WARPS;
     constexpr int BM = 16 * RG;         /* query rows per block */
     constexpr int WK = BN / KW;         /* keys of a tile per warp */
     constexpr int NQ = WK / 8;          /* key n-tiles of S per warp */
     constexpr int KC = WK / 16;         /* key chunks of P V per warp */
-    constexpr int NP = DMAX / 16 / CW;  /* 16-channel pairs of O per warp (at most) */
-    static_assert(WK % 16 == 0 && DMAX % (16 * CW) == 0 && (CW == 1 || KW == 1) && KW <= 2, "tile shape");
+    constexpr int NP = DMAX / 16;       /* 16-channel pairs of O (at most) */
+    static_assert(WK % 16 == 0 && KW <= 2, "tile shape");
     pdl_wait();
     extern __shared__ __align__(16) unsigned char fa_smem[];
     const int D = p.D, ld = D + 8, D4 = D >> 2;
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tig = lane & 3;
-    const int cw = warp % CW, kw = warp / CW % KW, rg = warp / CW / KW;
+    const int kw = warp % KW, rg = warp / KW;
     const int wk0 = kw * WK; /* this warp's first key of a tile */
     /* blocks in order of (tile, last first; KV head; key piece): the tiles of
      * the latest tokens, which see the most keys, start first */
@@ -335,13 +336,18 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
             float alpha[2];
             {
                 float mx[2] = {-INFINITY, -INFINITY};
+                int j_lo[2], j_hi[2]; /* each row's keys in this tile, relative to tile_lo */
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    j_lo[h] = active[h] ? row_lo[h] - tile_lo : 1;
+                    j_hi[h] = active[h] ? min(row_hi[h], hi_u) - tile_lo : 0;
+                }
 #pragma unroll
                 for (int n = 0; n < NQ; n++)
 #pragma unroll
                     for (int k = 0; k < 4; k++) {
-                        const int h = k >> 1, j = wk0 + 8 * n + 2 * tig + (k & 1), pos = tile_lo + j;
-                        const bool valid = active[h] && pos <= hi_u && pos >= row_lo[h] && pos <= row_hi[h];
-                        sacc[n][k] = valid ? sacc[n][k] * row_scale[h] * key_f[j] : -INFINITY;
+                        const int h = k >> 1, j = wk0 + 8 * n + 2 * tig + (k & 1);
+                        sacc[n][k] = j >= j_lo[h] && j <= j_hi[h] ? sacc[n][k] * row_scale[h] * key_f[j] : -INFINITY;
                         mx[h] = fmaxf(mx[h], sacc[n][k]);
                     }
                 float sum[2] = {0.0f, 0.0f}, m_new[2];
@@ -356,7 +362,9 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
 #pragma unroll
                     for (int k = 0; k < 4; k++) {
                         const int h = k >> 1;
-                        sacc[n][k] = m_new[h] == -INFINITY ? 0.0f : expf(sacc[n][k] - m_new[h]);
+                        /* (exp2f of the difference times log2 e: one multiply-add on the special
+                         * function unit's exponential instead of expf's longer sequence) */
+                        sacc[n][k] = m_new[h] == -INFINITY ? 0.0f : exp2f((sacc[n][k] - m_new[h]) * FA_LOG2E);
                         sum[h] += sacc[n][k];
                     }
 #pragma unroll
@@ -365,7 +373,7 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
                     sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
                     alpha[h] = 1.0f; /* rows outside this run keep their (zero) accumulators */
                     if (active[h]) {
-                        alpha[h] = m[h] == -INFINITY ? 0.0f : expf(m[h] - m_new[h]);
+                        alpha[h] = m[h] == -INFINITY ? 0.0f : exp2f((m[h] - m_new[h]) * FA_LOG2E);
                         l[h] = l[h] * alpha[h] + sum[h];
                         m[h] = m_new[h];
                     }
@@ -383,9 +391,9 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
                         tca_split(sacc[n][k] * p_up, sacc[n][k + 1] * p_up, p_hi[c][q], p_lo[c][q]);
                     }
             }
-            /* O = O alpha 2^(ev change) + P V over this warp's channel pairs
-             * cw + CW i, two pairs at a time; each pair's products over the
-             * warp's keys into fresh accumulators */
+            /* O = O alpha 2^(ev change) + P V, two channel pairs at a time;
+             * each pair's products over the warp's keys into fresh
+             * accumulators */
             {
                 const float f0 = alpha[0] * v_change, f1 = alpha[1] * v_change;
                 /* B (transposed): keys lane % 16, channels +8 for lanes 16..31 */
@@ -404,8 +412,8 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
                         uint32_t b_hi[2][4], b_lo[2][4];
 #pragma unroll
                         for (int u = 0; u < 2; u++) {
-                            const int cp = cw + CW * (i0 + u);
-                            if (i0 + u < NP && cp * 16 < D) {
+                            const int cp = i0 + u;
+                            if (cp < NP && cp * 16 < D) {
                                 fa_ldmatrix4_trans(b_hi[u], vb + c * 16 * ld + cp * 16);
                                 fa_ldmatrix4_trans(b_lo[u], vb + (BN + c * 16) * ld + cp * 16);
                             }
@@ -414,19 +422,19 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
                         for (int u = 0; u < 2; u++)
 #pragma unroll
                             for (int h = 0; h < 2; h++)
-                                if (i0 + u < NP && (cw + CW * (i0 + u)) * 16 < D)
+                                if (i0 + u < NP && (i0 + u) * 16 < D)
                                     fa_mma(t4[u][h], p_lo[c], b_hi[u] + 2 * h); /* p_lo v_hi */
 #pragma unroll
                         for (int u = 0; u < 2; u++)
 #pragma unroll
                             for (int h = 0; h < 2; h++)
-                                if (i0 + u < NP && (cw + CW * (i0 + u)) * 16 < D)
+                                if (i0 + u < NP && (i0 + u) * 16 < D)
                                     fa_mma(t4[u][h], p_hi[c], b_lo[u] + 2 * h); /* p_hi v_lo */
 #pragma unroll
                         for (int u = 0; u < 2; u++)
 #pragma unroll
                             for (int h = 0; h < 2; h++)
-                                if (i0 + u < NP && (cw + CW * (i0 + u)) * 16 < D)
+                                if (i0 + u < NP && (i0 + u) * 16 < D)
                                     fa_mma(t4[u][h], p_hi[c], b_hi[u] + 2 * h); /* p_hi v_hi */
                     }
 #pragma unroll
@@ -498,7 +506,7 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
             const size_t th = (size_t)t * p.n_heads + kvh * p.G + gr % p.G;
             const float lr = any_keys ? l[h] : 0.0f;
             if (p.splits > 1) {
-                if (cw == 0 && tig == 0) {
+                if (tig == 0) {
                     p.part_ml[2 * (th * p.splits + split)] = any_keys ? m[h] : -INFINITY;
                     p.part_ml[2 * (th * p.splits + split) + 1] = lr;
                 }
@@ -508,11 +516,10 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
             const float f = p.splits > 1 ? out_f : lr > 0.0f ? out_f / lr : 0.0f;
 #pragma unroll
             for (int i = 0; i < NP; i++) {
-                const int cp = cw + CW * i;
-                if (cp * 16 < D) {
+                if (i * 16 < D) {
 #pragma unroll
                     for (int n = 0; n < 2; n++)
-                        *reinterpret_cast<float2 *>(o + cp * 16 + n * 8 + 2 * tig) =
+                        *reinterpret_cast<float2 *>(o + i * 16 + n * 8 + 2 * tig) =
                             make_float2(acc[i][n][2 * h] * f, acc[i][n][2 * h + 1] * f);
                 }
             }
@@ -521,33 +528,31 @@ __global__ void __launch_bounds__(32 * RG * CW * KW, 1) attention_flash_kernel(a
     }
 }
 
-/* The tilings: head_dim up to 256: 64 rows, 32 keys a tile, 8 warps (two
- * per 16 rows, each with 16 of the keys); 512: 32 rows, 16 keys, 4 warps
- * (two per 16 rows, each with half the channels). */
-static int fa_dmax(int D) { return D <= 128 ? 128 : D <= 256 ? 256 : 512; }
-static int fa_rows(int dmax) { return dmax > 256 ? 32 : 64; }
-static int fa_keys(int dmax) { return dmax > 256 ? 16 : 32; }
-static int fa_warps(int dmax) { return dmax > 256 ? 4 : 8; }
+/* The tiling (head_dim 64..256): 64 rows, 32 keys a tile, 8 warps, two per
+ * 16 rows, each with 16 of every tile's keys. Head_dim 512 stays on the
+ * older kernel: this one's O for 16 rows would take 256 registers a thread,
+ * and splitting its channels over warps measured slower (31B 32/4 heads x
+ * 512 at 512 tokens: 635 us against 483). */
+#define FA_ROWS 64
+#define FA_KEYS 32
+#define FA_KW 2
 
-static size_t fa_smem_bytes(int D, int BM, int BN, int warps) {
-    const size_t ld = (size_t)D + 8;
-    return (2 * (size_t)BM * ld + 4 * (size_t)BN * ld) * 2 + 2 * (size_t)BN * D * 4 + (size_t)BN * 4 +
-           (size_t)BM * 4 + (size_t)BM * 8 + (size_t)warps * 4 + (size_t)BN * 8;
+static size_t fa_smem_bytes(int D) {
+    const size_t ld = (size_t)D + 8, warps = FA_ROWS / 16 * FA_KW;
+    return (2 * (size_t)FA_ROWS * ld + 4 * (size_t)FA_KEYS * ld) * 2 + 2 * (size_t)FA_KEYS * D * 4 +
+           (size_t)FA_KEYS * 4 + (size_t)FA_ROWS * 12 + warps * 4 + (size_t)FA_KEYS * 8;
 }
 
 int cuda_attention_flash_rows(const cuda_ctx *c, int D) {
-    if (D < 64 || D > 512 || D % 16) return 0;
-    const int dmax = fa_dmax(D);
-    return fa_smem_bytes(D, fa_rows(dmax), fa_keys(dmax), fa_warps(dmax)) <= c->smem_optin ? fa_rows(dmax) : 0;
+    if (D < 64 || D > 256 || D % 16) return 0;
+    return fa_smem_bytes(D) <= c->smem_optin ? FA_ROWS : 0;
 }
 
-template <int DMAX, int BN, int RG, int CW, int KW>
-static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
+template <int DMAX> static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
     static int configured; /* the opt-in above 48 KB, once per kernel */
+    auto kernel = attention_flash_kernel<DMAX, FA_KEYS, FA_ROWS / 16, FA_KW>;
     if (!configured) {
-        if (!cuda_check(c,
-                        cudaFuncSetAttribute(attention_flash_kernel<DMAX, BN, RG, CW, KW>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(c->smem_optin)),
+        if (!cuda_check(c, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(c->smem_optin)),
                         "cudaFuncSetAttribute"))
             return;
         configured = 1;
@@ -557,17 +562,14 @@ static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
         cuda_fail_op(c, "attention_flash: %lld blocks", (long long)blocks);
         return;
     }
-    cuda_launch(c, attention_flash_kernel<DMAX, BN, RG, CW, KW>, dim3((unsigned)blocks), 32 * RG * CW * KW, smem, p);
+    cuda_launch(c, kernel, dim3((unsigned)blocks), 32 * FA_ROWS / 16 * FA_KW, smem, p);
     cuda_launched(c, "attention_flash");
 }
 
 void cuda_attention_flash(cuda_ctx *c, const attn_tc_params &p) {
-    const int dmax = fa_dmax(p.D);
-    const size_t smem = fa_smem_bytes(p.D, fa_rows(dmax), fa_keys(dmax), fa_warps(dmax));
-    if (dmax == 128)
-        launch_flash<128, 32, 4, 1, 2>(c, p, smem);
-    else if (dmax == 256)
-        launch_flash<256, 32, 4, 1, 2>(c, p, smem);
+    const size_t smem = fa_smem_bytes(p.D);
+    if (p.D <= 128)
+        launch_flash<128>(c, p, smem);
     else
-        launch_flash<512, 16, 2, 2, 1>(c, p, smem);
+        launch_flash<256>(c, p, smem);
 }
