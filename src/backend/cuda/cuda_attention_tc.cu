@@ -1,5 +1,8 @@
-/* Prefill attention on tensor cores (G4_CUDA_ATTN_TC=1), flash-attention
- * style, for head_dim 64..512 in multiples of 16.
+/* Prefill attention on tensor cores, the older kernel: by default for
+ * head_dim 257..512 and where the flash kernel (cuda_attention_flash.cu,
+ * head_dim 64..256) does not fit the GPU's shared memory; for every
+ * head_dim 64..512 in multiples of 16 with G4_CUDA_ATTN_TC=32 or 64.
+ * Flash-attention style with S and P through shared memory.
  *
  * A block of 8 warps owns BM query rows of one KV head (row r: token r / G,
  * head kvh * G + r % G, as attention_kernel numbers them) and walks the
