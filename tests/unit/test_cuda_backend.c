@@ -923,7 +923,8 @@ typedef struct {
     int sliding, window;
     int n_seqs;
     int lens[8];
-    int prefill;   /* 0: the last token of every sequence (decode); 1: the last chunk of sequence 0 */
+    int prefill;   /* 0: the last token of every sequence (decode); 1: the last chunk of sequence 0;
+                      2: the last chunk of every sequence, one batch (a server's mixed prefill) */
     int chunk;     /* positions stored per kv_store call (and the prefill chunk) */
     int bidir;     /* widen a run of query tokens to see each other (image block) */
     int empty_row; /* one query token with an empty range */
@@ -1029,8 +1030,9 @@ static void check_attention(const attn_case *ac) {
     void *kc = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D), *kg = gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D);
     CHECK(kc && kg, "%s: kv_alloc", ac->label);
     const size_t kv_row = (size_t)Hkv * D;
-    int32_t *pos = malloc((size_t)(max_len + S) * 4), *seq = malloc((size_t)(max_len + S) * 4);
-    int32_t *ranges = malloc((size_t)(max_len + S) * 16);
+    const size_t cap = (size_t)max_len + (size_t)S * ac->chunk + S; /* positions a batch can hold */
+    int32_t *pos = malloc(cap * 4), *seq = malloc(cap * 4);
+    int32_t *ranges = malloc(cap * 16);
     /* store every sequence in chunks, as a session would */
     for (int s = 0; s < S; s++) {
         for (int start = 0; start < ac->lens[s]; start += ac->chunk) {
@@ -1056,8 +1058,10 @@ static void check_attention(const attn_case *ac) {
     if (!ac->prefill) {
         for (int s = 0; s < S; s++) pos[n] = ac->lens[s] - 1, seq[n] = s, n++;
     } else {
-        const int last = (ac->lens[0] - 1) / ac->chunk * ac->chunk;
-        for (int p = last; p < ac->lens[0]; p++) pos[n] = p, seq[n] = 0, n++;
+        for (int s = 0; s < (ac->prefill == 2 ? S : 1); s++) {
+            const int last = (ac->lens[s] - 1) / ac->chunk * ac->chunk;
+            for (int p = last; p < ac->lens[s]; p++) pos[n] = p, seq[n] = s, n++;
+        }
     }
     for (int t = 0; t < n; t++) {
         const int p = pos[t];
@@ -1171,6 +1175,11 @@ static void test_attention(void) {
         {"prefill 31B global, 512 tokens", 32, 4, 512, 16, 0, 1 << 30, 1, {512}, 1, 512, 0, 0},
         {"prefill E2B sliding 512, 512 tokens", 8, 1, 256, 16, 1, 512, 1, {1536}, 1, 512, 0, 0},
         {"prefill E2B global, 512 tokens", 8, 1, 512, 16, 0, 1 << 30, 1, {512}, 1, 512, 0, 0},
+        /* one batch of several sequences' chunks: a block's rows span
+         * sequences (runs), as in the server's mixed steps */
+        {"prefill chunks of 3 sequences, E2B sliding", 8, 1, 256, 16, 1, 512, 3, {70, 45, 300}, 2, 40, 0, 0},
+        {"prefill chunks of 2 sequences, 31B sliding", 32, 16, 256, 16, 1, 1024, 2, {150, 77}, 2, 50, 0, 1},
+        {"prefill chunks of 2 sequences, global 512", 8, 1, 512, 16, 0, 1 << 30, 2, {100, 60}, 2, 36, 0, 0},
     };
     attn_tc_backends();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
