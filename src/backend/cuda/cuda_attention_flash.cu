@@ -159,10 +159,8 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
     const int g = lane >> 2, tig = lane & 3;
     const int kw = warp % KW, rg = warp / KW;
     const int wk0 = kw * WK; /* this warp's first key of a tile */
-    /* blocks in order of (tile, last first; KV head; key piece): the tiles of
-     * the latest tokens, which see the most keys, start first */
-    const int split = (int)(blockIdx.x % p.splits), kvh = (int)(blockIdx.x / p.splits % p.n_kv);
-    const int tile = p.tiles - 1 - (int)(blockIdx.x / p.splits / p.n_kv);
+    int split, kvh, tile; /* (the latest tokens' tiles first) */
+    tca_block(p, &split, &kvh, &tile);
     const int first_row = tile * BM;
     const int last_row = min(first_row + BM, p.n_tokens * p.G) - 1;
     if (last_row < first_row) return; /* the whole block */
@@ -198,14 +196,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
         const int s = p.seq[run_start];
         int lo_u, hi_u;
         const int run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
-        if (p.splits > 1) { /* this block's piece of the run's keys */
-            if (lo_u <= hi_u && (int64_t)split * p.split_len <= (int64_t)(hi_u - lo_u)) {
-                lo_u += split * p.split_len;
-                if (split + 1 < p.splits) hi_u = (int)min((int64_t)hi_u, (int64_t)lo_u + p.split_len - 1);
-            } else {
-                hi_u = lo_u - 1;
-            }
-        }
+        tca_piece(p, split, &lo_u, &hi_u);
         bool active[2];
         float m[2], l[2];
 #pragma unroll
@@ -308,21 +299,16 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
 #pragma unroll
                             for (int k = 0; k < 4; k++) t4[u][n][k] = 0.0f;
                     }
+                    /* products q_lo k_hi, q_hi k_lo, q_hi k_hi, each over all accumulators */
 #pragma unroll
-                    for (int u = 0; u < 2; u++)
+                    for (int prod = 0; prod < 3; prod++)
 #pragma unroll
-                        for (int n = 0; n < NQ; n++)
-                            if (u < steps) fa_mma(t4[u][n], a_lo[u], b_hi[u][n / 2] + 2 * (n & 1)); /* q_lo k_hi */
+                        for (int u = 0; u < 2; u++)
 #pragma unroll
-                    for (int u = 0; u < 2; u++)
-#pragma unroll
-                        for (int n = 0; n < NQ; n++)
-                            if (u < steps) fa_mma(t4[u][n], a_hi[u], b_lo[u][n / 2] + 2 * (n & 1)); /* q_hi k_lo */
-#pragma unroll
-                    for (int u = 0; u < 2; u++)
-#pragma unroll
-                        for (int n = 0; n < NQ; n++)
-                            if (u < steps) fa_mma(t4[u][n], a_hi[u], b_hi[u][n / 2] + 2 * (n & 1)); /* q_hi k_hi */
+                            for (int n = 0; n < NQ; n++)
+                                if (u < steps)
+                                    fa_mma(t4[u][n], prod == 0 ? a_lo[u] : a_hi[u],
+                                           (prod == 1 ? b_lo[u][n / 2] : b_hi[u][n / 2]) + 2 * (n & 1));
 #pragma unroll
                     for (int u = 0; u < 2; u++)
 #pragma unroll
@@ -418,24 +404,16 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                                 fa_ldmatrix4_trans(b_lo[u], vb + (BN + c * 16) * ld + cp * 16);
                             }
                         }
+                        /* products p_lo v_hi, p_hi v_lo, p_hi v_hi, each over all four accumulators */
 #pragma unroll
-                        for (int u = 0; u < 2; u++)
+                        for (int prod = 0; prod < 3; prod++)
 #pragma unroll
-                            for (int h = 0; h < 2; h++)
-                                if (i0 + u < NP && (i0 + u) * 16 < D)
-                                    fa_mma(t4[u][h], p_lo[c], b_hi[u] + 2 * h); /* p_lo v_hi */
+                            for (int u = 0; u < 2; u++)
 #pragma unroll
-                        for (int u = 0; u < 2; u++)
-#pragma unroll
-                            for (int h = 0; h < 2; h++)
-                                if (i0 + u < NP && (i0 + u) * 16 < D)
-                                    fa_mma(t4[u][h], p_hi[c], b_lo[u] + 2 * h); /* p_hi v_lo */
-#pragma unroll
-                        for (int u = 0; u < 2; u++)
-#pragma unroll
-                            for (int h = 0; h < 2; h++)
-                                if (i0 + u < NP && (i0 + u) * 16 < D)
-                                    fa_mma(t4[u][h], p_hi[c], b_hi[u] + 2 * h); /* p_hi v_hi */
+                                for (int h = 0; h < 2; h++)
+                                    if (i0 + u < NP && (i0 + u) * 16 < D)
+                                        fa_mma(t4[u][h], prod == 0 ? p_lo[c] : p_hi[c],
+                                               (prod == 1 ? b_lo[u] : b_hi[u]) + 2 * h);
                     }
 #pragma unroll
                     for (int u = 0; u < 2; u++)

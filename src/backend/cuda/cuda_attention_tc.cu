@@ -113,10 +113,8 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tig = lane & 3;
     const int mt = warp % MW, wd = warp / MW;
-    /* blocks in order of (tile, last first; KV head; key piece): the tiles of
-     * the latest tokens, which see the most keys, start first */
-    const int split = (int)(blockIdx.x % p.splits), kvh = (int)(blockIdx.x / p.splits % p.n_kv);
-    const int tile = p.tiles - 1 - (int)(blockIdx.x / p.splits / p.n_kv);
+    int split, kvh, tile; /* (the latest tokens' tiles first) */
+    tca_block(p, &split, &kvh, &tile);
     const int first_row = tile * BM;
     const int total_rows = p.n_tokens * p.G;
     const int last_row = min(first_row + BM, total_rows) - 1;
@@ -182,14 +180,7 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
         const int s = p.seq[run_start];
         int lo_u, hi_u;
         const int run_end = attn_run(p.seq, p.kv_range, p.range_off, run_start, t_last, &lo_u, &hi_u);
-        if (p.splits > 1) { /* this block's piece of the run's keys */
-            if (lo_u <= hi_u && (int64_t)split * p.split_len <= (int64_t)(hi_u - lo_u)) {
-                lo_u += split * p.split_len;
-                if (split + 1 < p.splits) hi_u = (int)min((int64_t)hi_u, (int64_t)lo_u + p.split_len - 1);
-            } else {
-                hi_u = lo_u - 1;
-            }
-        }
+        tca_piece(p, split, &lo_u, &hi_u);
         const bool s_active = s_t >= run_start && s_t < run_end;
         float m = -INFINITY, l = 0.0f; /* this thread's row */
         int ev = TCA_V_EXP_START;      /* V's scale exponent (block-uniform, never increases) */

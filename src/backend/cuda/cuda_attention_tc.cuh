@@ -46,6 +46,27 @@ __device__ __forceinline__ const float *tca_q_row(const attn_tc_params &p, int k
     return p.q + ((size_t)t * p.n_heads + h) * p.D;
 }
 
+/* This block's key piece, KV head and tile of BM rows (blocks in order of
+ * tile, last first; KV head; key piece: the tiles of the latest tokens,
+ * which see the most keys, start first). */
+__device__ __forceinline__ void tca_block(const attn_tc_params &p, int *split, int *kvh, int *tile) {
+    *split = (int)(blockIdx.x % p.splits);
+    *kvh = (int)(blockIdx.x / p.splits % p.n_kv);
+    *tile = p.tiles - 1 - (int)(blockIdx.x / p.splits / p.n_kv);
+}
+
+/* A run's key range [*lo_u, *hi_u] narrowed to this block's piece when
+ * each tile's keys are split (empty when the run has no keys there). */
+__device__ __forceinline__ void tca_piece(const attn_tc_params &p, int split, int *lo_u, int *hi_u) {
+    if (p.splits <= 1) return;
+    if (*lo_u <= *hi_u && (int64_t)split * p.split_len <= (int64_t)(*hi_u - *lo_u)) {
+        *lo_u += split * p.split_len;
+        if (split + 1 < p.splits) *hi_u = (int)min((int64_t)*hi_u, (int64_t)*lo_u + p.split_len - 1);
+    } else {
+        *hi_u = *lo_u - 1;
+    }
+}
+
 /* The flash kernel (cuda_attention_flash.cu) for these parameters, if it
  * takes head_dim D and fits this GPU's shared memory: rows per block (its
  * tiling), else 0. */
