@@ -527,21 +527,9 @@ int cuda_attention_flash_rows(const cuda_ctx *c, int D) {
 }
 
 template <int DMAX> static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
-    static int configured; /* the opt-in above 48 KB, once per kernel */
-    auto kernel = attention_flash_kernel<DMAX, FA_KEYS, FA_ROWS / 16, FA_KW>;
-    if (!configured) {
-        if (!cuda_check(c, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(c->smem_optin)),
-                        "cudaFuncSetAttribute"))
-            return;
-        configured = 1;
-    }
-    const int64_t blocks = (int64_t)p.tiles * p.n_kv * p.splits;
-    if (blocks > INT32_MAX) {
-        cuda_fail_op(c, "attention_flash: %lld blocks", (long long)blocks);
-        return;
-    }
-    cuda_launch(c, kernel, dim3((unsigned)blocks), 32 * FA_ROWS / 16 * FA_KW, smem, p);
-    cuda_launched(c, "attention_flash");
+    static int configured;
+    tca_launch(c, attention_flash_kernel<DMAX, FA_KEYS, FA_ROWS / 16, FA_KW>, &configured, p, 32 * FA_ROWS / 16 * FA_KW,
+               smem, "attention_flash");
 }
 
 void cuda_attention_flash(cuda_ctx *c, const attn_tc_params &p) {

@@ -459,24 +459,9 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
     }
 }
 
-template <int DMAX, int BM>
-static void launch_attention_tc(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
-    static int configured; /* the opt-in above 48 KB, once per kernel */
-    if (!configured) {
-        if (!cuda_check(c,
-                        cudaFuncSetAttribute(attention_tc_kernel<DMAX, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(c->smem_optin)),
-                        "cudaFuncSetAttribute"))
-            return;
-        configured = 1;
-    }
-    const int64_t blocks = (int64_t)p.tiles * p.n_kv * p.splits;
-    if (blocks > INT32_MAX) {
-        cuda_fail_op(c, "attention_tc: %lld blocks", (long long)blocks);
-        return;
-    }
-    cuda_launch(c, attention_tc_kernel<DMAX, BM>, dim3((unsigned)blocks), TCA_THREADS, smem, p);
-    cuda_launched(c, "attention_tc");
+template <int DMAX, int BM> static void launch_attention_tc(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
+    static int configured;
+    tca_launch(c, attention_tc_kernel<DMAX, BM>, &configured, p, TCA_THREADS, smem, "attention_tc");
 }
 
 /* Keys per piece when each tile's keys are split over several blocks (0:

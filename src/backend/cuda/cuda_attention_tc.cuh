@@ -67,6 +67,26 @@ __device__ __forceinline__ void tca_piece(const attn_tc_params &p, int split, in
     }
 }
 
+/* Launches a prefill attention kernel over p's blocks (tiles x KV heads x
+ * key pieces), first opting it into the GPU's shared memory (once:
+ * *configured). */
+static inline void tca_launch(cuda_ctx *c, void (*kernel)(attn_tc_params), int *configured, const attn_tc_params &p,
+                              int threads, size_t smem, const char *name) {
+    if (!*configured) {
+        if (!cuda_check(c, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem_optin),
+                        "cudaFuncSetAttribute"))
+            return;
+        *configured = 1;
+    }
+    const int64_t blocks = (int64_t)p.tiles * p.n_kv * p.splits;
+    if (blocks > INT32_MAX) {
+        cuda_fail_op(c, "%s: %lld blocks", name, (long long)blocks);
+        return;
+    }
+    cuda_launch(c, kernel, dim3((unsigned)blocks), threads, smem, p);
+    cuda_launched(c, name);
+}
+
 /* The flash kernel (cuda_attention_flash.cu) for these parameters, if it
  * takes head_dim D and fits this GPU's shared memory: rows per block (its
  * tiling), else 0. */
