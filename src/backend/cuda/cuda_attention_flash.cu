@@ -99,9 +99,9 @@ template <int DMAX> __device__ __forceinline__ float fa_row_peak(const float *sr
 /* Copies of the keys in `slots` (float32 K and, unless K = V, V rows of
  * KV head kvh) into raw [2][BN][D]; zeros for slot -1. One group. */
 template <int BN, int THREADS>
-__device__ __forceinline__ void fa_copy_tile(const attn_tc_params &p, int kvh, const int64_t *slots, float *raw,
+__device__ __forceinline__ void fa_copy_tile(const attn_tc_params &p, int D, int kvh, const int64_t *slots, float *raw,
                                              int tid) {
-    const int D = p.D, D4 = D >> 2;
+    const int D4 = D >> 2;
     const size_t kv_row = (size_t)p.n_kv * D;
     const int parts = p.vp == p.kp ? 1 : 2;
     for (int part = 0; part < parts; part++) {
@@ -130,10 +130,20 @@ __device__ __forceinline__ void fa_mma(float *d, const uint32_t *a, const uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* DMAX: head_dim bound (loops run to the actual D); BN: keys per tile; RG:
- * groups of 16 rows per block; KW: warps sharing 16 rows by splitting each
- * tile's keys (each its own softmax and O, merged at the end of a run). */
-template <int DMAX, int BN, int RG, int KW>
+/* d = a b: the first product of a fresh accumulator, with a zero C (no
+ * zeroing of d beforehand) */
+__device__ __forceinline__ void fa_mma_first(float *d, const uint32_t *a, const uint32_t *b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+}
+
+/* DMAX: head_dim bound (loops run to the actual D; EXACT: D is DMAX, known
+ * at compile time); BN: keys per tile; RG: groups of 16 rows per block; KW:
+ * warps sharing 16 rows by splitting each tile's keys (each its own
+ * softmax and O, merged at the end of a run). */
+template <int DMAX, bool EXACT, int BN, int RG, int KW>
 __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_tc_params p) {
     constexpr int WARPS = RG * KW, THREADS = 32 * WARPS;
     constexpr int BM = 16 * RG;         /* query rows per block */
@@ -144,7 +154,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
     static_assert(WK % 16 == 0 && KW <= 2, "tile shape");
     pdl_wait();
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    const int D = p.D, ld = D + 8, D4 = D >> 2;
+    const int D = EXACT ? DMAX : p.D, ld = D + 8, D4 = D >> 2;
     __half *Qs = reinterpret_cast<__half *>(fa_smem); /* [2][BM][ld]: hi, lo */
     __half *Ks = Qs + 2 * BM * ld;                    /* [2][BN][ld] */
     __half *Vs = Ks + 2 * BN * ld;                    /* [2][BN][ld] */
@@ -218,7 +228,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
         if (any_keys) { /* the first tile's copies */
             if (tid < BN) slots[tid] = lo_u + tid <= hi_u ? kv_slot(p.tb, s, lo_u + tid) : -1;
             __syncthreads();
-            fa_copy_tile<BN, THREADS>(p, kvh, slots, raw, tid);
+            fa_copy_tile<BN, THREADS>(p, D, kvh, slots, raw, tid);
         }
         for (int tile_lo = lo_u; any_keys && tile_lo <= hi_u; tile_lo += BN) {
             cp_async_wait_newest<0>();
@@ -264,7 +274,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
             }
             __syncthreads(); /* K and V ready, the raw tile free */
             /* 4. the next tile's copies run behind this tile's products */
-            if (tile_lo + BN <= hi_u) fa_copy_tile<BN, THREADS>(p, kvh, slots, raw, tid);
+            if (tile_lo + BN <= hi_u) fa_copy_tile<BN, THREADS>(p, D, kvh, slots, raw, tid);
 
             /* 5. S = Q K^T for the warp's 16 rows and its WK keys; each
              * k-step's three products into fresh accumulators, two k-steps
@@ -279,6 +289,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                  * lane % 8 (+8 for lanes 16..31), channels +8 for lanes 8..15, 24..31 */
                 const __half *qa = Qs + (rg * 16 + (lane & 15)) * ld + 8 * (lane >> 4);
                 const __half *kb = Ks + (wk0 + (lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
+#pragma unroll 1 /* (unrolled, an exact width's loads spill) */
                 for (int k0 = 0; k0 < D; k0 += 32) {
                     const int steps = k0 + 16 < D ? 2 : 1;
                     uint32_t a_hi[2][4], a_lo[2][4], b_hi[2][NQ / 2][4], b_lo[2][NQ / 2][4];
@@ -294,10 +305,6 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                                 fa_ldmatrix4(b_lo[u][np], kb + (BN + np * 16) * ld + k0 + 16 * u);
                             }
                         }
-#pragma unroll
-                        for (int n = 0; n < NQ; n++)
-#pragma unroll
-                            for (int k = 0; k < 4; k++) t4[u][n][k] = 0.0f;
                     }
                     /* products q_lo k_hi, q_hi k_lo, q_hi k_hi, each over all accumulators */
 #pragma unroll
@@ -306,15 +313,20 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                         for (int u = 0; u < 2; u++)
 #pragma unroll
                             for (int n = 0; n < NQ; n++)
-                                if (u < steps)
-                                    fa_mma(t4[u][n], prod == 0 ? a_lo[u] : a_hi[u],
-                                           (prod == 1 ? b_lo[u][n / 2] : b_hi[u][n / 2]) + 2 * (n & 1));
+                                if (u < steps) {
+                                    const uint32_t *b = (prod == 1 ? b_lo[u][n / 2] : b_hi[u][n / 2]) + 2 * (n & 1);
+                                    if (prod == 0)
+                                        fa_mma_first(t4[u][n], a_lo[u], b);
+                                    else
+                                        fa_mma(t4[u][n], a_hi[u], b);
+                                }
 #pragma unroll
                     for (int u = 0; u < 2; u++)
+                        if (u < steps)
 #pragma unroll
-                        for (int n = 0; n < NQ; n++)
+                            for (int n = 0; n < NQ; n++)
 #pragma unroll
-                            for (int k = 0; k < 4; k++) sacc[n][k] += t4[u][n][k];
+                                for (int k = 0; k < 4; k++) sacc[n][k] += t4[u][n][k];
                 }
             }
             /* the online softmax of rows g (sacc[.][0..1]) and g + 8 ([2..3]):
@@ -379,7 +391,9 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
             }
             /* O = O alpha 2^(ev change) + P V, two channel pairs at a time;
              * each pair's products over the warp's keys into fresh
-             * accumulators */
+             * accumulators. (Its channel guards, and the merge's and the
+             * output's below, read p.D even at an exact width: as constants
+             * they let the compiler hoist more loads than registers hold.) */
             {
                 const float f0 = alpha[0] * v_change, f1 = alpha[1] * v_change;
                 /* B (transposed): keys lane % 16, channels +8 for lanes 16..31 */
@@ -388,18 +402,12 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                 for (int i0 = 0; i0 < NP; i0 += 2) {
                     float t4[2][2][4];
 #pragma unroll
-                    for (int u = 0; u < 2; u++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++)
-#pragma unroll
-                            for (int k = 0; k < 4; k++) t4[u][h][k] = 0.0f;
-#pragma unroll
                     for (int c = 0; c < KC; c++) {
                         uint32_t b_hi[2][4], b_lo[2][4];
 #pragma unroll
                         for (int u = 0; u < 2; u++) {
                             const int cp = i0 + u;
-                            if (cp < NP && cp * 16 < D) {
+                            if (cp < NP && cp * 16 < p.D) {
                                 fa_ldmatrix4_trans(b_hi[u], vb + c * 16 * ld + cp * 16);
                                 fa_ldmatrix4_trans(b_lo[u], vb + (BN + c * 16) * ld + cp * 16);
                             }
@@ -411,13 +419,17 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                             for (int u = 0; u < 2; u++)
 #pragma unroll
                                 for (int h = 0; h < 2; h++)
-                                    if (i0 + u < NP && (i0 + u) * 16 < D)
-                                        fa_mma(t4[u][h], prod == 0 ? p_lo[c] : p_hi[c],
-                                               (prod == 1 ? b_lo[u] : b_hi[u]) + 2 * h);
+                                    if (i0 + u < NP && (i0 + u) * 16 < p.D) {
+                                        const uint32_t *b = (prod == 1 ? b_lo[u] : b_hi[u]) + 2 * h;
+                                        if (c == 0 && prod == 0)
+                                            fa_mma_first(t4[u][h], p_lo[c], b);
+                                        else
+                                            fa_mma(t4[u][h], prod == 0 ? p_lo[c] : p_hi[c], b);
+                                    }
                     }
 #pragma unroll
                     for (int u = 0; u < 2; u++)
-                        if (i0 + u < NP)
+                        if (i0 + u < NP && (i0 + u) * 16 < p.D)
 #pragma unroll
                             for (int h = 0; h < 2; h++) {
                                 acc[i0 + u][h][0] = fmaf(acc[i0 + u][h][0], f0, t4[u][h][0]);
@@ -443,7 +455,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                     }
 #pragma unroll
                     for (int i = 0; i < NP; i++)
-                        if (i * 16 < D)
+                        if (i * 16 < p.D)
 #pragma unroll
                             for (int n = 0; n < 2; n++)
                                 *reinterpret_cast<float2 *>(o_share + r * D + i * 16 + n * 8 + 2 * tig) =
@@ -463,7 +475,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                     m[h] = mm;
 #pragma unroll
                     for (int i = 0; i < NP; i++)
-                        if (i * 16 < D)
+                        if (i * 16 < p.D)
 #pragma unroll
                             for (int n = 0; n < 2; n++) {
                                 const float2 o1 =
@@ -494,7 +506,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
             const float f = p.splits > 1 ? out_f : lr > 0.0f ? out_f / lr : 0.0f;
 #pragma unroll
             for (int i = 0; i < NP; i++) {
-                if (i * 16 < D) {
+                if (i * 16 < p.D) {
 #pragma unroll
                     for (int n = 0; n < 2; n++)
                         *reinterpret_cast<float2 *>(o + i * 16 + n * 8 + 2 * tig) =
@@ -526,16 +538,22 @@ int cuda_attention_flash_rows(const cuda_ctx *c, int D) {
     return fa_smem_bytes(D) <= c->smem_optin ? FA_ROWS : 0;
 }
 
-template <int DMAX> static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
+template <int DMAX, bool EXACT> static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
     static int configured;
-    tca_launch(c, attention_flash_kernel<DMAX, FA_KEYS, FA_ROWS / 16, FA_KW>, &configured, p, 32 * FA_ROWS / 16 * FA_KW,
-               smem, "attention_flash");
+    tca_launch(c, attention_flash_kernel<DMAX, EXACT, FA_KEYS, FA_ROWS / 16, FA_KW>, &configured, p,
+               32 * FA_ROWS / 16 * FA_KW, smem, "attention_flash");
 }
 
+/* head_dim 128 and 256 (the models' sliding layers) by kernels compiled for
+ * exactly that width, other widths by the bound above them */
 void cuda_attention_flash(cuda_ctx *c, const attn_tc_params &p) {
     const size_t smem = fa_smem_bytes(p.D);
-    if (p.D <= 128)
-        launch_flash<128>(c, p, smem);
+    if (p.D == 256)
+        launch_flash<256, true>(c, p, smem);
+    else if (p.D == 128)
+        launch_flash<128, true>(c, p, smem);
+    else if (p.D < 128)
+        launch_flash<128, false>(c, p, smem);
     else
-        launch_flash<256>(c, p, smem);
+        launch_flash<256, false>(c, p, smem);
 }
