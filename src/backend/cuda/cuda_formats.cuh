@@ -11,6 +11,12 @@ enum fast_format { FF_F32, FF_BF16, FF_F16, FF_AFF2, FF_AFF4, FF_AFF8, FF_MXFP4,
 
 template <int F> __host__ __device__ constexpr bool is_affine() { return F == FF_AFF2 || F == FF_AFF4 || F == FF_AFF8; }
 
+/* Whether every decoded weight of the format is exactly a bf16 value, so that
+ * a float32-accurate product needs no lo part of the weights: bf16 itself,
+ * and MXFP4 (an E2M1 value has at most two significant bits, its E8M0 scale
+ * is a power of two; their float32 product is exact, subnormals included). */
+template <int F> __host__ __device__ constexpr bool exact_in_bf16() { return F == FF_BF16 || F == FF_MXFP4; }
+
 static inline int fast_format_of(const g4_matrix *w) {
     switch (w->format) {
     case G4_WEIGHT_F32: return FF_F32;
@@ -21,6 +27,11 @@ static inline int fast_format_of(const g4_matrix *w) {
     case G4_WEIGHT_MXFP4: return w->bits == 4 ? FF_MXFP4 : FF_NONE;
     }
     return FF_NONE;
+}
+
+static inline int weights_exact_in_bf16(const g4_matrix *w) {
+    const int f = fast_format_of(w);
+    return f == FF_BF16 || f == FF_MXFP4;
 }
 
 /* x = hi + lo with both halves bf16: 16 significant bits instead of 8. */

@@ -7,7 +7,8 @@
  *  n_tokens > 8 (prefill): bf16 tensor cores through cuBLAS. Activations
  *    are split into hi + lo bf16 parts (x = hi + lo to 16 significant bits)
  *    and multiplied twice; weights of other formats are dequantised into a
- *    bf16 scratch (hi and lo) in row chunks, three products each. float32
+ *    bf16 scratch (hi and lo) in row chunks, three products each (two for
+ *    MXFP4, whose values are exact in bf16). float32
  *    weights use cuBLAS's float32 GEMM (no TF32). G4_CUDA_PREFILL=bf16 keeps
  *    only the hi parts: one product, bf16 rounding of activations and
  *    weights (2^-9 relative), enough for trained checkpoints but not for the
@@ -785,16 +786,18 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
     if (chunk_rows < 128) chunk_rows = 128;
     const int64_t rows_per = chunk_rows < w->rows ? chunk_rows : w->rows;
     const size_t chunk_elems = (size_t)rows_per * (size_t)w->cols;
-    __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, chunk_elems * 2 * (split ? 2 : 1));
+    /* weights whose every value is a bf16 (MXFP4) need no lo part: two products */
+    const int w_split = split && !weights_exact_in_bf16(w);
+    __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, chunk_elems * 2 * (w_split ? 2 : 1));
     if (!wb) return;
-    __nv_bfloat16 *w_lo = split ? wb + chunk_elems : NULL;
+    __nv_bfloat16 *w_lo = w_split ? wb + chunk_elems : NULL;
     for (int64_t r0 = 0; r0 < w->rows; r0 += rows_per) {
         const int64_t nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
         dequant_rows_bf16(c, w, r0, nr, wb, w_lo);
         gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, wb, (size_t)w->cols, nr, w->cols, 0.0f);
         if (split) {
             gemm_bf16(c, out + r0, (size_t)w->rows, x_lo, n_tokens, wb, (size_t)w->cols, nr, w->cols, 1.0f);
-            gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, w_lo, (size_t)w->cols, nr, w->cols, 1.0f);
+            if (w_lo) gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, w_lo, (size_t)w->cols, nr, w->cols, 1.0f);
         }
     }
 }
@@ -834,7 +837,7 @@ template <int BM, bool SPLIT> __host__ __device__ constexpr size_t mma_smem_byte
 template <int F, int BM, bool SPLIT>
 __global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
     constexpr int PARTS = SPLIT ? 2 : 1;
-    constexpr bool W_LO = SPLIT && F != FF_BF16; /* bf16 weights are exact in one part */
+    constexpr bool W_LO = SPLIT && !exact_in_bf16<F>(); /* bf16 and MXFP4 weights are exact in one part */
     constexpr int RAW = mma_raw_bytes<F>() / 4;  /* 32-bit words */
     constexpr int MT = BM / 32;                  /* m16 tiles per warp (warps 2 x 4) */
     constexpr int A_PER = BM / 32;               /* float4 of A per thread per k tile */

@@ -19,7 +19,7 @@
  * (inside one quantisation group: groups are multiples of 32 columns);
  * 8 warps as 2 (rows) x 4 (weight rows), each 32 x 32 by mma m16n8k16.
  * Precision as mma_gemm_kernel's: with lo parts, x_lo w_hi + x_hi w_lo +
- * x_hi w_hi (bf16 weights are exact in one part: two products), float32
+ * x_hi w_hi (bf16 and MXFP4 weights are exact in one part: two products), float32
  * accumulation. */
 #include "backend/cuda/cuda_formats.cuh"
 #include "backend/cuda/cuda_internal.cuh"
@@ -59,14 +59,14 @@ template <int F, bool SPLIT> __host__ __device__ constexpr size_t moe_stage_halv
 /* quantised weights: the decoded tile, hi (and lo) parts, after the stages */
 template <int F, bool SPLIT> __host__ __device__ constexpr size_t moe_smem_bytes() {
     return (MOE_STAGES * moe_stage_halves<F, SPLIT>() +
-            (F == FF_BF16 ? 0 : (size_t)(SPLIT ? 2 : 1) * MOE_BN * MOE_LDS)) * sizeof(uint16_t);
+            (F == FF_BF16 ? 0 : (size_t)(SPLIT && !exact_in_bf16<F>() ? 2 : 1) * MOE_BN * MOE_LDS)) * sizeof(uint16_t);
 }
 
 template <int F, bool SPLIT>
 __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
     constexpr int PARTS = SPLIT ? 2 : 1;
     constexpr bool QUANT = F != FF_BF16;
-    constexpr bool W_LO = SPLIT && QUANT; /* decoded weights are not exact in one bf16 part */
+    constexpr bool W_LO = SPLIT && !exact_in_bf16<F>(); /* decoded affine weights are not exact in one bf16 part */
     constexpr int RB = moe_raw_bytes<F>(), PR = RB / 16; /* bytes, 16-byte pieces per row and k tile */
     extern __shared__ __align__(16) uint16_t moe_smem[];
     __shared__ float lut[16];
