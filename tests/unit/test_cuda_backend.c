@@ -1943,7 +1943,7 @@ static void moe_speed(double bw) {
     struct {
         g4_weight_format f;
         int bits, group;
-    } formats[] = {{G4_WEIGHT_BF16, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_MXFP4, 4, 32}};
+    } formats[] = {{G4_WEIGHT_BF16, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_AFFINE, 8, 64}, {G4_WEIGHT_MXFP4, 4, 32}};
     const int E = 128, width = 704, d = 2816, k = 8;
     /* the experts' prefill through the general grouped kernel, for comparison */
     g4_backend *unpiped = knob_backend("G4_CUDA_MOE_PIPE", "0");

@@ -85,4 +85,29 @@ __device__ __forceinline__ void dequant16(const uint32_t *w, float s, float b, f
     }
 }
 
+/* 16 codes of an affine row (from 16-byte-aligned raw words) as bf16 pairs
+ * of the codes themselves, not yet scaled: every integer up to 256 is a bf16
+ * value, so these are exact. */
+template <int F> __device__ __forceinline__ void codes16_bf16(const uint32_t *w, uint32_t *pairs) {
+    static_assert(F == FF_AFF4 || F == FF_AFF8, "4- and 8-bit codes");
+    const float magic = 8388608.0f; /* 2^23: (2^23 + q) is exact in float32 */
+    float v[16];
+    if constexpr (F == FF_AFF8) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[4 * i + k] = __uint_as_float(__byte_perm(w[i], 0x4B000000u, 0x7440u | (uint32_t)k)) - magic;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[8 * i + k] = __uint_as_float(((w[i] >> (4 * k)) & 15u) | 0x4B000000u) - magic;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+        pairs[i] = *reinterpret_cast<uint32_t *>(&h);
+    }
+}
+
 #endif

@@ -20,7 +20,11 @@
  * 8 warps as 2 (rows) x 4 (weight rows), each 32 x 32 by mma m16n8k16.
  * Precision as mma_gemm_kernel's: with lo parts, x_lo w_hi + x_hi w_lo +
  * x_hi w_hi (bf16 and MXFP4 weights are exact in one part: two products), float32
- * accumulation. */
+ * accumulation. Affine weights (scale s and bias b per group) with split
+ * activations instead multiply their codes q, which are exact in bf16:
+ * x_lo q + x_hi q and the row sums of x_lo + x_hi per group, then
+ * s sum(x q) + b sum(x) in float32 (two products, no lo part of the weights,
+ * and a cheaper decode than s q + b split into hi + lo). */
 #include "backend/cuda/cuda_formats.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 
@@ -57,16 +61,26 @@ template <int F, bool SPLIT> __host__ __device__ constexpr size_t moe_stage_halv
     return moe_a_halves<F, SPLIT>() + moe_b_halves<F>();
 }
 /* quantised weights: the decoded tile, hi (and lo) parts, after the stages */
+/* Affine experts with split activations multiply their codes, exact in bf16,
+ * and apply each group's scale and bias to the group's sums (see the kernel). */
+template <int F, bool SPLIT> __host__ __device__ constexpr bool moe_exact_codes() { return SPLIT && is_affine<F>(); }
+
+/* with split activations, whether the decoded weights need a lo part too */
+template <int F, bool SPLIT> __host__ __device__ constexpr bool moe_w_lo() {
+    return SPLIT && !exact_in_bf16<F>() && !moe_exact_codes<F, SPLIT>();
+}
+
 template <int F, bool SPLIT> __host__ __device__ constexpr size_t moe_smem_bytes() {
     return (MOE_STAGES * moe_stage_halves<F, SPLIT>() +
-            (F == FF_BF16 ? 0 : (size_t)(SPLIT && !exact_in_bf16<F>() ? 2 : 1) * MOE_BN * MOE_LDS)) * sizeof(uint16_t);
+            (F == FF_BF16 ? 0 : (size_t)(moe_w_lo<F, SPLIT>() ? 2 : 1) * MOE_BN * MOE_LDS)) * sizeof(uint16_t);
 }
 
 template <int F, bool SPLIT>
 __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
     constexpr int PARTS = SPLIT ? 2 : 1;
     constexpr bool QUANT = F != FF_BF16;
-    constexpr bool W_LO = SPLIT && !exact_in_bf16<F>(); /* decoded affine weights are not exact in one bf16 part */
+    constexpr bool W_LO = moe_w_lo<F, SPLIT>();
+    constexpr bool CODES = moe_exact_codes<F, SPLIT>();
     constexpr int RB = moe_raw_bytes<F>(), PR = RB / 16; /* bytes, 16-byte pieces per row and k tile */
     extern __shared__ __align__(16) uint16_t moe_smem[];
     __shared__ float lut[16];
@@ -155,6 +169,24 @@ __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[i][j][k] = 0.0f;
+    /* CODES: the current group's sums of x times the codes, and of x alone
+     * (row sums by a product with a B fragment of ones: every column of
+     * xsum[i] holds them), folded into acc at the group's last k tile as
+     * acc += scale * qsum + bias * xsum */
+    float qsum[CODES ? 2 : 1][4][4], xsum[CODES ? 2 : 1][4];
+    if constexpr (CODES) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) qsum[i][j][k] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) xsum[i][k] = 0.0f;
+        }
+    }
+    const uint32_t ones[2] = {0x3F803F80u, 0x3F803F80u}; /* bf16 pairs of 1.0 */
+    const int tiles_per_group = CODES ? a.w.group_size / MOE_BK : 1;
 
     const int KT = (int)(a.K / MOE_BK);
     uint32_t s_pend = 0, z_pend = 0; /* quantised: the scale bits of the k tile issued last, stored one step later */
@@ -191,11 +223,15 @@ __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
             const uint32_t *src = reinterpret_cast<const uint32_t *>(stage_b(s) + (r * RB + half * RB / 2) / 2);
 #pragma unroll
             for (int i = 0; i < RB / 8; i++) w[i] = src[i];
-            float v[16];
-            dequant16<F>(w, stage_sb(s)[r], stage_sb(s)[MOE_BN + r], v, lut);
             uint32_t hi[8], lo[8];
+            if constexpr (CODES) {
+                codes16_bf16<F>(w, hi);
+            } else {
+                float v[16];
+                dequant16<F>(w, stage_sb(s)[r], stage_sb(s)[MOE_BN + r], v, lut);
 #pragma unroll
-            for (int i = 0; i < 8; i++) split_pack(v[2 * i], v[2 * i + 1], hi[i], lo[i]);
+                for (int i = 0; i < 8; i++) split_pack(v[2 * i], v[2 * i + 1], hi[i], lo[i]);
+            }
             uint4 *dh = reinterpret_cast<uint4 *>(decoded + r * MOE_LDS + half * 16);
             dh[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
             dh[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
@@ -228,14 +264,51 @@ __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
                     bf[p][j][0] = *reinterpret_cast<const uint32_t *>(r);
                     bf[p][j][1] = *reinterpret_cast<const uint32_t *>(r + 8);
                 }
+            if constexpr (CODES) {
 #pragma unroll
-            for (int i = 0; i < 2; i++)
+                for (int i = 0; i < 2; i++) {
+                    mma_bf16(xsum[i], af[1][i], ones);
+                    mma_bf16(xsum[i], af[0][i], ones);
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        mma_bf16(qsum[i][j], af[1][i], bf[0][j]); /* x_lo q */
+                        mma_bf16(qsum[i][j], af[0][i], bf[0][j]); /* x_hi q */
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        if constexpr (SPLIT) mma_bf16(acc[i][j], af[1][i], bf[0][j]); /* x_lo w_hi */
+                        if constexpr (W_LO) mma_bf16(acc[i][j], af[0][i], bf[1][j]);  /* x_hi w_lo */
+                        mma_bf16(acc[i][j], af[0][i], bf[0][j]);
+                    }
+            }
+        }
+        if constexpr (CODES) {
+            if ((kt + 1) % tiles_per_group == 0) {
+                /* the group's scale and bias of this thread's weight rows (stage s holds this k tile's) */
+                const float *sb = stage_sb(s);
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    if constexpr (SPLIT) mma_bf16(acc[i][j], af[1][i], bf[0][j]); /* x_lo w_hi */
-                    if constexpr (W_LO) mma_bf16(acc[i][j], af[0][i], bf[1][j]);  /* x_hi w_lo */
-                    mma_bf16(acc[i][j], af[0][i], bf[0][j]);
+                    const int n = wn * 32 + j * 8 + tig * 2;
+                    const float s0 = sb[n], s1 = sb[n + 1], b0 = sb[MOE_BN + n], b1 = sb[MOE_BN + n + 1];
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        acc[i][j][0] = fmaf(s0, qsum[i][j][0], fmaf(b0, xsum[i][0], acc[i][j][0]));
+                        acc[i][j][1] = fmaf(s1, qsum[i][j][1], fmaf(b1, xsum[i][0], acc[i][j][1]));
+                        acc[i][j][2] = fmaf(s0, qsum[i][j][2], fmaf(b0, xsum[i][2], acc[i][j][2]));
+                        acc[i][j][3] = fmaf(s1, qsum[i][j][3], fmaf(b1, xsum[i][2], acc[i][j][3]));
+#pragma unroll
+                        for (int k = 0; k < 4; k++) qsum[i][j][k] = 0.0f;
+                    }
                 }
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) xsum[i][k] = 0.0f;
+            }
         }
     }
     cp_async_wait_newest<0>();
