@@ -187,6 +187,10 @@ __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
     }
     const uint32_t ones[2] = {0x3F803F80u, 0x3F803F80u}; /* bf16 pairs of 1.0 */
     const int tiles_per_group = CODES ? a.w.group_size / MOE_BK : 1;
+    /* this warp's 16-row fragments that hold slots (an expert's last tile is
+     * often short: at 512 tokens the 26B-A4B's experts get ~32 slots each):
+     * the others' products are skipped (the same for the whole warp) */
+    const int live_i = m_len > wm * 32 + 16 ? 2 : m_len > wm * 32 ? 1 : 0;
 
     const int KT = (int)(a.K / MOE_BK);
     uint32_t s_pend = 0, z_pend = 0; /* quantised: the scale bits of the k tile issued last, stored one step later */
@@ -244,12 +248,13 @@ __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
             wtile = decoded;
         }
 #pragma unroll
-        for (int kk = 0; kk < MOE_BK; kk += 16) {
+        for (int kk = 0; kk < MOE_BK && live_i > 0; kk += 16) {
             uint32_t af[PARTS][2][4], bf[W_LO ? 2 : 1][4][2];
 #pragma unroll
             for (int p = 0; p < PARTS; p++)
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
+                    if (i >= live_i) continue;
                     const uint16_t *r = stage_a(s, p) + (wm * 32 + i * 16 + g) * MOE_LDS + kk + tig * 2;
                     af[p][i][0] = *reinterpret_cast<const uint32_t *>(r);
                     af[p][i][1] = *reinterpret_cast<const uint32_t *>(r + 8 * MOE_LDS);
@@ -267,6 +272,7 @@ __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
             if constexpr (CODES) {
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
+                    if (i >= live_i) continue;
                     mma_bf16(xsum[i], af[1][i], ones);
                     mma_bf16(xsum[i], af[0][i], ones);
 #pragma unroll
@@ -280,6 +286,7 @@ __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
                 for (int i = 0; i < 2; i++)
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
+                        if (i >= live_i) continue;
                         if constexpr (SPLIT) mma_bf16(acc[i][j], af[1][i], bf[0][j]); /* x_lo w_hi */
                         if constexpr (W_LO) mma_bf16(acc[i][j], af[0][i], bf[1][j]);  /* x_hi w_lo */
                         mma_bf16(acc[i][j], af[0][i], bf[0][j]);
