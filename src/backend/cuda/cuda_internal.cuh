@@ -460,9 +460,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait_newest() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* d += a b on tensor cores, bf16 operands (as mma_f16_16816 below) */
+/* d += a b on tensor cores, bf16 operands (as mma_f16_16816 below). Not
+ * volatile: the compiler may interleave independent products (a product
+ * waits ~30 cycles for the one before it into the same d). */
 __device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, const uint32_t *b) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

@@ -1001,14 +1001,21 @@ __global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
                     bf[p][j][0] = *reinterpret_cast<const uint32_t *>(&Bs[buf][p][n][kk + tig * 2]);
                     bf[p][j][1] = *reinterpret_cast<const uint32_t *>(&Bs[buf][p][n][kk + 8 + tig * 2]);
                 }
+            /* x_lo w_hi, x_hi w_lo, x_hi w_hi, each over all fragments in turn
+             * (a product's accumulator is not the one before's) */
 #pragma unroll
-            for (int i = 0; i < MT; i++)
+            for (int term = 0; term < 3; term++) {
+                if (term == 0 && !SPLIT) continue;
+                if (term == 1 && !W_LO) continue;
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    if constexpr (SPLIT) mma_bf16(acc[i][j], af[PARTS - 1][i], bf[0][j]); /* x_lo w_hi */
-                    if constexpr (W_LO) mma_bf16(acc[i][j], af[0][i], bf[PARTS - 1][j]);  /* x_hi w_lo */
-                    mma_bf16(acc[i][j], af[0][i], bf[0][j]);
-                }
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        if (term == 0) mma_bf16(acc[i][j], af[PARTS - 1][i], bf[0][j]);
+                        else if (term == 1) mma_bf16(acc[i][j], af[0][i], bf[PARTS - 1][j]);
+                        else mma_bf16(acc[i][j], af[0][i], bf[0][j]);
+                    }
+            }
         }
         if (kt + 1 < KT) store_tile(buf ^ 1);
         __syncthreads();

@@ -271,26 +271,32 @@ __global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
                 }
             if constexpr (CODES) {
 #pragma unroll
-                for (int i = 0; i < 2; i++) {
-                    if (i >= live_i) continue;
-                    mma_bf16(xsum[i], af[1][i], ones);
-                    mma_bf16(xsum[i], af[0][i], ones);
+                /* x_lo q, then x_hi q: a product's accumulator is not the one before's */
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        mma_bf16(qsum[i][j], af[1][i], bf[0][j]); /* x_lo q */
-                        mma_bf16(qsum[i][j], af[0][i], bf[0][j]); /* x_hi q */
-                    }
-                }
-            } else {
+                for (int p = PARTS - 1; p >= 0; p--)
 #pragma unroll
-                for (int i = 0; i < 2; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
+                    for (int i = 0; i < 2; i++) {
                         if (i >= live_i) continue;
-                        if constexpr (SPLIT) mma_bf16(acc[i][j], af[1][i], bf[0][j]); /* x_lo w_hi */
-                        if constexpr (W_LO) mma_bf16(acc[i][j], af[0][i], bf[1][j]);  /* x_hi w_lo */
-                        mma_bf16(acc[i][j], af[0][i], bf[0][j]);
+                        mma_bf16(xsum[i], af[p][i], ones);
+#pragma unroll
+                        for (int j = 0; j < 4; j++) mma_bf16(qsum[i][j], af[p][i], bf[0][j]);
                     }
+            } else {
+                /* x_lo w_hi, x_hi w_lo, x_hi w_hi, each over all fragments in turn */
+#pragma unroll
+                for (int term = 0; term < 3; term++) {
+                    if (term == 0 && !SPLIT) continue;
+                    if (term == 1 && !W_LO) continue;
+#pragma unroll
+                    for (int i = 0; i < 2; i++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            if (i >= live_i) continue;
+                            if (term == 0) mma_bf16(acc[i][j], af[PARTS - 1][i], bf[0][j]);
+                            else if (term == 1) mma_bf16(acc[i][j], af[0][i], bf[W_LO ? 1 : 0][j]);
+                            else mma_bf16(acc[i][j], af[0][i], bf[0][j]);
+                        }
+                }
             }
         }
         if constexpr (CODES) {
