@@ -75,8 +75,14 @@ template <int F, bool SPLIT> __host__ __device__ constexpr size_t moe_smem_bytes
             (F == FF_BF16 ? 0 : (size_t)(moe_w_lo<F, SPLIT>() ? 2 : 1) * MOE_BN * MOE_LDS)) * sizeof(uint16_t);
 }
 
+/* blocks per multiprocessor the kernel is compiled for: three fit MXFP4's
+ * shared memory (63 KB) if its registers stay at 85 (at 90 it ran 10%
+ * slower with two); the others are held to two by their shared memory (bf16)
+ * or their registers (affine: ~126; held to 80 for three they spill 420 bytes) */
+template <int F> __host__ __device__ constexpr int moe_min_blocks() { return F == FF_MXFP4 ? 3 : 2; }
+
 template <int F, bool SPLIT>
-__global__ void __launch_bounds__(256) moe_gemm_kernel(moe_gemm_args a) {
+__global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_gemm_args a) {
     constexpr int PARTS = SPLIT ? 2 : 1;
     constexpr bool QUANT = F != FF_BF16;
     constexpr bool W_LO = moe_w_lo<F, SPLIT>();
