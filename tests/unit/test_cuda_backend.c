@@ -1411,6 +1411,16 @@ static void test_moe_experts(void) {
         check_moe(fp16, "MLX G4_CUDA_GEMV_I8=0", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, TOL_SPLIT);
         g4_backend_destroy(fp16);
     }
+    /* the grouped prefill kernel's affine paths at every group size (one, two
+     * and four k tiles a group) and both bit widths, with tiles of at most
+     * and of more than 32 slots (its two warp layouts) */
+    {
+        const int grouped_ns[] = {40, 150};
+        check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, grouped_ns, 2, TOL_SPLIT);
+        check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 256, 512, 5, grouped_ns, 2, TOL_SPLIT);
+        check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 32, 8, 256, 512, 6, grouped_ns, 2, TOL_SPLIT);
+        check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 128, 8, 256, 512, 6, grouped_ns, 2, TOL_SPLIT);
+    }
     /* 8 bits at 26B-A4B widths and groups of 32 (tensor-core GEMV per slot, decode sizes) */
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 32, 32, 704, 2816, 8, ns, 3, TOL_SPLIT);
     /* gate and up rows of one quantised tensor: gated pairs per slot */
