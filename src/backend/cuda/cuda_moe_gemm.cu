@@ -94,20 +94,13 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
     if (tile >= *a.g.n_tiles) return;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tig = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3;
     if constexpr (F == FF_MXFP4) {
         if (tid < 16) lut[tid] = e2m1_value(tid);
     }
     const int e = a.g.tile_expert[tile];
     const int32_t *rowlist = a.g.sorted + a.g.tile_start[tile];
     const int m_len = a.g.tile_len[tile];
-    /* the warps' share of the 64-slot x 128-row tile: 2 x 4 warps of 32 x 32,
-     * or, when the tile holds at most 32 slots (at 512 tokens most of the
-     * 26B-A4B's experts get ~32), 1 x 8 warps of 32 slots x 16 rows, so that
-     * every warp has products to issue */
-    const bool narrow = m_len <= 32;
-    const int row0 = narrow ? 0 : (warp >> 2) * 32; /* the warp's first slot */
-    const int col0 = narrow ? warp * 16 : (warp & 3) * 32; /* its first weight row in the tile */
-    const int nj = narrow ? 2 : 4; /* its 8-row fragments of weight rows */
     const int64_t n0 = (int64_t)blockIdx.y * MOE_BN;
     const int64_t first_row = (int64_t)e * a.expert_stride + a.row_offset + n0;
 
@@ -203,7 +196,7 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
     /* this warp's 16-row fragments that hold slots (an expert's last tile is
      * often short: at 512 tokens the 26B-A4B's experts get ~32 slots each):
      * the others' products are skipped (the same for the whole warp) */
-    const int live_i = m_len > row0 + 16 ? 2 : m_len > row0 ? 1 : 0;
+    const int live_i = m_len > wm * 32 + 16 ? 2 : m_len > wm * 32 ? 1 : 0;
 
     const int KT = (int)(a.K / MOE_BK);
     uint32_t s_pend = 0, z_pend = 0; /* quantised: the scale bits of the k tile issued last, stored one step later */
@@ -268,7 +261,7 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
                     if (i >= live_i) continue;
-                    const uint16_t *r = stage_a(s, p) + (row0 + i * 16 + g) * MOE_LDS + kk + tig * 2;
+                    const uint16_t *r = stage_a(s, p) + (wm * 32 + i * 16 + g) * MOE_LDS + kk + tig * 2;
                     af[p][i][0] = *reinterpret_cast<const uint32_t *>(r);
                     af[p][i][1] = *reinterpret_cast<const uint32_t *>(r + 8 * MOE_LDS);
                     af[p][i][2] = *reinterpret_cast<const uint32_t *>(r + 8);
@@ -278,12 +271,12 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
             for (int p = 0; p < (W_LO ? 2 : 1); p++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    if (j >= nj) continue;
-                    const uint16_t *r = wtile + (p * MOE_BN + col0 + j * 8 + g) * MOE_LDS + kk + tig * 2;
+                    const uint16_t *r = wtile + (p * MOE_BN + wn * 32 + j * 8 + g) * MOE_LDS + kk + tig * 2;
                     bf[p][j][0] = *reinterpret_cast<const uint32_t *>(r);
                     bf[p][j][1] = *reinterpret_cast<const uint32_t *>(r + 8);
                 }
             if constexpr (CODES) {
+#pragma unroll
                 /* x_lo q, then x_hi q: a product's accumulator is not the one before's */
 #pragma unroll
                 for (int p = PARTS - 1; p >= 0; p--)
@@ -292,8 +285,7 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
                         if (i >= live_i) continue;
                         mma_bf16(xsum[i], af[p][i], ones);
 #pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            if (j < nj) mma_bf16(qsum[i][j], af[p][i], bf[0][j]);
+                        for (int j = 0; j < 4; j++) mma_bf16(qsum[i][j], af[p][i], bf[0][j]);
                     }
             } else {
                 /* x_lo w_hi, x_hi w_lo, x_hi w_hi, each over all fragments in turn */
@@ -305,7 +297,7 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
                     for (int i = 0; i < 2; i++)
 #pragma unroll
                         for (int j = 0; j < 4; j++) {
-                            if (i >= live_i || j >= nj) continue;
+                            if (i >= live_i) continue;
                             if (term == 0) mma_bf16(acc[i][j], af[PARTS - 1][i], bf[0][j]);
                             else if (term == 1) mma_bf16(acc[i][j], af[0][i], bf[W_LO ? 1 : 0][j]);
                             else mma_bf16(acc[i][j], af[0][i], bf[0][j]);
@@ -319,8 +311,7 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
                 const float *sb = stage_sb(s);
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    if (j >= nj) continue;
-                    const int n = col0 + j * 8 + tig * 2;
+                    const int n = wn * 32 + j * 8 + tig * 2;
                     const float s0 = sb[n], s1 = sb[n + 1], b0 = sb[MOE_BN + n], b1 = sb[MOE_BN + n + 1];
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
@@ -344,12 +335,12 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const int m = row0 + i * 16 + g + half * 8;
+            const int m = wm * 32 + i * 16 + g + half * 8;
             if (m >= m_len) continue;
             float *o = a.out + (size_t)rowlist[m] * a.out_stride;
 #pragma unroll
-            for (int j = 0; j < nj; j++) {
-                const int64_t n = n0 + col0 + j * 8 + tig * 2;
+            for (int j = 0; j < 4; j++) {
+                const int64_t n = n0 + wn * 32 + j * 8 + tig * 2;
                 if (n < a.N) o[n] = acc[i][j][2 * half];
                 if (n + 1 < a.N) o[n + 1] = acc[i][j][2 * half + 1];
             }
