@@ -38,24 +38,6 @@
 
 #define FA_LOG2E 1.4426950408889634f
 
-/* four 8x8 fp16 matrices from shared memory, one row address per thread
- * (threads 8i..8i+7: matrix i); .trans: each matrix transposed */
-__device__ __forceinline__ void fa_ldmatrix4(uint32_t *r, const __half *row) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
-}
-
-__device__ __forceinline__ void fa_ldmatrix4_trans(uint32_t *r, const __half *row) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
-}
-
 /* A warp's row of D floats (from global or shared memory; zeros when !live)
  * scaled by 2^e, its peak into [2^14, 2^15), stored as fp16 hi and lo
  * halves. Returns 2^-e. */
@@ -297,12 +279,12 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
 #pragma unroll
                     for (int u = 0; u < 2; u++) {
                         if (u < steps) {
-                            fa_ldmatrix4(a_hi[u], qa + k0 + 16 * u);
-                            fa_ldmatrix4(a_lo[u], qa + BM * ld + k0 + 16 * u);
+                            ldmatrix_x4(a_hi[u], qa + k0 + 16 * u);
+                            ldmatrix_x4(a_lo[u], qa + BM * ld + k0 + 16 * u);
 #pragma unroll
                             for (int np = 0; np < NQ / 2; np++) {
-                                fa_ldmatrix4(b_hi[u][np], kb + np * 16 * ld + k0 + 16 * u);
-                                fa_ldmatrix4(b_lo[u][np], kb + (BN + np * 16) * ld + k0 + 16 * u);
+                                ldmatrix_x4(b_hi[u][np], kb + np * 16 * ld + k0 + 16 * u);
+                                ldmatrix_x4(b_lo[u][np], kb + (BN + np * 16) * ld + k0 + 16 * u);
                             }
                         }
                     }
@@ -408,8 +390,8 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                         for (int u = 0; u < 2; u++) {
                             const int cp = i0 + u;
                             if (cp < NP && cp * 16 < p.D) {
-                                fa_ldmatrix4_trans(b_hi[u], vb + c * 16 * ld + cp * 16);
-                                fa_ldmatrix4_trans(b_lo[u], vb + (BN + c * 16) * ld + cp * 16);
+                                ldmatrix_x4_trans(b_hi[u], vb + c * 16 * ld + cp * 16);
+                                ldmatrix_x4_trans(b_lo[u], vb + (BN + c * 16) * ld + cp * 16);
                             }
                         }
                         /* products p_lo v_hi, p_hi v_lo, p_hi v_hi, each over all four accumulators */

@@ -460,6 +460,26 @@ template <int N> __device__ __forceinline__ void cp_async_wait_newest() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/* Four 8x8 16-bit matrices from shared memory into mma fragments, one row
+ * address per thread (threads 8i..8i+7: the rows of matrix i); .trans: each
+ * matrix transposed. One instruction instead of four 32-bit loads per
+ * fragment register. */
+__device__ __forceinline__ void ldmatrix_x4(uint32_t *r, const void *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t *r, const void *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
 /* d += a b on tensor cores, bf16 operands (as mma_f16_16816 below). Not
  * volatile: the compiler may interleave independent products (a product
  * waits ~30 cycles for the one before it into the same d). */

@@ -256,24 +256,24 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
 #pragma unroll
         for (int kk = 0; kk < MOE_BK && live_i > 0; kk += 16) {
             uint32_t af[PARTS][2][4], bf[W_LO ? 2 : 1][4][2];
+            /* ldmatrix: A rows lane % 16, columns +8 for lanes 16..31; B (two 8-row
+             * fragments at once) rows lane % 8, +8 for lanes 16..31, columns +8 for
+             * lanes 8..15 and 24..31 */
 #pragma unroll
             for (int p = 0; p < PARTS; p++)
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
                     if (i >= live_i) continue;
-                    const uint16_t *r = stage_a(s, p) + (wm * 32 + i * 16 + g) * MOE_LDS + kk + tig * 2;
-                    af[p][i][0] = *reinterpret_cast<const uint32_t *>(r);
-                    af[p][i][1] = *reinterpret_cast<const uint32_t *>(r + 8 * MOE_LDS);
-                    af[p][i][2] = *reinterpret_cast<const uint32_t *>(r + 8);
-                    af[p][i][3] = *reinterpret_cast<const uint32_t *>(r + 8 * MOE_LDS + 8);
+                    ldmatrix_x4(af[p][i], stage_a(s, p) + (wm * 32 + i * 16 + (lane & 15)) * MOE_LDS + kk + 8 * (lane >> 4));
                 }
 #pragma unroll
             for (int p = 0; p < (W_LO ? 2 : 1); p++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const uint16_t *r = wtile + (p * MOE_BN + wn * 32 + j * 8 + g) * MOE_LDS + kk + tig * 2;
-                    bf[p][j][0] = *reinterpret_cast<const uint32_t *>(r);
-                    bf[p][j][1] = *reinterpret_cast<const uint32_t *>(r + 8);
+                for (int j = 0; j < 4; j += 2) {
+                    uint32_t r[4];
+                    ldmatrix_x4(r, wtile + (p * MOE_BN + wn * 32 + j * 8 + (lane & 7) + 8 * (lane >> 4)) * MOE_LDS + kk +
+                                       8 * ((lane >> 3) & 1));
+                    bf[p][j][0] = r[0], bf[p][j][1] = r[1], bf[p][j + 1][0] = r[2], bf[p][j + 1][1] = r[3];
                 }
             if constexpr (CODES) {
 #pragma unroll
