@@ -196,13 +196,7 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
     /* this warp's 16-row fragments that hold slots (an expert's last tile is
      * often short: at 512 tokens the 26B-A4B's experts get ~32 slots each):
      * the others' products are skipped (the same for the whole warp) */
-    /* A tile of at most 32 slots (at 512 tokens most of the 26B-A4B's experts
-     * get ~32 of its 64) would leave the warps of rows 32..63 idle: there both
-     * warp rows take slots 0..31, each the products of one of a k tile's two
-     * 16-column steps, and the two partial sums are added at the end. */
-    const bool ksplit = m_len <= 32;
-    const int row0 = ksplit ? 0 : wm * 32; /* the warp's first slot */
-    const int live_i = m_len > row0 + 16 ? 2 : m_len > row0 ? 1 : 0;
+    const int live_i = m_len > wm * 32 + 16 ? 2 : m_len > wm * 32 ? 1 : 0;
 
     const int KT = (int)(a.K / MOE_BK);
     uint32_t s_pend = 0, z_pend = 0; /* quantised: the scale bits of the k tile issued last, stored one step later */
@@ -261,7 +255,6 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
         }
 #pragma unroll
         for (int kk = 0; kk < MOE_BK && live_i > 0; kk += 16) {
-            if (ksplit && kk != wm * 16) continue;
             uint32_t af[PARTS][2][4], bf[W_LO ? 2 : 1][4][2];
             /* ldmatrix: A rows lane % 16, columns +8 for lanes 16..31; B (two 8-row
              * fragments at once) rows lane % 8, +8 for lanes 16..31, columns +8 for
@@ -271,7 +264,7 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
                     if (i >= live_i) continue;
-                    ldmatrix_x4(af[p][i], stage_a(s, p) + (row0 + i * 16 + (lane & 15)) * MOE_LDS + kk + 8 * (lane >> 4));
+                    ldmatrix_x4(af[p][i], stage_a(s, p) + (wm * 32 + i * 16 + (lane & 15)) * MOE_LDS + kk + 8 * (lane >> 4));
                 }
 #pragma unroll
             for (int p = 0; p < (W_LO ? 2 : 1); p++)
@@ -338,33 +331,11 @@ __global__ void __launch_bounds__(256, moe_min_blocks<F>()) moe_gemm_kernel(moe_
         }
     }
     cp_async_wait_newest<0>();
-    if (ksplit) {
-        /* the second warp row's partial sums through shared memory (the
-         * pipeline's stages are free once every warp is past its last k tile) */
-        float *part = reinterpret_cast<float *>(moe_smem) + wn * 32 + lane; /* value v at part[v * 128] */
-        __syncthreads();
-        if (wm == 1) {
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-#pragma unroll
-                    for (int k = 0; k < 4; k++) part[((i * 4 + j) * 4 + k) * 128] = acc[i][j][k];
-        }
-        __syncthreads();
-        if (wm == 1) return;
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) acc[i][j][k] += part[((i * 4 + j) * 4 + k) * 128];
-    }
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const int m = row0 + i * 16 + g + half * 8;
+            const int m = wm * 32 + i * 16 + g + half * 8;
             if (m >= m_len) continue;
             float *o = a.out + (size_t)rowlist[m] * a.out_stride;
 #pragma unroll
