@@ -470,6 +470,29 @@ static void test_mxfp4_extreme_scales(void) {
     free_matrix(&t);
 }
 
+/* Every MXFP4 weight is a bf16 value: E2M1 has at most two significant bits
+ * and E8M0 is a power of two (subnormal products included). The CUDA
+ * prefill relies on it to multiply MXFP4 weights without a lo part. Every
+ * scale byte but NaN's (one row each), every code (twice per row). */
+static void test_mxfp4_values_are_bf16(void) {
+    test_matrix t;
+    make_mxfp4_matrix(&t, 255, 32);
+    unsigned char *d = (unsigned char *)t.m.data, *s = (unsigned char *)t.m.scales;
+    for (int r = 0; r < 255; r++) {
+        s[r] = (unsigned char)r;
+        for (int b = 0; b < 16; b++) d[r * 16 + b] = (unsigned char)((2 * b) % 16 | ((2 * b + 1) % 16) << 4);
+    }
+    int inexact = 0, checked = 0;
+    for (int r = 0; r < 255; r++)
+        for (int c = 0; c < 32; c++) {
+            const float v = g4_matrix_get(&t.m, r, c), rounded = g4_round_bf16(v);
+            inexact += memcmp(&v, &rounded, sizeof v) != 0;
+            checked++;
+        }
+    CHECK(checked == 255 * 32 && inexact == 0, "mxfp4: %d of %d decoded weights are not bf16 values", inexact, checked);
+    free_matrix(&t);
+}
+
 /* cpu_matmul_precise over more tokens than one work item holds (512 on
  * AVX-512), at every level, against float64 dot products of the same
  * weights. */
@@ -511,6 +534,7 @@ int main(int argc, char **argv) {
     test_float_formats();
     test_mxfp4();
     test_mxfp4_extreme_scales();
+    test_mxfp4_values_are_bf16();
     test_generic_layout();
     test_affine();
     test_affine_other_groups();

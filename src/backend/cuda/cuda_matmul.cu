@@ -830,10 +830,10 @@ template <int BM, bool SPLIT> __host__ __device__ constexpr size_t mma_smem_byte
     return (size_t)2 * (SPLIT ? 2 : 1) * (BM + MMA_BN) * MMA_LDS * sizeof(uint16_t);
 }
 
-/* SPLIT: activations and (unless already bf16) weights as hi + lo bf16
- * parts, three products per step (the lo x lo term is below float32
- * rounding of the sum): about float32 accuracy at three times the
- * tensor-core work. Without SPLIT: one bf16 product. */
+/* SPLIT: activations and (unless exact in bf16: bf16, MXFP4) weights as
+ * hi + lo bf16 parts, three products per step, two for exact weights (the
+ * lo x lo term is below float32 rounding of the sum): about float32 accuracy
+ * at two or three times the tensor-core work. Without SPLIT: one bf16 product. */
 template <int F, int BM, bool SPLIT>
 __global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
     constexpr int PARTS = SPLIT ? 2 : 1;
