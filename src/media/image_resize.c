@@ -39,10 +39,13 @@ static int32_t to_fixed(double w, int precision) {
     return v < 0 ? (int32_t)(-0.5 + v) : (int32_t)(0.5 + v);
 }
 
+/* (also after a failed axis_build, whose caller frees the axis again) */
 static void axis_free(resample_axis *ax) {
     free(ax->first);
     free(ax->count);
     free(ax->weights);
+    ax->first = ax->count = NULL;
+    ax->weights = NULL;
 }
 
 static g4_status axis_build(resample_axis *ax, int in_size, int out_size, g4_image_backend backend) {
