@@ -354,8 +354,9 @@ int cuda_moe_gemm_supported(const g4_matrix *w) {
     case FF_BF16: return w->row_bytes == (size_t)w->cols * 2;
     case FF_AFF4:
     case FF_AFF8:
+        /* (whole groups: each group's sums are scaled at its last k tile) */
         return w->row_bytes == (size_t)w->cols * (size_t)w->bits / 8 && w->group_size > 0 &&
-               w->group_size % MOE_BK == 0 && w->scales != NULL;
+               w->group_size % MOE_BK == 0 && w->cols % w->group_size == 0 && w->scales != NULL;
     case FF_MXFP4: return w->row_bytes == (size_t)w->cols / 2 && w->group_size == 32 && w->scales != NULL;
     }
     return 0;
