@@ -41,8 +41,10 @@ static void load_blas(void) {
         find(lib, "cublasSetStream_v2", (void **)&a.set_stream) &&
         find(lib, "cublasSetWorkspace_v2", (void **)&a.set_workspace) &&
         find(lib, "cublasSetMathMode", (void **)&a.set_math_mode) && find(lib, "cublasGemmEx", (void **)&a.gemm_ex) &&
-        find(lib, "cublasSgemm_v2", (void **)&a.sgemm))
+        find(lib, "cublasSgemm_v2", (void **)&a.sgemm)) {
+        a.gemm_grouped = (decltype(a.gemm_grouped))dlsym(lib, "cublasGemmGroupedBatchedEx");
         blas_api = a;
+    }
 }
 
 const cuda_blas_api *cuda_blas(const char **error) {

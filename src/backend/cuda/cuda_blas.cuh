@@ -17,6 +17,8 @@ struct cuda_blas_api {
                               cudaDataType b_type, int ldb, const void *beta, void *c, cudaDataType c_type, int ldc,
                               cublasComputeType_t compute, cublasGemmAlgo_t algo);
     decltype(&cublasSgemm) sgemm;
+    /* optional (cuBLAS 12.5 on): NULL when the library lacks it */
+    decltype(&cublasGemmGroupedBatchedEx) gemm_grouped;
 };
 
 /* The loaded library's functions (loaded once, thread-safe), or NULL with

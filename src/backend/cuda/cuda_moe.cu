@@ -76,7 +76,8 @@ void cuda_moe_route_experts(g4_backend *be, float *out, const float *x, int n, i
 /* ---- sorting slots by expert (one block) ---- */
 
 __global__ void moe_sort_kernel(const int32_t *ids, int n_slots, int n_experts, int bm, int32_t *sorted,
-                                int32_t *tile_expert, int32_t *tile_start, int32_t *tile_len, int32_t *n_tiles) {
+                                int32_t *tile_expert, int32_t *tile_start, int32_t *tile_len, int32_t *n_tiles,
+                                int32_t *expert_count) {
     extern __shared__ int sh[];
     int *count = sh, *offset = sh + n_experts, *cursor = sh + 2 * n_experts;
     for (int e = threadIdx.x; e < n_experts; e += blockDim.x) count[e] = cursor[e] = 0;
@@ -90,6 +91,7 @@ __global__ void moe_sort_kernel(const int32_t *ids, int n_slots, int n_experts, 
         int off = 0, tiles = 0;
         for (int e = 0; e < n_experts; e++) {
             offset[e] = off;
+            expert_count[e] = count[e];
             for (int r = 0; r < count[e]; r += bm) {
                 tile_expert[tiles] = e;
                 tile_start[tiles] = off + r;
@@ -139,13 +141,15 @@ static g4_matrix one_expert_shape(const g4_expert_matrix *e) {
 /* Grouped slots for the mma kernel; NULL when shapes do not allow it. */
 static int moe_groups(cuda_ctx *c, const int32_t *ids, int n_slots, int n_experts, cuda_groups *g) {
     const int max_tiles = (n_slots + CUDA_MMA_GROUP_BM - 1) / CUDA_MMA_GROUP_BM + n_experts;
-    int32_t *buf = (int32_t *)cuda_scratch(c, SCRATCH_MOE_SORT, ((size_t)n_slots + 3 * (size_t)max_tiles + 1) * 4);
+    int32_t *buf = (int32_t *)cuda_scratch(c, SCRATCH_MOE_SORT,
+                                           ((size_t)n_slots + 3 * (size_t)max_tiles + 1 + (size_t)n_experts) * 4);
     if (!buf) return 0;
     g->sorted = buf;
     g->tile_expert = buf + n_slots;
     g->tile_start = buf + n_slots + max_tiles;
     g->tile_len = buf + n_slots + 2 * max_tiles;
     g->n_tiles = buf + n_slots + 3 * max_tiles;
+    g->expert_count = buf + n_slots + 3 * max_tiles + 1;
     g->max_tiles = max_tiles;
     const size_t smem = 3 * (size_t)n_experts * sizeof(int);
     if (smem > 48 * 1024) {
@@ -154,7 +158,8 @@ static int moe_groups(cuda_ctx *c, const int32_t *ids, int n_slots, int n_expert
     }
     moe_sort_kernel<<<1, 1024, smem, c->stream>>>(ids, n_slots, n_experts, CUDA_MMA_GROUP_BM, buf,
                                                   (int32_t *)g->tile_expert, (int32_t *)g->tile_start,
-                                                  (int32_t *)g->tile_len, (int32_t *)g->n_tiles);
+                                                  (int32_t *)g->tile_len, (int32_t *)g->n_tiles,
+                                                  (int32_t *)g->expert_count);
     return cuda_launched(c, "moe_sort");
 }
 
@@ -180,7 +185,11 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
                         cuda_mma_supported(&wd, g, (size_t)width) && moe_groups(c, ids, n_slots, E, &groups);
     const int pipelined = grouped && c->moe_pipe && cuda_moe_gemm_supported(&wg) && cuda_moe_gemm_supported(&wu) &&
                           cuda_moe_gemm_supported(&wd);
-    if (pipelined) {
+    if (grouped && c->moe_cublas &&
+        cuda_moe_experts_cublas(c, g, u, y, x, n, k, E, &wg, &wu, &wd, gate->expert_stride, gate->row_offset,
+                                up->expert_stride, up->row_offset, down->expert_stride, down->row_offset, &groups)) {
+        /* (done: g, u and y as the kernels below leave them) */
+    } else if (pipelined) {
         /* the activations split once per product's input */
         const int parts = c->prefill_split ? 2 : 1;
         const size_t nx = (size_t)n * d_in, ng = (size_t)n_slots * width;
