@@ -4,7 +4,9 @@
  * E experts over slots sorted by expert (out_e = X_e W_e^T, bf16 operands,
  * float32 results, as cuda_matmul's gemm_bf16):
  *   loop     one cublasGemmEx per expert (m = weight rows, n = its slots)
- *   grouped  cublasGemmGroupedBatchedEx, one group per expert
+ *   grouped  cublasGemmGroupedBatchedEx, one group per expert (cuBLAS 13
+ *            refuses it with float32 output: status 15, NOT_SUPPORTED)
+ *   grouped, bf16 out  the same with bf16 results (not float32-accurate)
  *   padded   cublasGemmStridedBatchedEx with every expert padded to the
  *            largest expert's slot count
  *   dense    one GEMM of all slots against a single expert's weights: the
@@ -29,6 +31,12 @@
             printf("%s: cuBLAS status %d\n", #x, (int)s_);                                                         \
             return 1;                                                                                              \
         }                                                                                                          \
+    } while (0)
+/* in the timed loop: a variant cuBLAS refuses is reported and skipped */
+#define VARIANT_CHECK(x)                                                                                           \
+    do {                                                                                                           \
+        cublasStatus_t s_ = (x);                                                                                   \
+        if (s_ != CUBLAS_STATUS_SUCCESS) failed = (int)s_;                                                         \
     } while (0)
 
 __global__ void fill(__nv_bfloat16 *p, size_t n, float scale) {
@@ -115,31 +123,46 @@ int main() {
                 CHECK(cudaMemcpy(dA, A.data(), groups * sizeof(void *), cudaMemcpyHostToDevice));
                 CHECK(cudaMemcpy(dB, B.data(), groups * sizeof(void *), cudaMemcpyHostToDevice));
                 CHECK(cudaMemcpy(dC, C.data(), groups * sizeof(void *), cudaMemcpyHostToDevice));
+                /* the same problems writing bf16 (cuBLAS's grouped GEMM takes bf16 inputs only with bf16 output) */
+                __nv_bfloat16 *outbf;
+                void **dCbf;
+                CHECK(cudaMalloc(&outbf, (size_t)slots * N * 2));
+                CHECK(cudaMalloc(&dCbf, groups * sizeof(void *)));
+                std::vector<void *> Cbf;
+                for (void *c : C) Cbf.push_back(outbf + ((float *)c - out));
+                CHECK(cudaMemcpy(dCbf, Cbf.data(), groups * sizeof(void *), cudaMemcpyHostToDevice));
                 const float one = 1.0f, zero = 0.0f;
-                double us[4];
-                for (int variant = 0; variant < 4; variant++) {
+                double us[5];
+                for (int variant = 0; variant < 5; variant++) {
                     std::vector<float> times;
-                    for (int it = 0; it < 23; it++) {
+                    int failed = 0;
+                    for (int it = 0; it < 23 && !failed; it++) {
                         CHECK(cudaEventRecord(e0));
                         if (variant == 0) {
                             for (int g = 0; g < groups; g++)
-                                BLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, n_arr[g], K, &one, A[g], CUDA_R_16BF,
+                                VARIANT_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, n_arr[g], K, &one, A[g], CUDA_R_16BF,
                                                         K, B[g], CUDA_R_16BF, K, &zero, C[g], CUDA_R_32F, N,
                                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
                         } else if (variant == 1) {
-                            BLAS_CHECK(cublasGemmGroupedBatchedEx(h, ta.data(), tb.data(), m_arr.data(), n_arr.data(),
+                            VARIANT_CHECK(cublasGemmGroupedBatchedEx(h, ta.data(), tb.data(), m_arr.data(), n_arr.data(),
                                                                   k_arr.data(), alpha.data(), dA, CUDA_R_16BF, lda.data(),
                                                                   dB, CUDA_R_16BF, ldb.data(), beta.data(), dC,
                                                                   CUDA_R_32F, ldc.data(), groups, gsize.data(),
                                                                   CUBLAS_COMPUTE_32F));
                         } else if (variant == 2) {
-                            BLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, most, K, &one, w,
+                            VARIANT_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, most, K, &one, w,
                                                                   CUDA_R_16BF, K, (long long)N * K, xpad, CUDA_R_16BF, K,
                                                                   (long long)most * K, &zero, outpad, CUDA_R_32F, N,
                                                                   (long long)most * N, E, CUBLAS_COMPUTE_32F,
                                                                   CUBLAS_GEMM_DEFAULT));
+                        } else if (variant == 4) {
+                            VARIANT_CHECK(cublasGemmGroupedBatchedEx(h, ta.data(), tb.data(), m_arr.data(), n_arr.data(),
+                                                                     k_arr.data(), alpha.data(), dA, CUDA_R_16BF, lda.data(),
+                                                                     dB, CUDA_R_16BF, ldb.data(), beta.data(), dCbf,
+                                                                     CUDA_R_16BF, ldc.data(), groups, gsize.data(),
+                                                                     CUBLAS_COMPUTE_32F));
                         } else {
-                            BLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, slots, K, &one, w, CUDA_R_16BF, K, x,
+                            VARIANT_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, slots, K, &one, w, CUDA_R_16BF, K, x,
                                                     CUDA_R_16BF, K, &zero, out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                                     CUBLAS_GEMM_DEFAULT));
                         }
@@ -149,13 +172,14 @@ int main() {
                         CHECK(cudaEventElapsedTime(&ms, e0, e1));
                         if (it >= 3) times.push_back(ms * 1000.0f);
                     }
-                    us[variant] = median(times);
+                    us[variant] = failed ? -1.0 : median(times);
+                    if (failed) printf("  (variant %d: cuBLAS status %d)\n", variant, failed);
                 }
                 const double flop = 2.0 * slots * (double)N * K;
                 printf("%s parts %d %-20s slots %5d, most %4d | loop %8.1f (%5.0f) | grouped %8.1f (%5.0f) | padded %8.1f "
-                       "(%5.0f) | dense %8.1f (%5.0f)\n",
+                       "(%5.0f) | dense %8.1f (%5.0f) | grouped, bf16 out %8.1f (%5.0f)\n",
                        skewed ? "skewed " : "uniform", parts, p.name, slots, most, us[0], flop / us[0] / 1e6, us[1],
-                       flop / us[1] / 1e6, us[2], flop / us[2] / 1e6, us[3], flop / us[3] / 1e6);
+                       flop / us[1] / 1e6, us[2], flop / us[2] / 1e6, us[3], flop / us[3] / 1e6, us[4], flop / us[4] / 1e6);
                 CHECK(cudaFree(w));
                 CHECK(cudaFree(x));
                 CHECK(cudaFree(xpad));
@@ -164,6 +188,8 @@ int main() {
                 CHECK(cudaFree(dA));
                 CHECK(cudaFree(dB));
                 CHECK(cudaFree(dC));
+                CHECK(cudaFree(dCbf));
+                CHECK(cudaFree(outbf));
             }
     return 0;
 }

@@ -1432,18 +1432,28 @@ static void test_moe_experts(void) {
     check_moe(gpu, "HF f32", 1, G4_WEIGHT_F32, 0, 0, 12, 96, 130, 8, ns, 3, TOL_SPLIT);
     /* fixture-like odd widths: the generic per-slot path at every size */
     check_moe(gpu, "HF odd", 1, G4_WEIGHT_BF16, 0, 0, 8, 24, 72, 2, ns, 5, TOL_SPLIT);
-    /* bf16 experts' prefill through cuBLAS's grouped GEMM (G4_CUDA_MOE_CUBLAS=1),
-     * float32-accurate and with plain bf16 products */
-    g4_backend *blas = knob_backend("G4_CUDA_MOE_CUBLAS", "1");
-    if (blas) {
+    /* bf16 experts' prefill through cuBLAS's batched GEMM (cuda_moe_cublas.cu;
+     * by default from 64 tokens on, so the 150-token cases above took it):
+     * here from one token on, so at 40 too, with gate and up in one stacked
+     * tensor (HF) and apart (MLX layout); moe_random_ids sends every fifth
+     * token to experts 0..k-1, so the experts fall in several buckets. And
+     * the grouped kernel with cuBLAS off. (The plain-bf16 mode's case is in
+     * test_fast_prefill.) */
+    g4_backend *blas = knob_backend("G4_CUDA_MOE_CUBLAS", "1"), *own = knob_backend("G4_CUDA_MOE_CUBLAS", "0");
+    if (blas && own) {
         const int prefill_ns[] = {40, 150};
         gpu->ops->synchronize(gpu);
         check_moe(blas, "HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
         check_moe(blas, "HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3, prefill_ns, 2, TOL_SPLIT);
+        check_moe(blas, "MLX-layout cuBLAS", 0, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3, prefill_ns, 2, TOL_SPLIT);
         CHECK(g4_cuda_status(blas) == G4_OK, "no CUDA failure recorded with G4_CUDA_MOE_CUBLAS=1: %s",
               g4_error_message());
-        g4_backend_destroy(blas);
+        check_moe(own, "HF G4_CUDA_MOE_CUBLAS=0", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
+        CHECK(g4_cuda_status(own) == G4_OK, "no CUDA failure recorded with G4_CUDA_MOE_CUBLAS=0: %s",
+              g4_error_message());
     }
+    if (blas) g4_backend_destroy(blas);
+    if (own) g4_backend_destroy(own);
     /* the experts' prefill through the general grouped kernel too (the
      * default is the pipelined one) */
     g4_backend *unpiped = knob_backend("G4_CUDA_MOE_PIPE", "0");
@@ -1967,8 +1977,9 @@ static void moe_speed(double bw) {
         int bits, group;
     } formats[] = {{G4_WEIGHT_BF16, 0, 0}, {G4_WEIGHT_AFFINE, 4, 64}, {G4_WEIGHT_AFFINE, 8, 64}, {G4_WEIGHT_MXFP4, 4, 32}};
     const int E = 128, width = 704, d = 2816, k = 8;
-    /* the experts' prefill through the general grouped kernel, for comparison */
-    g4_backend *unpiped = knob_backend("G4_CUDA_MOE_PIPE", "0"), *blas = knob_backend("G4_CUDA_MOE_CUBLAS", "1");
+    /* the experts' prefill through the general grouped kernel and, for bf16
+     * experts, our pipelined kernel (cuBLAS off), for comparison */
+    g4_backend *unpiped = knob_backend("G4_CUDA_MOE_PIPE", "0"), *own = knob_backend("G4_CUDA_MOE_CUBLAS", "0");
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         moe_weights m;
         const int hf = formats[f].f == G4_WEIGHT_BF16;
@@ -1991,11 +2002,11 @@ static void moe_speed(double bw) {
                    ", %.1f TFLOP/s\n",
                    m.dm.name, E, k, width, d, n, s * 1e6, bytes / s / 1e9, distinct, 100 * bytes / s / 1e9 / bw,
                    flops / s / 1e12);
-            if (n == 512 && hf && blas) {
+            if (n == 512 && hf && own) {
                 gpu->ops->synchronize(gpu);
-                a.be = blas;
-                const double s1 = time_op(blas, run_moe, &a, 10);
-                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, G4_CUDA_MOE_CUBLAS=1\n",
+                a.be = own;
+                const double s1 = time_op(own, run_moe, &a, 10);
+                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, G4_CUDA_MOE_CUBLAS=0\n",
                        m.dm.name, E, k, width, d, n, s1 * 1e6, bytes / s1 / 1e9, flops / s1 / 1e12);
                 a.be = gpu;
             }
@@ -2012,7 +2023,7 @@ static void moe_speed(double bw) {
         moe_weights_free(&m);
     }
     if (unpiped) g4_backend_destroy(unpiped);
-    if (blas) g4_backend_destroy(blas);
+    if (own) g4_backend_destroy(own);
 }
 
 /* The one-token 4-bit tensor-core GEMVs at the 31B's q|k|v, gate, o, down

@@ -446,7 +446,7 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     const char *moe_pipe = getenv("G4_CUDA_MOE_PIPE");
     c->moe_pipe = !(moe_pipe && !strcmp(moe_pipe, "0"));
     const char *moe_cublas = getenv("G4_CUDA_MOE_CUBLAS");
-    c->moe_cublas = moe_cublas && !strcmp(moe_cublas, "1");
+    c->moe_cublas = moe_cublas ? atoi(moe_cublas) : 64;
     const char *decode_t = getenv("G4_CUDA_ATTN_DECODE_T");
     c->attn_decode_t = decode_t && atoi(decode_t) == 32 ? 32 : 16;
     const char *dynamic = getenv("G4_CUDA_ATTN_DYNAMIC");

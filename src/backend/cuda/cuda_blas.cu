@@ -42,7 +42,7 @@ static void load_blas(void) {
         find(lib, "cublasSetWorkspace_v2", (void **)&a.set_workspace) &&
         find(lib, "cublasSetMathMode", (void **)&a.set_math_mode) && find(lib, "cublasGemmEx", (void **)&a.gemm_ex) &&
         find(lib, "cublasSgemm_v2", (void **)&a.sgemm)) {
-        a.gemm_grouped = (decltype(a.gemm_grouped))dlsym(lib, "cublasGemmGroupedBatchedEx");
+        a.gemm_batched = (decltype(a.gemm_batched))dlsym(lib, "cublasGemmBatchedEx");
         blas_api = a;
     }
 }

@@ -17,8 +17,12 @@ struct cuda_blas_api {
                               cudaDataType b_type, int ldb, const void *beta, void *c, cudaDataType c_type, int ldc,
                               cublasComputeType_t compute, cublasGemmAlgo_t algo);
     decltype(&cublasSgemm) sgemm;
-    /* optional (cuBLAS 12.5 on): NULL when the library lacks it */
-    decltype(&cublasGemmGroupedBatchedEx) gemm_grouped;
+    /* the C entry point, as for gemm_ex; optional: NULL when the library lacks it */
+    cublasStatus_t (*gemm_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int m, int n, int k,
+                                   const void *alpha, const void *const a[], cudaDataType a_type, int lda,
+                                   const void *const b[], cudaDataType b_type, int ldb, const void *beta,
+                                   void *const c[], cudaDataType c_type, int ldc, int batch_count,
+                                   cublasComputeType_t compute, cublasGemmAlgo_t algo);
 };
 
 /* The loaded library's functions (loaded once, thread-safe), or NULL with

@@ -34,7 +34,7 @@ enum cuda_scratch_slot {
     SCRATCH_MOE_UP,
     SCRATCH_MOE_DOWN,
     SCRATCH_MOE_SORT,
-    SCRATCH_MOE_GROUPED, /* cuBLAS grouped experts: their products' rows, hi and lo apart, and pointer arrays */
+    SCRATCH_MOE_GROUPED, /* experts by cuBLAS: gathered rows, product rows, offsets and pointer arrays */
     SCRATCH_GEMV_FRAGS,   /* activations as fp16 mma fragments (cuda_gemv_tc.cu) */
     SCRATCH_GEMV_PARTIAL, /* its partial sums when a row's columns are split over blocks */
     SCRATCH_GATED,        /* matmul_gated's gate and up sums when they are not paired in the GEMV */
@@ -104,7 +104,7 @@ struct cuda_ctx {
     int pdl;
     int attn_min_split; /* G4_CUDA_ATTN_MIN_SPLIT: shortest key piece of split decode attention (0: one tile) */
     int moe_pipe;       /* experts' prefill by the pipelined grouped kernel (1, default; G4_CUDA_MOE_PIPE=0: mma_gemm_kernel) */
-    int moe_cublas;     /* bf16 experts' prefill by cuBLAS's grouped GEMM (G4_CUDA_MOE_CUBLAS=1; 0, default) */
+    int moe_cublas;     /* bf16 experts' prefill by cuBLAS from this many tokens on (G4_CUDA_MOE_CUBLAS, default 64; 0: never) */
     int attn_decode_t;  /* K/V positions per staged tile in decode attention: 16 (default) or 32 (G4_CUDA_ATTN_DECODE_T) */
     int attn_dynamic;   /* decode pieces sized from each token's span (1, default) or the capacity (G4_CUDA_ATTN_DYNAMIC=0) */
     int attn_tc; /* prefill-like attention on tensor cores (cuda_attention_tc.cu): 1 (default), 32/64 rows per block, 0 off (G4_CUDA_ATTN_TC) */
@@ -310,11 +310,11 @@ int cuda_split_bf16(cuda_ctx *c, __nv_bfloat16 *hi, __nv_bfloat16 *lo, const flo
  * one product), pipelined (cuda_moe_gemm.cu); supported: whether w's
  * format, shape and alignment suit it. */
 int cuda_moe_gemm_supported(const g4_matrix *w);
-/* The bf16 experts' products of cuda_moe_experts by cuBLAS's grouped GEMM
+/* The bf16 experts' products of cuda_moe_experts by cuBLAS's batched GEMM
  * (cuda_moe_cublas.cu): g = gelu(gate) * up and y = down(g) per slot.
  * Returns 0, having launched nothing, where it does not apply (other
- * formats, no grouped GEMM in the library, a stream being captured). */
-int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *u, float *y, const float *x, int n, int k, int n_experts,
+ * formats, fewer tokens than c->moe_cublas, a stream being captured). */
+int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int n, int k, int n_experts,
                             const g4_matrix *wg, const g4_matrix *wu, const g4_matrix *wd, int64_t gate_stride,
                             int64_t gate_offset, int64_t up_stride, int64_t up_offset, int64_t down_stride,
                             int64_t down_offset, const cuda_groups *groups);

@@ -1,203 +1,268 @@
-/* The MoE experts' prefill products through cuBLAS's grouped GEMM, for
- * bf16 experts (G4_CUDA_MOE_CUBLAS=1).
+/* The MoE experts' prefill products through cuBLAS, for bf16 experts
+ * (G4_CUDA_MOE_CUBLAS: from how many tokens on; 0 turns it off).
  *
  * Why: at 512 tokens the 26B-A4B's 128 experts get ~32 slots each, and our
  * grouped kernel (cuda_moe_gemm.cu) multiplies them at ~50 TFLOP/s of useful
- * work where cuBLAS runs a plain product at ~650. Here one grouped call per
- * projection does every expert's product with the operands swapped: M =
- * the expert's weight rows, N = its slots, K = the input width.
+ * work; cuBLAS's batched GEMM, every expert padded to the same slot count,
+ * reached ~220 (bench/moe_cublas_bench.cu). Its grouped GEMM, which would
+ * need no padding, refuses float32 results for bf16 operands.
  *
- * Each expert's activation rows are gathered in slot order (the order
- * cuda_moe's sorter gives: expert 0's slots, then 1's, ...) and split into
- * bf16 hi and lo on the way, an expert's hi rows then its lo rows, so that
- * one product per expert covers both parts (N = 2 x its slots). The
+ * The products run with the operands swapped: M = the expert's weight rows,
+ * N = its slots, K = the input width. Each expert's activation rows are
+ * gathered (in the order cuda_moe's sorter gives: expert 0's slots, then
+ * 1's, ...) and split into bf16 hi and lo on the way, its hi rows then its
+ * lo rows, so that one product covers both parts (N = 2 x its slots); the
  * float32 results of the two parts are added as they are written back in
  * slot order: the same sums as cuda_matmul's two products.
  *
- * cuBLAS takes the group sizes on the host: the experts' slot counts come
- * back once per call (a stream synchronisation), so this path never runs
- * inside a graph capture. The pointer arrays are built on the device. */
+ * Experts are padded to a few column counts ("buckets", pad_columns), zero
+ * rows after their own, and each bucket is one cublasGemmBatchedEx call:
+ * skewed routing then costs a few more calls instead of padding every
+ * expert to the busiest one's count.
+ *
+ * cuBLAS takes the shapes on the host: the experts' slot counts come back
+ * once per call (a stream synchronisation), so this path never runs inside a
+ * graph capture. The pointer arrays and offsets go to the device in one
+ * copy. */
+#include <algorithm>
 #include <vector>
 
 #include "backend/cuda/cuda_formats.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 
-/* the expert holding sorted row i: the last e with offset[e] <= i */
-__device__ __forceinline__ int expert_of_row(const int32_t *offset, int n_experts, int i) {
+/* the expert holding row i of a list where expert e starts at start[e]:
+ * the last e with start[e] <= i */
+__device__ __forceinline__ int expert_of_row(const int32_t *start, int n_experts, int i) {
     int lo = 0, hi = n_experts - 1;
     while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
-        if (offset[mid] <= i) lo = mid;
+        if (start[mid] <= i) lo = mid;
         else hi = mid - 1;
     }
     return lo;
 }
 
-/* Row i of the sorted slots (one block per row): its source row
- * src[sorted[i] / src_div] as bf16 hi at dst row 2 offset[e] + j and, with
- * parts 2, lo at dst row 2 offset[e] + count[e] + j (j = i - offset[e]). */
+/* Padded row p (one block per row) of expert e (its rows start at
+ * padded[e]): j = p - padded[e]; rows j < count[e] hold the hi part of
+ * source row src[sorted[offset[e] + j] / src_div], the next count[e] rows
+ * (parts 2) its lo part, the rest zeros. */
 __global__ void moe_gather_split_kernel(__nv_bfloat16 *dst, const float *src, int src_div, const int32_t *sorted,
-                                        const int32_t *offset, const int32_t *count, int n_experts, int K, int parts) {
-    const int i = blockIdx.x;
-    const int e = expert_of_row(offset, n_experts, i);
-    const int j = i - offset[e];
-    const float *s = src + (size_t)(sorted[i] / src_div) * K;
-    __nv_bfloat16 *hi = dst + ((size_t)parts * offset[e] + j) * K;
-    __nv_bfloat16 *lo = hi + (size_t)count[e] * K;
-    for (int c = threadIdx.x; c < K; c += blockDim.x) {
-        const float v = s[c];
+                                        const int32_t *offset, const int32_t *padded, const int32_t *count,
+                                        int n_experts, int K, int parts) {
+    const int p = blockIdx.x;
+    const int e = expert_of_row(padded, n_experts, p);
+    const int j = p - padded[e], c = count[e];
+    __nv_bfloat16 *d = dst + (size_t)p * K;
+    const int part = j < c ? 0 : j < parts * c ? 1 : -1;
+    if (part < 0) {
+        for (int i = threadIdx.x; i < K; i += blockDim.x) d[i] = __float2bfloat16_rn(0.0f);
+        return;
+    }
+    const float *s = src + (size_t)(sorted[offset[e] + j - part * c] / src_div) * K;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+        const float v = s[i];
         const __nv_bfloat16 h = __float2bfloat16_rn(v);
-        hi[c] = h;
-        if (parts > 1) lo[c] = __float2bfloat16_rn(v - __bfloat162float(h));
+        d[i] = part == 0 ? h : __float2bfloat16_rn(v - __bfloat162float(h));
     }
 }
 
-/* out[sorted[i]][:] = the hi row's sums + the lo row's (as gathered above) */
-__global__ void moe_scatter_sum_kernel(float *out, const float *rows, const int32_t *sorted, const int32_t *offset,
-                                       const int32_t *count, int n_experts, int N, int parts) {
+/* Sorted row i (one block per row), expert e's j-th slot: its hi product
+ * row is padded[e] + j, its lo row count[e] further (parts 2). With
+ * gelu_width 0: out[sorted[i]][:N] = hi + lo. With gelu_width W (the gate's
+ * and up's sums side by side, N = 2 W): out[sorted[i]][:W] =
+ * gelu(gate) * up, each summed from its two parts first. */
+__global__ void moe_scatter_sum_kernel(float *out, const float *rows, int N, const int32_t *sorted,
+                                       const int32_t *offset, const int32_t *padded, const int32_t *count,
+                                       int n_experts, int parts, int gelu_width) {
     const int i = blockIdx.x;
     const int e = expert_of_row(offset, n_experts, i);
     const int j = i - offset[e];
-    const float *hi = rows + ((size_t)parts * offset[e] + j) * N;
+    const float *hi = rows + (size_t)(padded[e] + j) * N;
     const float *lo = hi + (size_t)count[e] * N;
+    if (gelu_width > 0) {
+        float *o = out + (size_t)sorted[i] * gelu_width;
+        for (int c = threadIdx.x; c < gelu_width; c += blockDim.x) {
+            const float gate = parts > 1 ? hi[c] + lo[c] : hi[c];
+            const float up = parts > 1 ? hi[gelu_width + c] + lo[gelu_width + c] : hi[gelu_width + c];
+            o[c] = __fmul_rn(gelu_tanh(gate), up);
+        }
+        return;
+    }
     float *o = out + (size_t)sorted[i] * N;
     for (int c = threadIdx.x; c < N; c += blockDim.x) o[c] = parts > 1 ? hi[c] + lo[c] : hi[c];
 }
 
-/* (one thread) each expert's first sorted row: offset[e] = count[0] + ... + count[e - 1] */
-__global__ void moe_offsets_kernel(const int32_t *count, int n_experts, int32_t *offset) {
-    int off = 0;
-    for (int e = 0; e < n_experts; e++) offset[e] = off, off += count[e];
+/* columns an expert with `cols` product columns is padded to: multiples of
+ * 16 up to 128, then coarser (a bucket is one batched call) */
+static int pad_columns(int cols) {
+    const int step = cols <= 128 ? 16 : cols <= 512 ? 64 : 256;
+    return (cols + step - 1) / step * step;
 }
 
-/* (one thread) the grouped call's pointer arrays, for the experts with
- * slots in expert order (as the host lists their sizes) */
-__global__ void moe_grouped_pointers_kernel(const int32_t *count, const int32_t *offset, int n_experts, int parts,
-                                            const uint8_t *w, size_t row_bytes, int64_t stride, int64_t row_offset,
-                                            const __nv_bfloat16 *xs, int K, float *rows, int N, const void **a,
-                                            const void **b, void **c) {
-    int j = 0;
-    for (int e = 0; e < n_experts; e++) {
-        if (count[e] == 0) continue;
-        a[j] = w + (size_t)((int64_t)e * stride + row_offset) * row_bytes;
-        b[j] = xs + (size_t)parts * offset[e] * K;
-        c[j] = rows + (size_t)parts * offset[e] * N;
-        j++;
-    }
-}
-
-/* What one call needs on the host and the device. */
-struct grouped_plan {
-    int n_experts, parts, groups;
-    std::vector<int> count; /* per expert */
-    const int32_t *d_count, *d_offset;
-    const void **d_a, **d_b;
-    void **d_c;
+/* What one call of cuda_moe_experts_cublas works from. */
+struct moe_cublas_plan {
+    int n_experts, parts;
+    std::vector<int> count;        /* slots per expert */
+    std::vector<int> order;        /* experts with slots, by padded column count */
+    std::vector<int32_t> offset;   /* first sorted row of each expert */
+    std::vector<int32_t> padded;   /* first padded row of each expert */
+    int total, padded_total;       /* sorted rows, padded rows */
+    const int32_t *d_offset, *d_padded;
+    const void **d_ptr; /* per product: the order's A, B and C pointers, len(order) each */
 };
 
-/* rows[2 offset[e] + r][:] = W_e x_e for every expert with slots: one grouped
- * cuBLAS call; xs holds the gathered rows (K wide), W_e = rows [e stride +
- * row_offset, + N) of w. */
-static int grouped_product(cuda_ctx *c, const grouped_plan &p, float *rows, const __nv_bfloat16 *xs, const g4_matrix *w,
-                           int64_t N, int64_t stride, int64_t row_offset) {
-    const int K = (int)w->cols, lda = (int)(w->row_bytes / 2);
-    std::vector<cublasOperation_t> ta, tb;
-    std::vector<int> m, n, k, ld_a, ld_b, ld_c, size;
-    std::vector<float> alpha, beta;
-    for (int e = 0; e < p.n_experts; e++) {
-        if (p.count[e] == 0) continue;
-        ta.push_back(CUBLAS_OP_T), tb.push_back(CUBLAS_OP_N);
-        m.push_back((int)N), n.push_back(p.parts * p.count[e]), k.push_back(K);
-        ld_a.push_back(lda), ld_b.push_back(K), ld_c.push_back((int)N), size.push_back(1);
-        alpha.push_back(1.0f), beta.push_back(0.0f);
+/* W_e xs_e for every expert with slots (W_e: M weight rows from the
+ * product's A pointer), into its rows of the product buffer (row stride
+ * ld_rows): one batched call per bucket; the product's pointers (A, B, C,
+ * as product_pointers lists them) sit at d_ptr + 3 n slot. */
+static int bucketed_product(cuda_ctx *c, const moe_cublas_plan &p, int slot, int ld_rows, const g4_matrix *w,
+                            int64_t M) {
+    const int K = (int)w->cols, lda = (int)(w->row_bytes / 2), n = (int)p.order.size();
+    const void **a = p.d_ptr + (size_t)3 * n * slot, **b = a + n;
+    void **cc = (void **)(a + 2 * n);
+    const float one = 1.0f, zero = 0.0f;
+    for (int i = 0; i < n;) {
+        const int cols = pad_columns(p.parts * p.count[p.order[i]]);
+        int j = i;
+        while (j < n && pad_columns(p.parts * p.count[p.order[j]]) == cols) j++;
+        if (!cuda_check_blas(c,
+                             c->blas_api->gemm_batched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, cols, K, &one, a + i,
+                                                       CUDA_R_16BF, lda, b + i, CUDA_R_16BF, K, &zero, cc + i,
+                                                       CUDA_R_32F, ld_rows, j - i, CUBLAS_COMPUTE_32F,
+                                                       CUBLAS_GEMM_DEFAULT),
+                             "cublasGemmBatchedEx"))
+            return 0;
+        i = j;
     }
-    /* the pointers are built on the device (no host-to-device copy, which
-     * from pageable memory would wait for the stream) */
-    moe_grouped_pointers_kernel<<<1, 1, 0, c->stream>>>(p.d_count, p.d_offset, p.n_experts, p.parts,
-                                                       (const uint8_t *)w->data, w->row_bytes, stride, row_offset, xs,
-                                                       K, rows, (int)N, p.d_a, p.d_b, p.d_c);
-    if (!cuda_launched(c, "moe_grouped_pointers")) return 0;
-    return cuda_check_blas(c,
-                           c->blas_api->gemm_grouped(c->blas, ta.data(), tb.data(), m.data(), n.data(), k.data(),
-                                                     alpha.data(), p.d_a, CUDA_R_16BF, ld_a.data(), p.d_b, CUDA_R_16BF,
-                                                     ld_b.data(), beta.data(), p.d_c, CUDA_R_32F, ld_c.data(),
-                                                     (int)m.size(), size.data(), CUBLAS_COMPUTE_32F),
-                           "cublasGemmGroupedBatchedEx");
+    return 1;
 }
 
-int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *u, float *y, const float *x, int n, int k, int n_experts,
+/* the pointers of one product: A (expert e's first weight row), B (its
+ * first gathered row), C (its first product row, from column col0) */
+static void product_pointers(const moe_cublas_plan &p, std::vector<const void *> &ptr, const g4_matrix *w,
+                             int64_t stride, int64_t row_offset, const __nv_bfloat16 *xs, int K, float *rows,
+                             int ld_rows, int col0) {
+    const size_t n = p.order.size(), base = ptr.size();
+    ptr.resize(base + 3 * n);
+    for (size_t i = 0; i < n; i++) {
+        const int e = p.order[i];
+        ptr[base + i] = (const uint8_t *)w->data + (size_t)((int64_t)e * stride + row_offset) * w->row_bytes;
+        ptr[base + n + i] = xs + (size_t)p.padded[e] * K;
+        ptr[base + 2 * n + i] = rows + (size_t)p.padded[e] * ld_rows + col0;
+    }
+}
+
+static size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int n, int k, int n_experts,
                             const g4_matrix *wg, const g4_matrix *wu, const g4_matrix *wd, int64_t gate_stride,
                             int64_t gate_offset, int64_t up_stride, int64_t up_offset, int64_t down_stride,
                             int64_t down_offset, const cuda_groups *groups) {
-    if (!c->blas_api->gemm_grouped) return 0;
+    if (c->moe_cublas <= 0 || n < c->moe_cublas || !c->blas_api->gemm_batched) return 0;
     const g4_matrix *ws[3] = {wg, wu, wd};
     for (const g4_matrix *w : ws)
-        if (fast_format_of(w) != FF_BF16 || w->row_bytes % 2 || w->cols > INT32_MAX || w->rows > INT32_MAX) return 0;
+        if (fast_format_of(w) != FF_BF16 || w->row_bytes % 16 || ((uintptr_t)w->data & 15) || w->cols % 8 ||
+            w->cols > INT32_MAX || w->rows > INT32_MAX / 2)
+            return 0;
     cudaStreamCaptureStatus capture;
     if (cudaStreamIsCapturing(c->stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return 0;
 
     const int n_slots = n * k, parts = c->prefill_split ? 2 : 1;
     const int64_t width = wg->rows, d = wd->rows, d_in = wg->cols;
-    const int64_t widest_in = d_in > width ? d_in : width, widest_out = width > d ? width : d;
-    grouped_plan p;
+    /* gate and up as one product where up's rows follow gate's in one tensor (HF's gate_up_proj) */
+    const int fused = wg->data == wu->data && gate_stride == up_stride && up_offset == gate_offset + width;
+
+    moe_cublas_plan p;
     p.n_experts = n_experts;
     p.parts = parts;
     p.count.resize(n_experts);
-    /* device: gathered rows (bf16), product rows (float32), offsets and the pointer arrays */
-    /* (each region starts 256-byte aligned) */
-    const size_t xs_bytes = ((size_t)parts * n_slots * widest_in * 2 + 255) / 256 * 256;
-    const size_t rows_bytes = ((size_t)parts * n_slots * widest_out * 4 + 255) / 256 * 256;
-    const size_t ptr_bytes = ((size_t)n_experts * sizeof(void *) + 255) / 256 * 256;
-    uint8_t *buf = (uint8_t *)cuda_scratch(c, SCRATCH_MOE_GROUPED, xs_bytes + rows_bytes + 3 * ptr_bytes +
-                                                                        (size_t)n_experts * 4 + 256);
-    if (!buf) return 1; /* (a sticky failure: the forward pass reports it) */
-    __nv_bfloat16 *xs = (__nv_bfloat16 *)buf;
-    float *rows = (float *)(buf + xs_bytes);
-    p.d_a = (const void **)(buf + xs_bytes + rows_bytes);
-    p.d_b = (const void **)(buf + xs_bytes + rows_bytes + ptr_bytes);
-    p.d_c = (void **)(buf + xs_bytes + rows_bytes + 2 * ptr_bytes);
-    int32_t *d_offset = (int32_t *)(buf + xs_bytes + rows_bytes + 3 * ptr_bytes);
-    p.d_count = groups->expert_count;
-    p.d_offset = d_offset;
-
     /* the experts' slot counts, on the host */
     if (!cuda_check(c, cudaMemcpyAsync(p.count.data(), groups->expert_count, (size_t)n_experts * 4,
                                        cudaMemcpyDeviceToHost, c->stream),
                     "expert counts") ||
         !cuda_check(c, cudaStreamSynchronize(c->stream), "expert counts"))
         return 1;
+    p.offset.resize(n_experts);
+    p.padded.resize(n_experts);
+    p.total = p.padded_total = 0;
+    for (int e = 0; e < n_experts; e++) {
+        p.offset[e] = p.total;
+        p.padded[e] = p.padded_total;
+        p.total += p.count[e];
+        if (p.count[e] > 0) {
+            p.padded_total += pad_columns(parts * p.count[e]);
+            p.order.push_back(e);
+        }
+    }
     /* (slots of invalid ids are not sorted: their rows stay unwritten, and
      * the combine skips them) */
-    int total = 0;
-    for (int e = 0; e < n_experts; e++) total += p.count[e];
-    if (total > n_slots) {
-        cuda_fail_op(c, "moe (cuBLAS): %d sorted slots of %d", total, n_slots);
+    if (p.total > n_slots) {
+        cuda_fail_op(c, "moe (cuBLAS): %d sorted slots of %d", p.total, n_slots);
         return 1;
     }
-    if (total == 0) return 1;
-    moe_offsets_kernel<<<1, 1, 0, c->stream>>>(p.d_count, n_experts, d_offset);
-    if (!cuda_launched(c, "moe_offsets")) return 1;
+    if (p.total == 0) return 0;
+    std::stable_sort(p.order.begin(), p.order.end(), [&](int a, int b) {
+        return pad_columns(parts * p.count[a]) < pad_columns(parts * p.count[b]);
+    });
 
-    /* gate and up from the tokens' rows, then g = gelu(gate) * up */
-    moe_gather_split_kernel<<<total, 256, 0, c->stream>>>(xs, x, k, groups->sorted, p.d_offset, p.d_count,
-                                                            n_experts, (int)d_in, parts);
+    /* device: gathered rows (bf16), product rows (float32), offsets, pointers */
+    const int64_t widest_in = d_in > width ? d_in : width, widest_out = 2 * width > d ? 2 * width : d;
+    const size_t n_ptr = 3 * p.order.size() * 3;
+    const size_t xs_bytes = align256((size_t)p.padded_total * widest_in * 2);
+    const size_t rows_bytes = align256((size_t)p.padded_total * widest_out * 4);
+    const size_t idx_bytes = align256((size_t)n_experts * 4);
+    const size_t ptr_bytes = align256(n_ptr * sizeof(void *));
+    uint8_t *buf = (uint8_t *)cuda_scratch(c, SCRATCH_MOE_GROUPED, xs_bytes + rows_bytes + 3 * idx_bytes + ptr_bytes);
+    if (!buf) return 1; /* (a sticky failure: the forward pass reports it) */
+    __nv_bfloat16 *xs = (__nv_bfloat16 *)buf;
+    float *rows = (float *)(buf + xs_bytes);
+    int32_t *d_offset = (int32_t *)(buf + xs_bytes + rows_bytes);
+    int32_t *d_padded = (int32_t *)(buf + xs_bytes + rows_bytes + idx_bytes);
+    int32_t *d_count = (int32_t *)(buf + xs_bytes + rows_bytes + 2 * idx_bytes);
+    p.d_offset = d_offset;
+    p.d_padded = d_padded;
+    p.d_ptr = (const void **)(buf + xs_bytes + rows_bytes + 3 * idx_bytes);
+
+    /* products: 0 gate (or gate|up), 1 up, 2 down; gate's and up's sums side by side in rows */
+    const int ld_gu = (int)(2 * width);
+    std::vector<const void *> ptr;
+    product_pointers(p, ptr, wg, gate_stride, gate_offset, xs, (int)d_in, rows, ld_gu, 0);
+    product_pointers(p, ptr, wu, up_stride, up_offset, xs, (int)d_in, rows, ld_gu, (int)width);
+    product_pointers(p, ptr, wd, down_stride, down_offset, xs, (int)width, rows, (int)d, 0);
+    std::vector<int32_t> idx(3 * (size_t)n_experts);
+    std::copy(p.offset.begin(), p.offset.end(), idx.begin());
+    std::copy(p.padded.begin(), p.padded.end(), idx.begin() + n_experts);
+    std::copy(p.count.begin(), p.count.end(), idx.begin() + 2 * n_experts);
+    /* (pageable: each copy has taken its bytes when it returns) */
+    for (int part = 0; part < 3; part++)
+        if (!cuda_check(c, cudaMemcpyAsync((uint8_t *)d_offset + part * idx_bytes, idx.data() + (size_t)part * n_experts,
+                                           (size_t)n_experts * 4, cudaMemcpyHostToDevice, c->stream),
+                        "moe (cuBLAS) offsets"))
+            return 1;
+    if (!cuda_check(c, cudaMemcpyAsync(p.d_ptr, ptr.data(), n_ptr * sizeof(void *), cudaMemcpyHostToDevice, c->stream),
+                    "moe (cuBLAS) pointers"))
+        return 1;
+
+    /* gate and up from the tokens' rows, then g = gelu(gate) * up per slot */
+    moe_gather_split_kernel<<<p.padded_total, 256, 0, c->stream>>>(xs, x, k, groups->sorted, d_offset, d_padded,
+                                                                   d_count, n_experts, (int)d_in, parts);
     if (!cuda_launched(c, "moe_gather_split")) return 1;
-    if (!grouped_product(c, p, rows, xs, wg, width, gate_stride, gate_offset)) return 1;
-    moe_scatter_sum_kernel<<<total, 256, 0, c->stream>>>(g, rows, groups->sorted, p.d_offset, p.d_count, n_experts,
-                                                           (int)width, parts);
-    if (!cuda_launched(c, "moe_scatter_sum")) return 1;
-    if (!grouped_product(c, p, rows, xs, wu, width, up_stride, up_offset)) return 1;
-    moe_scatter_sum_kernel<<<total, 256, 0, c->stream>>>(u, rows, groups->sorted, p.d_offset, p.d_count, n_experts,
-                                                           (int)width, parts);
-    if (!cuda_launched(c, "moe_scatter_sum")) return 1;
-    cuda_launch_gelu_mul(c, g, g, u, (size_t)n_slots * width);
+    if (fused) {
+        if (!bucketed_product(c, p, 0, ld_gu, wg, 2 * width)) return 1;
+    } else if (!bucketed_product(c, p, 0, ld_gu, wg, width) ||
+               !bucketed_product(c, p, 1, ld_gu, wu, width)) {
+        return 1;
+    }
+    moe_scatter_sum_kernel<<<p.total, 256, 0, c->stream>>>(g, rows, ld_gu, groups->sorted, d_offset, d_padded, d_count,
+                                                           n_experts, parts, (int)width);
+    if (!cuda_launched(c, "moe_scatter_gelu")) return 1;
     /* down from each slot's own row of g */
-    moe_gather_split_kernel<<<total, 256, 0, c->stream>>>(xs, g, 1, groups->sorted, p.d_offset, p.d_count,
-                                                            n_experts, (int)width, parts);
+    moe_gather_split_kernel<<<p.padded_total, 256, 0, c->stream>>>(xs, g, 1, groups->sorted, d_offset, d_padded,
+                                                                   d_count, n_experts, (int)width, parts);
     if (!cuda_launched(c, "moe_gather_split")) return 1;
-    if (!grouped_product(c, p, rows, xs, wd, d, down_stride, down_offset)) return 1;
-    moe_scatter_sum_kernel<<<total, 256, 0, c->stream>>>(y, rows, groups->sorted, p.d_offset, p.d_count, n_experts,
-                                                           (int)d, parts);
+    if (!bucketed_product(c, p, 2, (int)d, wd, d)) return 1;
+    moe_scatter_sum_kernel<<<p.total, 256, 0, c->stream>>>(y, rows, (int)d, groups->sorted, d_offset, d_padded, d_count,
+                                                           n_experts, parts, 0);
     cuda_launched(c, "moe_scatter_sum");
     return 1;
 }
