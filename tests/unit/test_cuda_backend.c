@@ -2463,6 +2463,14 @@ int main(void) {
         g4_backend_destroy(cpu);
         return test_finish();
     }
+    if (getenv("G4_ONLY_MOE")) { /* the experts' cases alone (for compute-sanitizer) */
+        test_moe_experts();
+        test_fast_prefill();
+        CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());
+        g4_backend_destroy(gpu);
+        g4_backend_destroy(cpu);
+        return test_finish();
+    }
     if (getenv("G4_ONLY_SPEED")) { /* for profiling the speed section alone (=gemv4: its one-token 4-bit GEMVs;
                                      =attn: the attention cases; =moe: the experts') */
         if (!strcmp(getenv("G4_ONLY_SPEED"), "gemv4"))

@@ -23,8 +23,9 @@
  * cuBLAS takes the shapes on the host: the experts' slot counts come back
  * once per call (a stream synchronisation), so this path never runs inside a
  * graph capture. The pointer arrays and offsets go to the device in one
- * copy. */
+ * asynchronous copy from pinned memory. */
 #include <algorithm>
+#include <string.h>
 #include <vector>
 
 #include "backend/cuda/cuda_formats.cuh"
@@ -107,7 +108,6 @@ struct moe_cublas_plan {
     std::vector<int32_t> offset;   /* first sorted row of each expert */
     std::vector<int32_t> padded;   /* first padded row of each expert */
     int total, padded_total;       /* sorted rows, padded rows */
-    const int32_t *d_offset, *d_padded;
     const void **d_ptr; /* per product: the order's A, B and C pointers, len(order) each */
 };
 
@@ -176,12 +176,16 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int
     p.n_experts = n_experts;
     p.parts = parts;
     p.count.resize(n_experts);
-    /* the experts' slot counts, on the host */
-    if (!cuda_check(c, cudaMemcpyAsync(p.count.data(), groups->expert_count, (size_t)n_experts * 4,
-                                       cudaMemcpyDeviceToHost, c->stream),
+    /* the experts' slot counts, on the host, through the first pinned
+     * staging buffer (free once its last upload's event has passed) */
+    uint8_t *stage = (uint8_t *)c->pinned[0];
+    if (!cuda_check(c, cudaEventSynchronize(c->pinned_free[0]), "cudaEventSynchronize") ||
+        !cuda_check(c, cudaMemcpyAsync(stage, groups->expert_count, (size_t)n_experts * 4, cudaMemcpyDeviceToHost,
+                                       c->stream),
                     "expert counts") ||
         !cuda_check(c, cudaStreamSynchronize(c->stream), "expert counts"))
         return 1;
+    memcpy(p.count.data(), stage, (size_t)n_experts * 4);
     p.offset.resize(n_experts);
     p.padded.resize(n_experts);
     p.total = p.padded_total = 0;
@@ -219,8 +223,6 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int
     int32_t *d_offset = (int32_t *)(buf + xs_bytes + rows_bytes);
     int32_t *d_padded = (int32_t *)(buf + xs_bytes + rows_bytes + idx_bytes);
     int32_t *d_count = (int32_t *)(buf + xs_bytes + rows_bytes + 2 * idx_bytes);
-    p.d_offset = d_offset;
-    p.d_padded = d_padded;
     p.d_ptr = (const void **)(buf + xs_bytes + rows_bytes + 3 * idx_bytes);
 
     /* products: 0 gate (or gate|up), 1 up, 2 down; gate's and up's sums side by side in rows */
@@ -229,18 +231,20 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int
     product_pointers(p, ptr, wg, gate_stride, gate_offset, xs, (int)d_in, rows, ld_gu, 0);
     product_pointers(p, ptr, wu, up_stride, up_offset, xs, (int)d_in, rows, ld_gu, (int)width);
     product_pointers(p, ptr, wd, down_stride, down_offset, xs, (int)width, rows, (int)d, 0);
-    std::vector<int32_t> idx(3 * (size_t)n_experts);
-    std::copy(p.offset.begin(), p.offset.end(), idx.begin());
-    std::copy(p.padded.begin(), p.padded.end(), idx.begin() + n_experts);
-    std::copy(p.count.begin(), p.count.end(), idx.begin() + 2 * n_experts);
-    /* (pageable: each copy has taken its bytes when it returns) */
-    for (int part = 0; part < 3; part++)
-        if (!cuda_check(c, cudaMemcpyAsync((uint8_t *)d_offset + part * idx_bytes, idx.data() + (size_t)part * n_experts,
-                                           (size_t)n_experts * 4, cudaMemcpyHostToDevice, c->stream),
-                        "moe (cuBLAS) offsets"))
-            return 1;
-    if (!cuda_check(c, cudaMemcpyAsync(p.d_ptr, ptr.data(), n_ptr * sizeof(void *), cudaMemcpyHostToDevice, c->stream),
-                    "moe (cuBLAS) pointers"))
+    /* offsets, padded offsets, counts and pointers: one asynchronous copy
+     * from the staging buffer, laid out as in buf */
+    const size_t plan_bytes = 3 * idx_bytes + ptr_bytes;
+    if (plan_bytes > c->pinned_bytes) {
+        cuda_fail_op(c, "moe (cuBLAS): a plan of %zu bytes", plan_bytes);
+        return 1;
+    }
+    memcpy(stage, p.offset.data(), (size_t)n_experts * 4);
+    memcpy(stage + idx_bytes, p.padded.data(), (size_t)n_experts * 4);
+    memcpy(stage + 2 * idx_bytes, p.count.data(), (size_t)n_experts * 4);
+    memcpy(stage + 3 * idx_bytes, ptr.data(), n_ptr * sizeof(void *));
+    if (!cuda_check(c, cudaMemcpyAsync(d_offset, stage, plan_bytes, cudaMemcpyHostToDevice, c->stream),
+                    "moe (cuBLAS) plan") ||
+        !cuda_check(c, cudaEventRecord(c->pinned_free[0], c->stream), "cudaEventRecord"))
         return 1;
 
     /* gate and up from the tokens' rows, then g = gelu(gate) * up per slot */
