@@ -46,24 +46,31 @@ __device__ __forceinline__ int expert_of_row(const int32_t *start, int n_experts
 /* Padded row p (one block per row) of expert e (its rows start at
  * padded[e]): j = p - padded[e]; rows j < count[e] hold the hi part of
  * source row src[sorted[offset[e] + j] / src_div], the next count[e] rows
- * (parts 2) its lo part, the rest zeros. */
+ * (parts 2) its lo part, the rest zeros. Eight columns per thread and step
+ * (K % 8 == 0). */
 __global__ void moe_gather_split_kernel(__nv_bfloat16 *dst, const float *src, int src_div, const int32_t *sorted,
                                         const int32_t *offset, const int32_t *padded, const int32_t *count,
                                         int n_experts, int K, int parts) {
     const int p = blockIdx.x;
     const int e = expert_of_row(padded, n_experts, p);
     const int j = p - padded[e], c = count[e];
-    __nv_bfloat16 *d = dst + (size_t)p * K;
+    uint4 *d = reinterpret_cast<uint4 *>(dst + (size_t)p * K);
     const int part = j < c ? 0 : j < parts * c ? 1 : -1;
     if (part < 0) {
-        for (int i = threadIdx.x; i < K; i += blockDim.x) d[i] = __float2bfloat16_rn(0.0f);
+        for (int i = threadIdx.x; i < K / 8; i += blockDim.x) d[i] = make_uint4(0, 0, 0, 0);
         return;
     }
-    const float *s = src + (size_t)(sorted[offset[e] + j - part * c] / src_div) * K;
-    for (int i = threadIdx.x; i < K; i += blockDim.x) {
-        const float v = s[i];
-        const __nv_bfloat16 h = __float2bfloat16_rn(v);
-        d[i] = part == 0 ? h : __float2bfloat16_rn(v - __bfloat162float(h));
+    const float4 *s = reinterpret_cast<const float4 *>(src + (size_t)(sorted[offset[e] + j - part * c] / src_div) * K);
+    for (int i = threadIdx.x; i < K / 8; i += blockDim.x) {
+        const float4 a = s[2 * i], b = s[2 * i + 1];
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        uint32_t packed[4];
+        for (int q = 0; q < 4; q++) {
+            uint32_t hi, lo;
+            split_pack(v[2 * q], v[2 * q + 1], hi, lo);
+            packed[q] = part == 0 ? hi : lo;
+        }
+        d[i] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
 }
 
@@ -71,26 +78,36 @@ __global__ void moe_gather_split_kernel(__nv_bfloat16 *dst, const float *src, in
  * row is padded[e] + j, its lo row count[e] further (parts 2). With
  * gelu_width 0: out[sorted[i]][:N] = hi + lo. With gelu_width W (the gate's
  * and up's sums side by side, N = 2 W): out[sorted[i]][:W] =
- * gelu(gate) * up, each summed from its two parts first. */
+ * gelu(gate) * up, each summed from its two parts first. Four columns per
+ * thread and step (N and W multiples of 4). */
 __global__ void moe_scatter_sum_kernel(float *out, const float *rows, int N, const int32_t *sorted,
                                        const int32_t *offset, const int32_t *padded, const int32_t *count,
                                        int n_experts, int parts, int gelu_width) {
     const int i = blockIdx.x;
     const int e = expert_of_row(offset, n_experts, i);
     const int j = i - offset[e];
-    const float *hi = rows + (size_t)(padded[e] + j) * N;
-    const float *lo = hi + (size_t)count[e] * N;
+    const float4 *hi = reinterpret_cast<const float4 *>(rows + (size_t)(padded[e] + j) * N);
+    const float4 *lo = reinterpret_cast<const float4 *>(rows + (size_t)(padded[e] + count[e] + j) * N);
+    auto sum = [&](int q) {
+        float4 v = hi[q];
+        if (parts > 1) {
+            const float4 l = lo[q];
+            v.x += l.x, v.y += l.y, v.z += l.z, v.w += l.w;
+        }
+        return v;
+    };
     if (gelu_width > 0) {
-        float *o = out + (size_t)sorted[i] * gelu_width;
-        for (int c = threadIdx.x; c < gelu_width; c += blockDim.x) {
-            const float gate = parts > 1 ? hi[c] + lo[c] : hi[c];
-            const float up = parts > 1 ? hi[gelu_width + c] + lo[gelu_width + c] : hi[gelu_width + c];
-            o[c] = __fmul_rn(gelu_tanh(gate), up);
+        float4 *o = reinterpret_cast<float4 *>(out + (size_t)sorted[i] * gelu_width);
+        const int W4 = gelu_width / 4;
+        for (int q = threadIdx.x; q < W4; q += blockDim.x) {
+            const float4 g = sum(q), u = sum(W4 + q);
+            o[q] = make_float4(__fmul_rn(gelu_tanh(g.x), u.x), __fmul_rn(gelu_tanh(g.y), u.y),
+                               __fmul_rn(gelu_tanh(g.z), u.z), __fmul_rn(gelu_tanh(g.w), u.w));
         }
         return;
     }
-    float *o = out + (size_t)sorted[i] * N;
-    for (int c = threadIdx.x; c < N; c += blockDim.x) o[c] = parts > 1 ? hi[c] + lo[c] : hi[c];
+    float4 *o = reinterpret_cast<float4 *>(out + (size_t)sorted[i] * N);
+    for (int q = threadIdx.x; q < N / 4; q += blockDim.x) o[q] = sum(q);
 }
 
 /* columns an expert with `cols` product columns is padded to: multiples of
@@ -162,8 +179,10 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int
     const g4_matrix *ws[3] = {wg, wu, wd};
     for (const g4_matrix *w : ws)
         if (fast_format_of(w) != FF_BF16 || w->row_bytes % 16 || ((uintptr_t)w->data & 15) || w->cols % 8 ||
-            w->cols > INT32_MAX || w->rows > INT32_MAX / 2)
+            w->rows % 4 || w->cols > INT32_MAX || w->rows > INT32_MAX / 2)
             return 0;
+    /* (the gathers and scatters move 16 bytes at a time) */
+    if (((uintptr_t)x & 15) || ((uintptr_t)g & 15) || ((uintptr_t)y & 15)) return 0;
     cudaStreamCaptureStatus capture;
     if (cudaStreamIsCapturing(c->stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return 0;
 
