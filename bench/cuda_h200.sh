@@ -141,13 +141,16 @@ for k in ${KNOBS:-}; do
       -r 1 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['tg_tps']:.1f}\")")
   note "knobs $name $fmt $vars: tg128 ${r:-failed} t/s"
 done
-# prefill under settings: PP_KNOBS="31b:bf16:G4_CUDA_PREFILL=bf16" (pp512 only, two runs)
-for k in ${PP_KNOBS:-}; do
-  name=${k%%:*} rest=${k#*:}; fmt=${rest%%:*} vars=${rest#*:}
-  envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
-  r=$(timeout 200 env "${envs[@]}" "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 0 \
-      -r 2 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['pp_tps']:.0f} ± {r['pp_sd']:.0f}\")")
-  note "pp knobs $name $fmt $vars: pp512 ${r:-failed} t/s"
+# prefill under settings: PP_KNOBS="31b:bf16:G4_CUDA_PREFILL=bf16" (pp512 only, two runs; PP_TOKENS="64 512"
+# for other prompt lengths)
+for tokens in ${PP_TOKENS:-512}; do
+  for k in ${PP_KNOBS:-}; do
+    name=${k%%:*} rest=${k#*:}; fmt=${rest%%:*} vars=${rest#*:}
+    envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
+    r=$(timeout 200 env "${envs[@]}" "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p "$tokens" \
+        -n 0 -r 2 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['pp_tps']:.0f} ± {r['pp_sd']:.0f}\")")
+    note "pp knobs $name $fmt $vars: pp$tokens ${r:-failed} t/s"
+  done
 done
 # decode at a context depth in a long session: DEPTH_KNOBS="e2b:bf16:- e2b:bf16:G4_CUDA_ATTN_DYNAMIC=0"
 # (tg128 after DEPTH=4096 tokens, --ctx CTX=32768 positions; two runs)
