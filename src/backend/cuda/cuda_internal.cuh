@@ -310,14 +310,15 @@ int cuda_split_bf16(cuda_ctx *c, __nv_bfloat16 *hi, __nv_bfloat16 *lo, const flo
  * one product), pipelined (cuda_moe_gemm.cu); supported: whether w's
  * format, shape and alignment suit it. */
 int cuda_moe_gemm_supported(const g4_matrix *w);
-/* The bf16 experts' products of cuda_moe_experts by cuBLAS's batched GEMM
- * (cuda_moe_cublas.cu): g = gelu(gate) * up and y = down(g) per slot.
- * Returns 0, having launched nothing, where it does not apply (other
- * formats, fewer tokens than c->moe_cublas, a stream being captured). */
-int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int n, int k, int n_experts,
-                            const g4_matrix *wg, const g4_matrix *wu, const g4_matrix *wd, int64_t gate_stride,
-                            int64_t gate_offset, int64_t up_stride, int64_t up_offset, int64_t down_stride,
-                            int64_t down_offset, const cuda_groups *groups);
+/* The bf16 experts of cuda_moe_experts by cuBLAS's batched GEMM
+ * (cuda_moe_cublas.cu): g = gelu(gate) * up per slot (g: scratch) and out =
+ * each token's weighted sum of its experts' down projections. Returns 0,
+ * having launched nothing, where it does not apply (other formats, fewer
+ * tokens than c->moe_cublas, a stream being captured). */
+int cuda_moe_experts_cublas(cuda_ctx *c, float *out, float *g, const float *x, int n, const int32_t *ids,
+                            const float *weights, int k, int n_experts, const g4_matrix *wg, const g4_matrix *wu,
+                            const g4_matrix *wd, int64_t gate_stride, int64_t gate_offset, int64_t up_stride,
+                            int64_t up_offset, int64_t down_stride, int64_t down_offset, const cuda_groups *groups);
 void cuda_moe_gemm(cuda_ctx *c, float *out, size_t out_stride, const __nv_bfloat16 *x_hi, const __nv_bfloat16 *x_lo,
                    int x_div, const g4_matrix *w, int64_t rows, int64_t expert_stride, int64_t row_offset,
                    const cuda_groups *g);

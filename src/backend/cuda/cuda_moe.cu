@@ -185,13 +185,14 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
                         cuda_mma_supported(&wd, g, (size_t)width) && moe_groups(c, ids, n_slots, E, &groups);
     const int pipelined = grouped && c->moe_pipe && cuda_moe_gemm_supported(&wg) && cuda_moe_gemm_supported(&wu) &&
                           cuda_moe_gemm_supported(&wd);
-    /* bf16 experts from c->moe_cublas tokens on through cuBLAS (unless the
-     * general kernel was asked for) */
+    /* bf16 experts from c->moe_cublas tokens on through cuBLAS, the tokens'
+     * sums included (unless the general kernel was asked for) */
     if (grouped && c->moe_pipe &&
-        cuda_moe_experts_cublas(c, g, y, x, n, k, E, &wg, &wu, &wd, gate->expert_stride, gate->row_offset,
-                                up->expert_stride, up->row_offset, down->expert_stride, down->row_offset, &groups)) {
-        /* (done: g and y as the kernels below leave them) */
-    } else if (pipelined) {
+        cuda_moe_experts_cublas(c, out, g, x, n, ids, weights, k, E, &wg, &wu, &wd, gate->expert_stride,
+                                gate->row_offset, up->expert_stride, up->row_offset, down->expert_stride,
+                                down->row_offset, &groups))
+        return;
+    if (pipelined) {
         /* the activations split once per product's input */
         const int parts = c->prefill_split ? 2 : 1;
         const size_t nx = (size_t)n * d_in, ng = (size_t)n_slots * width;

@@ -12,8 +12,10 @@
  * gathered (in the order cuda_moe's sorter gives: expert 0's slots, then
  * 1's, ...) and split into bf16 hi and lo on the way, its hi rows then its
  * lo rows, so that one product covers both parts (N = 2 x its slots); the
- * float32 results of the two parts are added as they are written back in
- * slot order: the same sums as cuda_matmul's two products.
+ * float32 results of the two parts are added where they are read: by the
+ * gelu(gate) * up step, which writes g back in slot order, and by the
+ * tokens' weighted sums of their experts' down projections (the same sums
+ * as cuda_matmul's two products, then as moe_combine_kernel's).
  *
  * Experts are padded to a few column counts ("buckets", pad_columns), zero
  * rows after their own, and each bucket is one cublasGemmBatchedEx call:
@@ -47,10 +49,10 @@ __device__ __forceinline__ int expert_of_row(const int32_t *start, int n_experts
  * padded[e]): j = p - padded[e]; rows j < count[e] hold the hi part of
  * source row src[sorted[offset[e] + j] / src_div], the next count[e] rows
  * (parts 2) its lo part, the rest zeros. Eight columns per thread and step
- * (K % 8 == 0). */
+ * (K % 8 == 0). slot_row (or NULL): each slot's hi row, written. */
 __global__ void moe_gather_split_kernel(__nv_bfloat16 *dst, const float *src, int src_div, const int32_t *sorted,
                                         const int32_t *offset, const int32_t *padded, const int32_t *count,
-                                        int n_experts, int K, int parts) {
+                                        int n_experts, int K, int parts, int32_t *slot_row) {
     const int p = blockIdx.x;
     const int e = expert_of_row(padded, n_experts, p);
     const int j = p - padded[e], c = count[e];
@@ -60,7 +62,9 @@ __global__ void moe_gather_split_kernel(__nv_bfloat16 *dst, const float *src, in
         for (int i = threadIdx.x; i < K / 8; i += blockDim.x) d[i] = make_uint4(0, 0, 0, 0);
         return;
     }
-    const float4 *s = reinterpret_cast<const float4 *>(src + (size_t)(sorted[offset[e] + j - part * c] / src_div) * K);
+    const int slot = sorted[offset[e] + j - part * c];
+    if (slot_row && part == 0 && threadIdx.x == 0) slot_row[slot] = p;
+    const float4 *s = reinterpret_cast<const float4 *>(src + (size_t)(slot / src_div) * K);
     for (int i = threadIdx.x; i < K / 8; i += blockDim.x) {
         const float4 a = s[2 * i], b = s[2 * i + 1];
         const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -75,19 +79,18 @@ __global__ void moe_gather_split_kernel(__nv_bfloat16 *dst, const float *src, in
 }
 
 /* Sorted row i (one block per row), expert e's j-th slot: its hi product
- * row is padded[e] + j, its lo row count[e] further (parts 2). With
- * gelu_width 0: out[sorted[i]][:N] = hi + lo. With gelu_width W (the gate's
- * and up's sums side by side, N = 2 W): out[sorted[i]][:W] =
+ * row is padded[e] + j, its lo row count[e] further (parts 2); the gate's
+ * and up's sums side by side (row length 2 W). out[sorted[i]][:W] =
  * gelu(gate) * up, each summed from its two parts first. Four columns per
- * thread and step (N and W multiples of 4). */
-__global__ void moe_scatter_sum_kernel(float *out, const float *rows, int N, const int32_t *sorted,
-                                       const int32_t *offset, const int32_t *padded, const int32_t *count,
-                                       int n_experts, int parts, int gelu_width) {
+ * thread and step (W % 4 == 0). */
+__global__ void moe_scatter_gelu_kernel(float *out, const float *rows, int W, const int32_t *sorted,
+                                        const int32_t *offset, const int32_t *padded, const int32_t *count,
+                                        int n_experts, int parts) {
     const int i = blockIdx.x;
     const int e = expert_of_row(offset, n_experts, i);
     const int j = i - offset[e];
-    const float4 *hi = reinterpret_cast<const float4 *>(rows + (size_t)(padded[e] + j) * N);
-    const float4 *lo = reinterpret_cast<const float4 *>(rows + (size_t)(padded[e] + count[e] + j) * N);
+    const float4 *hi = reinterpret_cast<const float4 *>(rows + (size_t)(padded[e] + j) * 2 * W);
+    const float4 *lo = reinterpret_cast<const float4 *>(rows + (size_t)(padded[e] + count[e] + j) * 2 * W);
     auto sum = [&](int q) {
         float4 v = hi[q];
         if (parts > 1) {
@@ -96,18 +99,42 @@ __global__ void moe_scatter_sum_kernel(float *out, const float *rows, int N, con
         }
         return v;
     };
-    if (gelu_width > 0) {
-        float4 *o = reinterpret_cast<float4 *>(out + (size_t)sorted[i] * gelu_width);
-        const int W4 = gelu_width / 4;
-        for (int q = threadIdx.x; q < W4; q += blockDim.x) {
-            const float4 g = sum(q), u = sum(W4 + q);
-            o[q] = make_float4(__fmul_rn(gelu_tanh(g.x), u.x), __fmul_rn(gelu_tanh(g.y), u.y),
-                               __fmul_rn(gelu_tanh(g.z), u.z), __fmul_rn(gelu_tanh(g.w), u.w));
-        }
-        return;
+    float4 *o = reinterpret_cast<float4 *>(out + (size_t)sorted[i] * W);
+    const int W4 = W / 4;
+    for (int q = threadIdx.x; q < W4; q += blockDim.x) {
+        const float4 g = sum(q), u = sum(W4 + q);
+        o[q] = make_float4(__fmul_rn(gelu_tanh(g.x), u.x), __fmul_rn(gelu_tanh(g.y), u.y),
+                           __fmul_rn(gelu_tanh(g.z), u.z), __fmul_rn(gelu_tanh(g.w), u.w));
     }
-    float4 *o = reinterpret_cast<float4 *>(out + (size_t)sorted[i] * N);
-    for (int q = threadIdx.x; q < N / 4; q += blockDim.x) o[q] = sum(q);
+}
+
+/* out[t][:] = sum_j weights[t][j] * y_j over token t's valid choices, in
+ * order, where y_j = hi + lo of slot t k + j's product rows (slot_row: its hi
+ * row; the lo row count[e] further): moe_combine_kernel's sums, reading the
+ * down projection's rows where they are. Grid (column blocks of 4 x 64,
+ * tokens). */
+__global__ void moe_cublas_combine_kernel(float *out, const float *rows, int d, const int32_t *slot_row,
+                                          const int32_t *count, const int32_t *ids, const float *weights, int k,
+                                          int n_experts, int parts) {
+    const int t = blockIdx.y;
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= d / 4) return;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int j = 0; j < k; j++) {
+        const size_t slot = (size_t)t * k + j;
+        const int e = ids[slot];
+        if (e < 0 || e >= n_experts) continue;
+        const float w = weights[slot];
+        const float *hi_row = rows + (size_t)slot_row[slot] * d;
+        float4 y = reinterpret_cast<const float4 *>(hi_row)[q];
+        if (parts > 1) {
+            const float4 l = reinterpret_cast<const float4 *>(hi_row + (size_t)count[e] * d)[q];
+            y.x += l.x, y.y += l.y, y.z += l.z, y.w += l.w;
+        }
+        acc.x = fmaf(w, y.x, acc.x), acc.y = fmaf(w, y.y, acc.y);
+        acc.z = fmaf(w, y.z, acc.z), acc.w = fmaf(w, y.w, acc.w);
+    }
+    reinterpret_cast<float4 *>(out + (size_t)t * d)[q] = acc;
 }
 
 /* columns an expert with `cols` product columns is padded to: multiples of
@@ -171,7 +198,8 @@ static void product_pointers(const moe_cublas_plan &p, std::vector<const void *>
 
 static size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int n, int k, int n_experts,
+int cuda_moe_experts_cublas(cuda_ctx *c, float *out, float *g, const float *x, int n, const int32_t *ids,
+                            const float *weights, int k, int n_experts,
                             const g4_matrix *wg, const g4_matrix *wu, const g4_matrix *wd, int64_t gate_stride,
                             int64_t gate_offset, int64_t up_stride, int64_t up_offset, int64_t down_stride,
                             int64_t down_offset, const cuda_groups *groups) {
@@ -182,7 +210,7 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int
             w->rows % 4 || w->cols > INT32_MAX || w->rows > INT32_MAX / 2)
             return 0;
     /* (the gathers and scatters move 16 bytes at a time) */
-    if (((uintptr_t)x & 15) || ((uintptr_t)g & 15) || ((uintptr_t)y & 15)) return 0;
+    if (((uintptr_t)x & 15) || ((uintptr_t)g & 15) || ((uintptr_t)out & 15)) return 0;
     cudaStreamCaptureStatus capture;
     if (cudaStreamIsCapturing(c->stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return 0;
 
@@ -235,7 +263,9 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int
     const size_t rows_bytes = align256((size_t)p.padded_total * widest_out * 4);
     const size_t idx_bytes = align256((size_t)n_experts * 4);
     const size_t ptr_bytes = align256(n_ptr * sizeof(void *));
-    uint8_t *buf = (uint8_t *)cuda_scratch(c, SCRATCH_MOE_GROUPED, xs_bytes + rows_bytes + 3 * idx_bytes + ptr_bytes);
+    const size_t slot_bytes = align256((size_t)n_slots * 4);
+    uint8_t *buf = (uint8_t *)cuda_scratch(c, SCRATCH_MOE_GROUPED,
+                                           xs_bytes + rows_bytes + 3 * idx_bytes + ptr_bytes + slot_bytes);
     if (!buf) return 1; /* (a sticky failure: the forward pass reports it) */
     __nv_bfloat16 *xs = (__nv_bfloat16 *)buf;
     float *rows = (float *)(buf + xs_bytes);
@@ -243,6 +273,7 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int
     int32_t *d_padded = (int32_t *)(buf + xs_bytes + rows_bytes + idx_bytes);
     int32_t *d_count = (int32_t *)(buf + xs_bytes + rows_bytes + 2 * idx_bytes);
     p.d_ptr = (const void **)(buf + xs_bytes + rows_bytes + 3 * idx_bytes);
+    int32_t *slot_row = (int32_t *)(buf + xs_bytes + rows_bytes + 3 * idx_bytes + ptr_bytes);
 
     /* products: 0 gate (or gate|up), 1 up, 2 down; gate's and up's sums side by side in rows */
     const int ld_gu = (int)(2 * width);
@@ -268,7 +299,7 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int
 
     /* gate and up from the tokens' rows, then g = gelu(gate) * up per slot */
     moe_gather_split_kernel<<<p.padded_total, 256, 0, c->stream>>>(xs, x, k, groups->sorted, d_offset, d_padded,
-                                                                   d_count, n_experts, (int)d_in, parts);
+                                                                   d_count, n_experts, (int)d_in, parts, slot_row);
     if (!cuda_launched(c, "moe_gather_split")) return 1;
     if (fused) {
         if (!bucketed_product(c, p, 0, ld_gu, wg, 2 * width)) return 1;
@@ -276,16 +307,18 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *g, float *y, const float *x, int
                !bucketed_product(c, p, 1, ld_gu, wu, width)) {
         return 1;
     }
-    moe_scatter_sum_kernel<<<p.total, 256, 0, c->stream>>>(g, rows, ld_gu, groups->sorted, d_offset, d_padded, d_count,
-                                                           n_experts, parts, (int)width);
+    moe_scatter_gelu_kernel<<<p.total, 256, 0, c->stream>>>(g, rows, (int)width, groups->sorted, d_offset, d_padded,
+                                                            d_count, n_experts, parts);
     if (!cuda_launched(c, "moe_scatter_gelu")) return 1;
     /* down from each slot's own row of g */
     moe_gather_split_kernel<<<p.padded_total, 256, 0, c->stream>>>(xs, g, 1, groups->sorted, d_offset, d_padded,
-                                                                   d_count, n_experts, (int)width, parts);
+                                                                   d_count, n_experts, (int)width, parts, NULL);
     if (!cuda_launched(c, "moe_gather_split")) return 1;
     if (!bucketed_product(c, p, 2, (int)d, wd, d)) return 1;
-    moe_scatter_sum_kernel<<<p.total, 256, 0, c->stream>>>(y, rows, (int)d, groups->sorted, d_offset, d_padded, d_count,
-                                                           n_experts, parts, 0);
-    cuda_launched(c, "moe_scatter_sum");
+    /* each token's weighted sum of its experts' rows, straight from the product rows */
+    dim3 grid(cuda_blocks((size_t)d / 4, 64), (unsigned)n);
+    moe_cublas_combine_kernel<<<grid, 64, 0, c->stream>>>(out, rows, (int)d, slot_row, d_count, ids, weights, k,
+                                                          n_experts, parts);
+    cuda_launched(c, "moe_cublas_combine");
     return 1;
 }
