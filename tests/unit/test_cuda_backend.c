@@ -1390,6 +1390,30 @@ static void check_moe(g4_backend *be, const char *label, int hf, g4_weight_forma
     moe_weights_free(&m);
 }
 
+/* one MoE shape of check_moe: label, layout (HF or MLX), format, experts,
+ * width, hidden size and choices per token */
+typedef struct {
+    const char *label;
+    int hf;
+    g4_weight_format f;
+    int bits, group, E, width, d, k;
+} moe_case;
+
+/* the cases at 40 and 150 tokens (grouped prefill sizes) on a backend
+ * created with var=value */
+static void check_moe_knob(const char *var, const char *value, const moe_case *cases, int count) {
+    g4_backend *be = knob_backend(var, value);
+    if (!be) return;
+    const int prefill_ns[] = {40, 150};
+    gpu->ops->synchronize(gpu);
+    for (int i = 0; i < count; i++) {
+        const moe_case *m = &cases[i];
+        check_moe(be, m->label, m->hf, m->f, m->bits, m->group, m->E, m->width, m->d, m->k, prefill_ns, 2, TOL_SPLIT);
+    }
+    CHECK(g4_cuda_status(be) == G4_OK, "no CUDA failure recorded with %s=%s: %s", var, value, g4_error_message());
+    g4_backend_destroy(be);
+}
+
 static void test_moe_experts(void) {
     const int ns[] = {1, 5, 8, 40, 150};
     /* 26B-A4B expert widths (704 x 2816) with 32 of the 128 experts to keep the CPU reference quick */
@@ -1439,34 +1463,18 @@ static void test_moe_experts(void) {
      * token to experts 0..k-1, so the experts fall in several buckets. And
      * the grouped kernel with cuBLAS off. (The plain-bf16 mode's case is in
      * test_fast_prefill.) */
-    g4_backend *blas = knob_backend("G4_CUDA_MOE_CUBLAS", "1"), *own = knob_backend("G4_CUDA_MOE_CUBLAS", "0");
-    if (blas && own) {
-        const int prefill_ns[] = {40, 150};
-        gpu->ops->synchronize(gpu);
-        check_moe(blas, "HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
-        check_moe(blas, "HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3, prefill_ns, 2, TOL_SPLIT);
-        check_moe(blas, "MLX-layout cuBLAS", 0, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3, prefill_ns, 2, TOL_SPLIT);
-        CHECK(g4_cuda_status(blas) == G4_OK, "no CUDA failure recorded with G4_CUDA_MOE_CUBLAS=1: %s",
-              g4_error_message());
-        check_moe(own, "HF G4_CUDA_MOE_CUBLAS=0", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
-        CHECK(g4_cuda_status(own) == G4_OK, "no CUDA failure recorded with G4_CUDA_MOE_CUBLAS=0: %s",
-              g4_error_message());
-    }
-    if (blas) g4_backend_destroy(blas);
-    if (own) g4_backend_destroy(own);
+    const moe_case blas[] = {{"HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8},
+                             {"HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3},
+                             {"MLX-layout cuBLAS", 0, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3}};
+    check_moe_knob("G4_CUDA_MOE_CUBLAS", "1", blas, 3);
+    const moe_case own[] = {{"HF G4_CUDA_MOE_CUBLAS=0", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8}};
+    check_moe_knob("G4_CUDA_MOE_CUBLAS", "0", own, 1);
     /* the experts' prefill through the general grouped kernel too (the
      * default is the pipelined one) */
-    g4_backend *unpiped = knob_backend("G4_CUDA_MOE_PIPE", "0");
-    if (unpiped) {
-        const int prefill_ns[] = {40, 150};
-        gpu->ops->synchronize(gpu);
-        check_moe(unpiped, "HF unpipelined", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
-        check_moe(unpiped, "MLX unpipelined", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
-        check_moe(unpiped, "MLX unpipelined", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, prefill_ns, 2, TOL_SPLIT);
-        CHECK(g4_cuda_status(unpiped) == G4_OK, "no CUDA failure recorded with G4_CUDA_MOE_PIPE=0: %s",
-              g4_error_message());
-        g4_backend_destroy(unpiped);
-    }
+    const moe_case unpiped[] = {{"HF unpipelined", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8},
+                                {"MLX unpipelined", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8},
+                                {"MLX unpipelined", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8}};
+    check_moe_knob("G4_CUDA_MOE_PIPE", "0", unpiped, 3);
 }
 
 /* moe_route_experts (the routing riding on the experts' first pre-pass for
