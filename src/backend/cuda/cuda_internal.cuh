@@ -78,9 +78,9 @@ struct cuda_ctx {
     cudaEvent_t pinned_free[2];
     int quant_gemm_mma; /* G4_CUDA_QGEMM=mma: quantised prefill through the mma kernel */
     /* Prefill GEMMs split activations (and non-bf16 weights) into hi + lo
-     * bf16 parts: about float32 accuracy for 2-3x the tensor-core work.
-     * G4_CUDA_PREFILL=bf16 turns it off (one bf16 product, ~3 significant
-     * digits per activation). */
+     * bf16 parts: about float32 accuracy for 2-3x the tensor-core work
+     * (G4_PRECISION_EXACT). G4_PRECISION_FAST turns it off: one bf16
+     * product, ~3 significant digits per activation. */
     int prefill_split;
     int gemv_rows4; /* G4_CUDA_GEMV_ROWS4=1: see launch_gemv_tokens */
     int gemv_split; /* G4_CUDA_GEMV_SPLIT=0/1 forces the column split off/on; -1: by shape (gemv_split) */

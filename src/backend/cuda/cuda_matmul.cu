@@ -9,7 +9,7 @@
  *    and multiplied twice; weights of other formats are dequantised into a
  *    bf16 scratch (hi and lo) in row chunks, three products each (two for
  *    MXFP4, whose values are exact in bf16). float32
- *    weights use cuBLAS's float32 GEMM (no TF32). G4_CUDA_PREFILL=bf16 keeps
+ *    weights use cuBLAS's float32 GEMM (no TF32). G4_PRECISION_FAST keeps
  *    only the hi parts: one product, bf16 rounding of activations and
  *    weights (2^-9 relative), enough for trained checkpoints but not for the
  *    tiny random fixtures, whose logits amplify it to 0.1-1 relative error.
