@@ -8,7 +8,8 @@ seen in training) with the same windows. Checked here: perplexity equal to
 a baseline saved with --save-logits compared with itself (KL 0, top-1 100%),
 the fast path against the exact one no further than transformers' own bf16
 run is from its float32 run, and clear errors for a mismatched baseline or
-bad arguments.
+bad arguments; and the conversions mlx-vlm's converter wrote from the bundled
+model against MLX's own perplexity of the same files.
 """
 import json
 import os
@@ -67,6 +68,25 @@ check(fast is not None and fast["kld_mean"] <= yard["kld_mean"] and fast["top1_a
 if fast:
     print("cpu fast vs exact: KLD %.3g (max %.3g), top-1 %.4f" % (fast["kld_mean"], fast["kld_max"],
                                                                  fast["top1_agreement"]))
+
+# MLX files written by mlx-vlm's own converter from the bundled model (tests/fixtures/tiny-mlx.tar.xz) against
+# MLX's own perplexity of the same files (tests/tools/mlx_perplexity.py): its float32 run to 1e-4, its native
+# bf16 run (bf16 activations) to 0.5%
+MLX = json.load(open(os.path.join(DATA, "tiny_mlx_perplexity.json")))
+for name, ref in sorted(MLX["variants"].items()):
+    r = subprocess.run([BIN, "perplexity", "-m", os.path.join(os.environ["G4_FIXTURES"], "tiny-" + name), "-f", TEXT,
+                        "--device", "cpu", "--precision", "exact", "--json"], capture_output=True, text=True)
+    got = json.loads(r.stdout) if r.returncode == 0 else None
+    check(got is not None, "perplexity of the mlx-vlm %s conversion runs" % name, r.stderr[-300:])
+    if not got:
+        continue
+    rel32 = abs(got["ppl"] - ref["f32"]["ppl"]) / ref["f32"]["ppl"]
+    rel16 = abs(got["ppl"] - ref["ppl"]) / ref["ppl"]
+    check(got["tokens"] == ref["tokens"] and rel32 < 1e-4, "%s: MLX's float32 perplexity to 1e-4 (%.2e)" % (name, rel32),
+          (got["ppl"], ref["f32"]["ppl"]))
+    check(rel16 < 5e-3, "%s: MLX's native bf16 perplexity to 0.5%% (%.2e)" % (name, rel16), (got["ppl"], ref["ppl"]))
+    print("%s: ours %.4f, MLX float32 %.4f (%.1e), MLX bf16 %.4f (%.1e)" % (name, got["ppl"], ref["f32"]["ppl"], rel32,
+                                                                        ref["ppl"], rel16))
 
 # errors: a baseline from another setup, bad arguments, a missing file
 r, _ = ppl("--kl-divergence", base, "--ctx", "256")

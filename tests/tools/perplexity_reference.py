@@ -22,16 +22,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import Gemma4ForConditionalGeneration
 
-
-def windows(n_tokens, ctx, stride):
-    """(b, e, first): the window reads <bos> t[b:e] and scores t[first:e]."""
-    out, prev_end, b = [], 0, 0
-    while prev_end < n_tokens:
-        e = min(b + ctx - 1, n_tokens)
-        out.append((b, e, max(b, prev_end)))
-        prev_end = e
-        b += stride
-    return out
+from perplexity_windows import windows
 
 
 def scored_logits(model, ids, ctx, stride, bos, dtype):
