@@ -184,7 +184,7 @@ int cmd_bench(int argc, char **argv) {
     double *pp_rate = calloc((size_t)reps, sizeof(double)), *tg_rate = calloc((size_t)reps, sizeof(double));
     g4_status st = (logits && ids && pp_rate && tg_rate) ? g4_session_create(model, &opt, &s)
                                                          : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    for (long i = 0; i < n_ids; i++) ids[i] = bench_token((int)i, V);
+    for (long i = 0; i <= n_ids; i++) ids[i] = bench_token((int)i, V); /* one past: the warm-up reads ids[0] when -p 0 */
     /* warm-up: page in the weights and spin up the threads; on a GPU one full
      * prompt and a few steps, so that lazily loaded kernels and scratch
      * buffers are ready before timing */
