@@ -120,6 +120,16 @@ struct cuda_ctx {
 static inline cuda_ctx *cuda_of(g4_backend *be) { return (cuda_ctx *)be->impl; }
 
 /* Records a failed CUDA call (first one wins, logged once). Returns 1 when ok. */
+/* Kernel attributes such as the shared-memory opt-in belong to a device:
+ * a kernel's "done" flags hold one bit per device (devices past 31 set the
+ * attribute on every launch, which is correct, only slower). */
+static inline int cuda_done_on_device(const unsigned *flags, const cuda_ctx *c) {
+    return c->device >= 0 && c->device < 32 && (__atomic_load_n(flags, __ATOMIC_RELAXED) >> c->device & 1u);
+}
+static inline void cuda_mark_device(unsigned *flags, const cuda_ctx *c) {
+    if (c->device >= 0 && c->device < 32) __atomic_fetch_or(flags, 1u << c->device, __ATOMIC_RELAXED);
+}
+
 int cuda_check(cuda_ctx *c, cudaError_t e, const char *what);
 int cuda_check_blas(cuda_ctx *c, cublasStatus_t s, const char *what);
 /* After a kernel launch: catches bad launch configurations. */
