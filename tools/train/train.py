@@ -141,6 +141,18 @@ def eval_loss(model, windows, chunk=16):
     return tot / n
 
 
+def fitted_steps(step, steps, max_steps, budget_s, t0, name):
+    """After 20 steps, the number of steps that fits the time budget at the speed measured so far."""
+    if step != 20:
+        return steps
+    if DEVICE_TYPE[0] == "cuda":
+        torch.cuda.synchronize()
+    per_step = (time.time() - t0) / 20
+    steps = min(max_steps, int(budget_s / per_step))
+    log(f"{name}: {per_step * 1000:.1f} ms a step: {steps} steps")
+    return steps
+
+
 def cosine_lr(step, steps, peak, warmup):
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -166,10 +178,7 @@ def train_target(args, tok, device, record):
     t0 = time.time()
     steps = args.steps
     for step in range(args.steps):
-        if step == 20:  # fit the schedule into the time budget, measured on the first steps
-            torch.cuda.synchronize() if DEVICE_TYPE[0] == "cuda" else None
-            steps = min(args.steps, int(args.budget_s / ((time.time() - t0) / 20)))
-            log(f"{(time.time() - t0) / 20 * 1000:.1f} ms a step: {steps} steps")
+        steps = fitted_steps(step, steps, args.steps, args.budget_s, t0, "target")
         if step >= steps:
             break
         for g in opt.param_groups:
@@ -302,10 +311,7 @@ def train_assistant(args, tok, target, device, record):
     t0, curve = time.time(), []
     steps = args.asst_steps
     for step in range(args.asst_steps):
-        if step == 20:
-            torch.cuda.synchronize() if DEVICE_TYPE[0] == "cuda" else None
-            steps = min(args.asst_steps, int(args.asst_budget_s / ((time.time() - t0) / 20)))
-            log(f"assistant: {(time.time() - t0) / 20 * 1000:.1f} ms a step: {steps} steps")
+        steps = fitted_steps(step, steps, args.asst_steps, args.asst_budget_s, t0, "assistant")
         if step >= steps:
             break
         for g in opt.param_groups:
