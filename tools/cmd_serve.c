@@ -23,7 +23,11 @@ static void usage(FILE *f) {
             "\n"
             "  --host ADDR             address to listen on (default 127.0.0.1)\n"
             "  --port N                port (default 8080; 0 picks a free one, printed at start)\n"
-            "  --api-key KEY           require 'Authorization: Bearer KEY' (also $GEMMA4_API_KEY)\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' (also $GEMMA4_API_KEY) on every\n"
+            "                          endpoint but /health (and /metrics with --metrics-public)\n"
+            "  --metrics-public        /metrics answers without the API key\n"
+            "  --no-special-in-content special-token text inside message content is tokenized as plain text\n"
+            "                          (default: it becomes the control token, as in transformers and vLLM)\n"
             "  --model-name NAME       model id in /v1/models (default: the model folder's name)\n"
             "  --max-seqs N            sequences decoded together (default 32)\n"
             "  --ctx N                 positions per sequence (default min(model, 4096))\n"
@@ -104,7 +108,7 @@ int cmd_serve(int argc, char **argv) {
                                         "--max-batch-tokens", "--max-body", "--max-tokens",  "--max-prompt-tokens",
                                         "--max-images", "--max-audio",  "--allowed-media-dir", "--request-timeout",
                                         "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads"};
-    int quiet = 0;
+    int quiet = 0, metrics_public = 0, no_special = 0;
     for (int i = 1; i < argc; i++) {
         int r = 0;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) ||
@@ -120,6 +124,10 @@ int cmd_serve(int argc, char **argv) {
         if (r) continue;
         if (cli_flag(argv, i, "--quiet")) {
             quiet = 1;
+        } else if (cli_flag(argv, i, "--metrics-public")) {
+            metrics_public = 1;
+        } else if (cli_flag(argv, i, "--no-special-in-content")) {
+            no_special = 1;
         } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
             usage(stdout);
             return 0;
@@ -194,7 +202,9 @@ int cmd_serve(int argc, char **argv) {
                             .request_timeout_s = (int)req_time,
                             .idle_timeout_s = (int)idle,
                             .max_connections = (int)conns,
-                            .threads = (int)threads};
+                            .threads = (int)threads,
+                            .metrics_public = metrics_public,
+                            .no_special_in_content = no_special};
     if (st == G4_OK) st = g4_server_start(ctx, engine, &so, &srv);
     if (st != G4_OK) {
         cli_report_error("serve", st);

@@ -66,6 +66,7 @@ typedef struct {
     double t_arrival;
     int status;   /* what we answered (0: nothing yet) */
     int answered; /* a response is queued: ignore the rest of the body */
+    int too_large; /* a chunked body passed the limit: drained, then answered 413 */
     conn_entry *conn;
     char method[8];
     char path[64];
@@ -134,8 +135,19 @@ static void free_stream(void *cls) {
     free(src);
 }
 
+/* The request is complete (or answered early): the reaper leaves its
+ * connection alone until the answer is sent. Before that, the time a
+ * request takes to arrive counts against the request timeout. */
+static void mark_busy(g4_server *s, http_req *hr) {
+    if (!hr->conn) return;
+    pthread_mutex_lock(&s->conn_lock);
+    hr->conn->busy = 1;
+    pthread_mutex_unlock(&s->conn_lock);
+}
+
 static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_req *hr, g4_http_reply *r) {
     hr->answered = 1;
+    mark_busy(s, hr);
     if (r->status == 0) {
         if (r->stream.free) r->stream.free(r->stream.cls);
         free(r->body);
@@ -167,7 +179,10 @@ static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_r
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type ? r->content_type : "application/json");
     if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
-    if (atomic_load(&s->draining) || r->status == 413) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* every 503 is a transient state (overload, memory, shutdown): say when to retry */
+    if (r->status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (atomic_load(&s->draining) || r->status == 413 || r->close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     hr->status = r->status;
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
@@ -184,6 +199,39 @@ static int key_matches(const char *header, const char *key) {
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < b; i++) diff |= (unsigned char)(i < a ? header[i] : 0) ^ (unsigned char)key[i];
     return diff == 0; /* no early exit: timing says nothing about the key */
+}
+
+/* A NUL byte in a header name or value (RFC 9110 5.5 forbids it): C
+ * string lookups would see only the part before it. */
+static enum MHD_Result find_nul(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                const char *value, size_t value_size) {
+    (void)kind;
+    int *found = cls;
+    if ((key && memchr(key, 0, key_size)) || (value && memchr(value, 0, value_size))) {
+        *found = 1;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+/* Framing that a proxy in front could read differently than we do (request
+ * smuggling, RFC 9112 6.1 and 6.3): refused, and the connection closed. */
+static int bad_framing(struct MHD_Connection *c, g4_http_reply *r) {
+    int nul = 0;
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, find_nul, &nul);
+    if (nul) {
+        g4_reply_errorf(r, 400, NULL, "a request header holds a NUL byte");
+        r->close = 1;
+        return 1;
+    }
+    const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *coding = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (length && coding) {
+        g4_reply_errorf(r, 400, NULL, "a request may not carry both Content-Length and Transfer-Encoding");
+        r->close = 1;
+        return 1;
+    }
+    return 0;
 }
 
 /* Route, method, shutdown, key and declared size, before any body is read.
@@ -206,6 +254,10 @@ static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, c
         }
         break;
     }
+    if (bad_framing(c, r)) {
+        if (!hr->label) hr->label = "other";
+        return 1;
+    }
     if (!path_known) {
         hr->label = "other";
         g4_reply_errorf(r, 404, NULL, "no such endpoint: %s %.200s", method, url);
@@ -221,7 +273,8 @@ static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, c
         g4_reply_errorf(r, 503, NULL, "the server is shutting down");
         return 1;
     }
-    if (s->opt.api_key && hr->route != R_HEALTH && hr->route != R_METRICS) {
+    int is_public = hr->route == R_HEALTH || (hr->route == R_METRICS && s->opt.metrics_public);
+    if (s->opt.api_key && !is_public) {
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (!key_matches(auth, s->opt.api_key)) {
             g4_reply_errorf(r, 401, NULL,
@@ -276,11 +329,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         atomic_fetch_add(&s->in_flight, 1);
         const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         hr->conn = info ? info->socket_context : NULL;
-        if (hr->conn) {
-            pthread_mutex_lock(&s->conn_lock);
-            hr->conn->busy = 1;
-            pthread_mutex_unlock(&s->conn_lock);
-        }
         g4_http_reply r = {0};
         if (check_request(s, c, hr, url, method, &r)) return send_reply(s, c, hr, &r);
         return MHD_YES;
@@ -288,12 +336,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (hr->answered) return MHD_YES;
+        if (hr->answered || hr->too_large) return MHD_YES;
         if (g4_now_seconds() - hr->t_arrival > s->opt.request_timeout_s) return MHD_NO; /* too slow: drop */
         if (hr->body.len + n > s->opt.max_body) {
-            g4_http_reply r = {0};
-            g4_reply_errorf(&r, 413, NULL, "the request body is larger than %zu bytes", s->opt.max_body);
-            return send_reply(s, c, hr, &r);
+            /* (chunked: no declared length) libmicrohttpd takes a response only
+             * once the body is in: drop what came, discard the rest, answer
+             * 413 then; the reaper cuts a body that never ends */
+            hr->too_large = 1;
+            atomic_fetch_sub(&s->body_bytes, hr->accounted);
+            hr->accounted = 0;
+            g4_strbuf_free(&hr->body);
+            return MHD_YES;
         }
         /* all bodies together stay within a budget: many large uploads at once get 503, not an OOM */
         if (atomic_fetch_add(&s->body_bytes, n) + n > s->body_budget || !g4_strbuf_append(&hr->body, upload, n)) {
@@ -306,6 +359,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (hr->answered) return MHD_YES;
+    if (hr->too_large) {
+        g4_http_reply r = {0};
+        g4_reply_errorf(&r, 413, NULL, "the request body is larger than %zu bytes", s->opt.max_body);
+        return send_reply(s, c, hr, &r);
+    }
+    mark_busy(s, hr);
     const union MHD_ConnectionInfo *fdinfo = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g4_http_reply r = {0};
     dispatch(s, hr, fdinfo ? fdinfo->connect_fd : -1, &r);
@@ -459,6 +518,8 @@ g4_status g4_server_start(g4_context *ctx, g4_engine *engine, const g4_server_op
     if (o->max_connections <= 0) o->max_connections = 1024;
     s->body_budget = o->max_body * 8 > ((size_t)512 << 20) ? o->max_body * 8 : (size_t)512 << 20;
     s->n_ctx = g4_engine_n_ctx(engine);
+    /* room for a whole context of token ids several times over, and for large tool schemas */
+    s->max_json_values = (size_t)s->n_ctx * 4 > G4_OAI_DEFAULT_MAX_VALUES ? (size_t)s->n_ctx * 4 : G4_OAI_DEFAULT_MAX_VALUES;
     if (o->max_prompt_tokens <= 0 || o->max_prompt_tokens >= s->n_ctx) o->max_prompt_tokens = s->n_ctx - 1;
     s->model_name = strdup(o->model_name ? o->model_name : "gemma4");
     s->created = (long)time(NULL);

@@ -60,7 +60,7 @@ void g4_serve_metrics(const g4_http_request *q, g4_http_reply *r) {
 
 static cJSON *parse_body(const g4_http_request *q, g4_http_reply *r) {
     g4_oai_error err;
-    cJSON *root = g4_oai_parse_json(q->body, q->body_len, &err);
+    cJSON *root = g4_oai_parse_json(q->body, q->body_len, q->srv->max_json_values, &err);
     if (!root) {
         g4_reply_error(r, &err);
         return NULL;
@@ -98,7 +98,8 @@ void g4_serve_tokenize(const g4_http_request *q, g4_http_reply *r) {
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (cJSON_IsArray(messages)) {
         int add_generation_prompt = 1, thinking = 0;
-        rc = g4_oai_get_bool(root, "add_generation_prompt", &add_generation_prompt, &err);
+        rc = g4_oai_check_messages(messages, &err);
+        if (!rc) rc = g4_oai_get_bool(root, "add_generation_prompt", &add_generation_prompt, &err);
         const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
         if (!rc && cJSON_IsObject(kwargs)) rc = g4_oai_get_bool(kwargs, "enable_thinking", &thinking, &err);
         g4_media_limits ml = {s->opt.max_images, s->opt.max_audio, s->opt.max_body, s->opt.allowed_media_dir};

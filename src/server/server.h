@@ -42,6 +42,8 @@ typedef struct {
     int idle_timeout_s;            /* a connection with no activity closes (default 60) */
     int max_connections;           /* default 1024 */
     int threads;                   /* OpenMP threads for prompt building (0: default) */
+    int metrics_public;            /* /metrics answers without the API key */
+    int no_special_in_content;     /* special-token text in message content stays text */
 } g4_server_options;
 
 typedef struct g4_server g4_server;

@@ -28,6 +28,7 @@ struct g4_server {
     atomic_int draining, stopping, in_flight;
     atomic_size_t body_bytes; /* request bodies held now, all connections together */
     size_t body_budget;
+    size_t max_json_values; /* per request body: bounds its cJSON tree */
     pthread_mutex_t media_lock; /* one prompt with media at a time: the towers are heavy */
     /* generations in progress, cancelled at shutdown */
     pthread_mutex_t jobs_lock;
@@ -56,6 +57,7 @@ typedef struct {
     size_t body_len;
     g4_body_source stream;    /* a streamed body instead (when read is set) */
     const char *allow;        /* Allow header (405) */
+    int close;                /* close the connection after this answer */
 } g4_http_reply;
 
 typedef struct {

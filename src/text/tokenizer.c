@@ -23,6 +23,13 @@ const char *g4_tokenizer_token_text(const g4_tokenizer *t, int32_t id) {
     return t->id_text[id];
 }
 
+int g4_tokenizer_token_byte(const g4_tokenizer *t, int32_t id) {
+    if (!t || id < 0 || id >= t->n_ids || !t->id_text[id]) return -1;
+    int byte_fallback = 0;
+    for (int i = 0; i < t->decoder.count; i++) byte_fallback |= t->decoder.items[i].kind == G4_STEP_BYTE_FALLBACK;
+    return byte_fallback ? g4_byte_token_value(t->id_text[id], t->id_len[id]) : -1;
+}
+
 int g4_tokenizer_is_special(const g4_tokenizer *t, int32_t id) {
     if (!t || id < 0 || id >= t->n_ids) return 0;
     return t->id_special[id];

@@ -72,6 +72,9 @@ g4_status g4_tokenizer_decode(const g4_tokenizer *t, const int32_t *ids, size_t 
 int32_t g4_tokenizer_token_id(const g4_tokenizer *t, const char *token);
 /* The token's text as stored in the file (e.g. "▁the", "<0x0A>"), or NULL. */
 const char *g4_tokenizer_token_text(const g4_tokenizer *t, int32_t id);
+/* The byte of a byte-fallback token ("<0xC3>" -> 0xC3) when the decoder
+ * turns such tokens into bytes; -1 for every other token. */
+int g4_tokenizer_token_byte(const g4_tokenizer *t, int32_t id);
 /* 1 if the id's token is an added token flagged special. */
 int g4_tokenizer_is_special(const g4_tokenizer *t, int32_t id);
 
