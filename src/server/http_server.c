@@ -194,32 +194,61 @@ static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_r
 static int key_matches(const char *header, const char *key) {
     if (!header || strncasecmp(header, "Bearer ", 7) != 0) return 0;
     header += 7;
-    while (*header == ' ') header++;
+    while (*header == ' ' || *header == '\t') header++;
     size_t a = strlen(header), b = strlen(key);
+    while (a && (header[a - 1] == ' ' || header[a - 1] == '\t')) a--; /* optional white space ends a field */
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < b; i++) diff |= (unsigned char)(i < a ? header[i] : 0) ^ (unsigned char)key[i];
     return diff == 0; /* no early exit: timing says nothing about the key */
 }
 
-/* A NUL byte in a header name or value (RFC 9110 5.5 forbids it): C
- * string lookups would see only the part before it. */
-static enum MHD_Result find_nul(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                const char *value, size_t value_size) {
+/* A NUL byte in a header line (RFC 9110 5.5 forbids it). libmicrohttpd
+ * 0.9.75 keeps the header block in place in its read buffer and ends each
+ * name and value at the first NUL, so "Authorization: Bearer KEY\0junk"
+ * reads as "Bearer KEY" and the rest is silently ignored. The block is
+ * [method, method + header size): every byte outside the request line and
+ * the names and values must be a separator (NUL where libmicrohttpd cut
+ * CR, LF and ':', or white space); a byte of text there is what followed
+ * a NUL. Names and values outside that range (the buffer moved while the
+ * headers arrived) are not checked. */
+typedef struct {
+    const char *lo, *hi;
+    unsigned char *known; /* per byte of the block: part of a name or value */
+} header_scan;
+
+static void mark_known(header_scan *h, const char *p, size_t n) {
+    if (!p || p < h->lo || p + n > h->hi) return;
+    memset(h->known + (p - h->lo), 1, n);
+}
+
+static enum MHD_Result mark_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
     (void)kind;
-    int *found = cls;
-    if ((key && memchr(key, 0, key_size)) || (value && memchr(value, 0, value_size))) {
-        *found = 1;
-        return MHD_NO;
-    }
+    mark_known(cls, key, key_size);
+    mark_known(cls, value, value_size);
     return MHD_YES;
+}
+
+static int header_has_nul(struct MHD_Connection *c, const char *method, const char *version) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (!info || !method || !version || info->header_size == 0 || info->header_size > (size_t)1 << 20) return 0;
+    header_scan h = {method, method + info->header_size, calloc(info->header_size, 1)};
+    if (!h.known) return 0;
+    if (version > method && version + strlen(version) <= h.hi) mark_known(&h, method, (size_t)(version - method) + strlen(version));
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, mark_header, &h);
+    int nul = 0;
+    for (size_t i = 0; i < info->header_size && !nul; i++) {
+        char b = h.lo[i];
+        nul = !h.known[i] && b != 0 && b != ' ' && b != '\t' && b != '\r' && b != '\n' && b != ':';
+    }
+    free(h.known);
+    return nul;
 }
 
 /* Framing that a proxy in front could read differently than we do (request
  * smuggling, RFC 9112 6.1 and 6.3): refused, and the connection closed. */
-static int bad_framing(struct MHD_Connection *c, g4_http_reply *r) {
-    int nul = 0;
-    MHD_get_connection_values_n(c, MHD_HEADER_KIND, find_nul, &nul);
-    if (nul) {
+static int bad_framing(struct MHD_Connection *c, const char *method, const char *version, g4_http_reply *r) {
+    if (header_has_nul(c, method, version)) {
         g4_reply_errorf(r, 400, NULL, "a request header holds a NUL byte");
         r->close = 1;
         return 1;
@@ -237,7 +266,7 @@ static int bad_framing(struct MHD_Connection *c, g4_http_reply *r) {
 /* Route, method, shutdown, key and declared size, before any body is read.
  * Returns 1 with *r filled when the request is answered already. */
 static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, const char *url, const char *method,
-                         g4_http_reply *r) {
+                         const char *version, g4_http_reply *r) {
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     int path_known = 0;
     const char *want = NULL;
@@ -254,7 +283,7 @@ static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, c
         }
         break;
     }
-    if (bad_framing(c, r)) {
+    if (bad_framing(c, method, version, r)) {
         if (!hr->label) hr->label = "other";
         return 1;
     }
@@ -316,7 +345,6 @@ static void dispatch(g4_server *s, http_req *hr, int fd, g4_http_reply *r) {
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **req_cls) {
-    (void)version;
     g4_server *s = cls;
     http_req *hr = *req_cls;
     if (!hr) {
@@ -330,7 +358,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         hr->conn = info ? info->socket_context : NULL;
         g4_http_reply r = {0};
-        if (check_request(s, c, hr, url, method, &r)) return send_reply(s, c, hr, &r);
+        if (check_request(s, c, hr, url, method, version, &r)) return send_reply(s, c, hr, &r);
         return MHD_YES;
     }
     if (*upload_size) {
@@ -518,6 +546,7 @@ g4_status g4_server_start(g4_context *ctx, g4_engine *engine, const g4_server_op
     if (o->max_connections <= 0) o->max_connections = 1024;
     s->body_budget = o->max_body * 8 > ((size_t)512 << 20) ? o->max_body * 8 : (size_t)512 << 20;
     s->n_ctx = g4_engine_n_ctx(engine);
+    s->max_token_bytes = ctx->tokenizer ? g4_tokenizer_max_token_bytes(ctx->tokenizer) : 1;
     /* room for a whole context of token ids several times over, and for large tool schemas */
     s->max_json_values = (size_t)s->n_ctx * 4 > G4_OAI_DEFAULT_MAX_VALUES ? (size_t)s->n_ctx * 4 : G4_OAI_DEFAULT_MAX_VALUES;
     if (o->max_prompt_tokens <= 0 || o->max_prompt_tokens >= s->n_ctx) o->max_prompt_tokens = s->n_ctx - 1;

@@ -292,6 +292,13 @@ static long stream_read(void *cls, char *buf, size_t max) {
 
 static void stream_free(void *cls) { free_generation(cls); }
 
+/* A prompt refused for its length before (or while) it is tokenized. */
+static int too_long(const g4_server *s, const char *param, g4_oai_error *err) {
+    g4_oai_fail(err, 400, param, "the prompt is longer than this server's limit of %d tokens", s->opt.max_prompt_tokens);
+    err->code = "context_length_exceeded";
+    return -1;
+}
+
 static int build_prompt(generation *g, g4_prompt *p, g4_oai_error *err) {
     g4_server *s = g->srv;
     g4_context *ctx = g->ctx;
@@ -299,12 +306,19 @@ static int build_prompt(generation *g, g4_prompt *p, g4_oai_error *err) {
     const char *param = g->req.kind == G4_OAI_CHAT ? "messages" : "prompt";
     if (s->opt.threads > 0) omp_set_num_threads(s->opt.threads);
     if (g->req.kind == G4_OAI_CHAT) {
+        /* far too much text is refused before any work on it */
+        if (ctx->tokenizer && !g4_oai_text_may_fit(s, g4_oai_messages_text_bytes(g->req.messages), s->opt.max_prompt_tokens))
+            return too_long(s, param, err);
+        if (s->opt.no_special_in_content && ctx->tokenizer && g4_oai_escape_content(ctx->tokenizer, g->req.messages, err))
+            return -1;
         g4_media_limits ml = {s->opt.max_images, s->opt.max_audio, s->opt.max_body, s->opt.allowed_media_dir};
         g4_media_list media;
         if (g4_oai_collect_media(g->req.messages, &ml, &media, err)) return -1;
         st = g4_chat_normalize_tool_arguments(g->req.messages);
         if (st == G4_OK) {
-            g4_prompt_options po = {.chat = {.add_generation_prompt = 1, .enable_thinking = g->req.enable_thinking}};
+            g4_prompt_options po = {.chat = {.add_generation_prompt = 1, .enable_thinking = g->req.enable_thinking},
+                                    .max_ids = s->opt.max_prompt_tokens,
+                                    .escaped_spans = s->opt.no_special_in_content};
             if (media.n) pthread_mutex_lock(&s->media_lock);
             st = g4_prompt_from_messages(ctx, g->req.messages, g->req.tools, &po, media.items, media.n, p);
             if (media.n) pthread_mutex_unlock(&s->media_lock);
@@ -332,16 +346,24 @@ static int build_prompt(generation *g, g4_prompt *p, g4_oai_error *err) {
     } else {
         if (!ctx->tokenizer)
             return g4_oai_fail(err, 400, "prompt", "this model has no tokenizer.json: send the prompt as token ids");
+        if (!g4_oai_text_may_fit(s, g->req.prompt_len, s->opt.max_prompt_tokens)) return too_long(s, param, err);
         int32_t *ids = NULL;
         size_t n = 0;
-        st = g4_tokenizer_encode(ctx->tokenizer, g->req.prompt_text, g->req.prompt_len,
-                                 g->req.add_special_tokens ? G4_TOK_ADD_SPECIAL : 0, &ids, &n);
+        st = g4_tokenizer_encode_max(ctx->tokenizer, g->req.prompt_text, g->req.prompt_len,
+                                     g->req.add_special_tokens ? G4_TOK_ADD_SPECIAL : 0,
+                                     (size_t)s->opt.max_prompt_tokens, &ids, &n);
         if (st == G4_OK && n == 0) {
             free(ids);
             return g4_oai_fail(err, 400, "prompt", "the prompt is empty");
         }
         if (st == G4_OK) st = g4_prompt_from_ids(ctx, ids, (int)n, NULL, 0, p);
         free(ids);
+    }
+    if (st == G4_ERR_LIMIT) {
+        g4_oai_fail(err, 400, param, "%s (this server's limit is %d prompt tokens)", g4_error_message(),
+                    s->opt.max_prompt_tokens);
+        err->code = "context_length_exceeded";
+        return -1;
     }
     if (st != G4_OK) return g4_oai_fail(err, fail_status(st), param, "%s", g4_error_message());
     return 0;

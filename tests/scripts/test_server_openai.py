@@ -494,7 +494,7 @@ def part_audio(root):
 
 
 def metric_values(port):
-    st, h, body = request(port, "GET", "/metrics", headers={})
+    st, h, body = request(port, "GET", "/metrics")  # with the key: /metrics is behind it
     values = {}
     for line in body.decode().splitlines():
         if line and not line.startswith("#"):
@@ -615,8 +615,9 @@ def part_queue(root):
         while metric_values(s.port)[3]["gemma4_requests_waiting"] != 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         check(metric_values(s.port)[3]["gemma4_requests_waiting"] == 1, "the second stream is queued")
-        st, _, body = request(s.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
-        check(st == 503 and error_shape(body), "a full queue answers 503: %d %r" % (st, body))
+        st, h, body = request(s.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
+        check(st == 503 and error_shape(body) and h.get("retry-after") == "1",
+              "a full queue answers 503 with Retry-After: %d %r %r" % (st, h, body))
         time.sleep(3)
         sock.close()  # frees the running sequence: the waiting one runs
         t.join(30)
