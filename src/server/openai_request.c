@@ -118,9 +118,11 @@ static int parse_logit_bias(const cJSON *root, const g4_oai_limits *lim, g4_oai_
     int k = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, v) {
+        /* digits only: strtol alone would also take " 5", "+5" */
+        size_t digits = strspn(e->string, "0123456789");
         char *end = NULL;
-        long id = strtol(e->string, &end, 10);
-        if (!e->string[0] || *end || id < 0 || id >= lim->vocab_size)
+        long id = digits && digits < 10 && !e->string[digits] ? strtol(e->string, &end, 10) : -1;
+        if (id < 0 || id >= lim->vocab_size)
             return g4_oai_fail(err, 400, "logit_bias", "logit_bias key '%.64s' is not a token id in [0, %d)", e->string,
                                lim->vocab_size);
         if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)

@@ -118,9 +118,33 @@ static void check_offsets(void) {
     CHECK(c.chars == 12, "characters %zu", c.chars);
 }
 
+/* logit_bias keys are token ids written as digits, nothing else */
+static void check_logit_bias(void) {
+    static const char *const bad[] = {"\" 5\"", "\"+5\"", "\"5 \"", "\"-1\"", "\"\"", "\"0x5\"", "\"100\"",
+                                      "\"99999999999999999999\""};
+    g4_oai_limits lim = {.vocab_size = 100};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"prompt\": \"a\", \"logit_bias\": {%s: 1}}", bad[i]);
+        g4_oai_request r;
+        g4_oai_error err = {0};
+        int rc = g4_oai_parse(body, strlen(body), G4_OAI_COMPLETION, &lim, &r, &err);
+        CHECK(rc && err.status == 400 && !strcmp(err.param, "logit_bias"), "logit_bias key %s accepted", bad[i]);
+        g4_oai_request_free(&r);
+    }
+    const char *good = "{\"prompt\": \"a\", \"logit_bias\": {\"7\": 2.5, \"099\": -1}}";
+    g4_oai_request r;
+    g4_oai_error err = {0};
+    CHECK(g4_oai_parse(good, strlen(good), G4_OAI_COMPLETION, &lim, &r, &err) == 0 && r.sampling.n_logit_bias == 2 &&
+              r.logit_bias[0].id == 7 && r.logit_bias[1].id == 99,
+          "valid logit_bias: %s", err.message);
+    g4_oai_request_free(&r);
+}
+
 int main(void) {
     check_json();
     check_messages();
     check_offsets();
+    check_logit_bias();
     return test_finish();
 }
