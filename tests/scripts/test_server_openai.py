@@ -321,7 +321,10 @@ def part_chat(s, client, model):
     check(len(lp) == n or (r.choices[0].finish_reason == "stop" and len(lp) >= n - 1),
           "one logprob entry per token (%d, %d)" % (len(lp), n))
     for e in lp:
-        check(e.logprob <= 0 and e.bytes == list(e.token.encode()) and len(e.top_logprobs) == 3 and
+        # a byte-fallback token's text alone is U+FFFD; its bytes are its own byte (<0xC3> -> [195])
+        own = (lambda t: list(t.token.encode()) == t.bytes or (t.token == "\ufffd" and len(t.bytes) == 1 and
+                                                              t.bytes[0] >= 0x80))
+        check(e.logprob <= 0 and own(e) and all(own(t) for t in e.top_logprobs) and len(e.top_logprobs) == 3 and
               e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob and
               e.top_logprobs[0].token == e.token and abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6,
               "logprob entry shape %r" % e)
