@@ -37,6 +37,8 @@ static void usage(FILE *f) {
             "  --max-queue N           requests waiting for admission before 503 (default 256)\n"
             "  --max-batch-tokens N    tokens per forward pass (default 512)\n"
             "  --max-body BYTES        request body limit (default 33554432)\n"
+            "  --body-budget BYTES     request bodies held at once, all connections (default max(8 x max-body,\n"
+            "                          512 MiB); beyond it: 503)\n"
             "  --max-tokens N          max_tokens limit per request (default 4096)\n"
             "  --max-prompt-tokens N   prompt length limit (default: the context)\n"
             "  --max-images N          images per request (default 8)\n"
@@ -101,14 +103,15 @@ static char *default_model_name(const char *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *device = NULL;
-    const char *v[20] = {0};
+    const char *v[21] = {0};
     enum { HOST, PORT, KEY, NAME, SEQS, CTX, BLOCKS, QUEUE, BATCH, BODY, MAXTOK, MAXPROMPT, IMAGES, AUDIO, MEDIA,
-           REQTIME, IDLE, CONNS, GRACE, THREADS };
+           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET };
     static const char *const names[] = {"--host",       "--port",       "--api-key",         "--model-name",
                                         "--max-seqs",   "--ctx",        "--kv-blocks",       "--max-queue",
                                         "--max-batch-tokens", "--max-body", "--max-tokens",  "--max-prompt-tokens",
                                         "--max-images", "--max-audio",  "--allowed-media-dir", "--request-timeout",
-                                        "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads"};
+                                        "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads",
+                                        "--body-budget"};
     int quiet = 0, metrics_public = 0, no_special = 0;
     for (int i = 1; i < argc; i++) {
         int r = 0;
@@ -144,10 +147,10 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     long port = 8080, seqs = 0, ctx_len = 0, blocks = 0, queue = 0, batch = 0, body = 0, max_tok = 0, max_prompt = 0,
-         images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0;
+         images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0, budget = 0;
     long *nums[] = {NULL, &port, NULL, NULL, &seqs, &ctx_len, &blocks, &queue, &batch, &body, &max_tok, &max_prompt,
-                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads};
-    for (int k = 0; k < 20; k++)
+                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget};
+    for (int k = 0; k < 21; k++)
         if (nums[k] && parse_count(v[k], names[k], nums[k])) return 2;
     if (port > 65535) {
         fprintf(stderr, "gemma4 serve: --port must be in 0..65535\n");
@@ -202,6 +205,7 @@ int cmd_serve(int argc, char **argv) {
                             .api_key = api_key,
                             .model_name = name,
                             .max_body = (size_t)body,
+                            .body_budget = (size_t)budget,
                             .max_tokens = (int)max_tok,
                             .max_prompt_tokens = (int)max_prompt,
                             .max_images = (int)images,

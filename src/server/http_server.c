@@ -66,7 +66,7 @@ typedef struct {
     double t_arrival;
     int status;   /* what we answered (0: nothing yet) */
     int answered; /* a response is queued: ignore the rest of the body */
-    int too_large; /* a chunked body passed the limit: drained, then answered 413 */
+    int refused;  /* 413 or 503 decided while the body arrives: the rest is dropped, the answer follows it */
     conn_entry *conn;
     char method[8];
     char path[64];
@@ -135,8 +135,9 @@ static void free_stream(void *cls) {
     free(src);
 }
 
-/* The request is complete (or answered early): the reaper leaves its
- * connection alone until the answer is sent. Before that, the time a
+/* The request has arrived whole: the reaper leaves its connection alone
+ * until the answer is sent. Before that (also while the body of a request
+ * answered early, e.g. with 401, is still read and dropped) the time the
  * request takes to arrive counts against the request timeout. */
 static void mark_busy(g4_server *s, http_req *hr) {
     if (!hr->conn) return;
@@ -147,7 +148,6 @@ static void mark_busy(g4_server *s, http_req *hr) {
 
 static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_req *hr, g4_http_reply *r) {
     hr->answered = 1;
-    mark_busy(s, hr);
     if (r->status == 0) {
         if (r->stream.free) r->stream.free(r->stream.cls);
         free(r->body);
@@ -364,35 +364,41 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (hr->answered || hr->too_large) return MHD_YES;
         if (g4_now_seconds() - hr->t_arrival > s->opt.request_timeout_s) return MHD_NO; /* too slow: drop */
-        if (hr->body.len + n > s->opt.max_body) {
-            /* (chunked: no declared length) libmicrohttpd takes a response only
-             * once the body is in: drop what came, discard the rest, answer
-             * 413 then; the reaper cuts a body that never ends */
-            hr->too_large = 1;
+        if (hr->answered || hr->refused) return MHD_YES;
+        /* over the limit (a chunked body declares no length) or over the budget
+         * of all bodies held at once (many large uploads get 503, not an OOM) */
+        int refuse = hr->body.len + n > s->opt.max_body ? 413 : 0;
+        if (!refuse && atomic_fetch_add(&s->body_bytes, n) + n > s->body_budget) {
+            atomic_fetch_sub(&s->body_bytes, n);
+            refuse = 503;
+        }
+        if (!refuse && !g4_strbuf_append(&hr->body, upload, n)) {
+            atomic_fetch_sub(&s->body_bytes, n);
+            refuse = 503;
+        }
+        if (refuse) {
+            /* libmicrohttpd takes a response only once the body is in: drop
+             * what came, discard the rest, answer then (the reaper cuts a body
+             * that never ends) */
+            hr->refused = refuse;
             atomic_fetch_sub(&s->body_bytes, hr->accounted);
             hr->accounted = 0;
             g4_strbuf_free(&hr->body);
             return MHD_YES;
         }
-        /* all bodies together stay within a budget: many large uploads at once get 503, not an OOM */
-        if (atomic_fetch_add(&s->body_bytes, n) + n > s->body_budget || !g4_strbuf_append(&hr->body, upload, n)) {
-            atomic_fetch_sub(&s->body_bytes, n);
-            g4_http_reply r = {0};
-            g4_reply_errorf(&r, 503, NULL, "the server holds too many request bodies; try again later");
-            return send_reply(s, c, hr, &r);
-        }
         hr->accounted += n;
         return MHD_YES;
     }
     if (hr->answered) return MHD_YES;
-    if (hr->too_large) {
+    mark_busy(s, hr);
+    if (hr->refused) {
         g4_http_reply r = {0};
-        g4_reply_errorf(&r, 413, NULL, "the request body is larger than %zu bytes", s->opt.max_body);
+        if (hr->refused == 413) g4_reply_errorf(&r, 413, NULL, "the request body is larger than %zu bytes", s->opt.max_body);
+        else g4_reply_errorf(&r, 503, NULL, "the server holds too many request bodies; try again later");
+        r.close = 1;
         return send_reply(s, c, hr, &r);
     }
-    mark_busy(s, hr);
     const union MHD_ConnectionInfo *fdinfo = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g4_http_reply r = {0};
     dispatch(s, hr, fdinfo ? fdinfo->connect_fd : -1, &r);
@@ -544,7 +550,8 @@ g4_status g4_server_start(g4_context *ctx, g4_engine *engine, const g4_server_op
     if (o->request_timeout_s <= 0) o->request_timeout_s = 30;
     if (o->idle_timeout_s <= 0) o->idle_timeout_s = 60;
     if (o->max_connections <= 0) o->max_connections = 1024;
-    s->body_budget = o->max_body * 8 > ((size_t)512 << 20) ? o->max_body * 8 : (size_t)512 << 20;
+    s->body_budget = o->body_budget ? o->body_budget
+                     : o->max_body * 8 > ((size_t)512 << 20) ? o->max_body * 8 : (size_t)512 << 20;
     s->n_ctx = g4_engine_n_ctx(engine);
     s->max_token_bytes = ctx->tokenizer ? g4_tokenizer_max_token_bytes(ctx->tokenizer) : 1;
     /* room for a whole context of token ids several times over, and for large tool schemas */

@@ -39,6 +39,7 @@ typedef struct {
     const char *api_key;           /* NULL: no authentication */
     const char *model_name;        /* the id in /v1/models and requests */
     size_t max_body;               /* request body bytes (default 32 MiB) */
+    size_t body_budget;            /* bodies held at once, all connections (default max(8 x max_body, 512 MiB)) */
     int max_tokens;                /* max_tokens cap (default 4096) */
     int max_prompt_tokens;         /* prompt cap (default: the context) */
     int max_images, max_audio;     /* per request (default 8 and 4) */

@@ -198,6 +198,34 @@ def part_timeout(s, timeout_s):
     got, closed = raw(s.port, head, timeout=timeout_s + 10)
     check(closed is not None and closed < timeout_s + 1.5 and not got,
           "headers + part of a body, then silence: closed after %s s (timeout %d s)" % (closed, timeout_s))
+    # answered at once (wrong key), but the body it announced never comes
+    got, closed = raw(s.port, head.replace(KEY.encode(), b"wrong"), timeout=timeout_s + 10)
+    check(closed is not None and closed < timeout_s + 1.5,
+          "a 401 whose body never arrives: closed after %s s (timeout %d s)" % (closed, timeout_s))
+
+
+def part_budget(root_model):
+    """Bodies over the budget of all bodies held at once: an answered 503
+    with Retry-After (libmicrohttpd takes no answer mid-body: it follows the
+    dropped rest), not a closed connection."""
+    s = T.Server(root_model, "--api-key", KEY, "--max-body", str(1 << 20), "--body-budget", str(3 << 19),
+                 "--request-timeout", "10", name="hostile-budget")
+    try:
+        hold = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        hold.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                      "Content-Length: %d\r\n\r\n" % (KEY, 1 << 20)).encode() + b" " * ((1 << 20) // 4 * 3))
+        time.sleep(0.5)  # 768 KiB held of the 1.5 MiB budget
+        body = b'{"prompt": "' + b"a" * ((1 << 20) - 40) + b'", "max_tokens": 1}'
+        got, closed = raw(s.port, ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                                   "Content-Length: %d\r\n\r\n" % (KEY, len(body))).encode() + body, timeout=10)
+        check(statuses(got) == [503] and b"Retry-After: 1" in got and b"too many request bodies" in got,
+              "over the body budget: 503 with Retry-After: %r" % got[:300])
+        hold.close()
+        time.sleep(0.3)
+        st, _, r = post(s, "/v1/completions", {"prompt": "Hi", "max_tokens": 1})
+        check(st == 200, "the budget is free again once the held body is gone: %d" % st)
+    finally:
+        s.stop()
 
 
 def hwm_kb(pid):
@@ -265,6 +293,7 @@ def main():
             fn()
             print("%s: %.1f s" % (name, time.monotonic() - t0))
         typed_default = turn_in_user_part(s)
+        part_budget(model)
         st, _, _ = T.request(s.port, "GET", "/health", headers={})
         check(st == 200 and s.proc.poll() is None, "still serving")
         s.stop()
