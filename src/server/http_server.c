@@ -67,6 +67,8 @@ typedef struct {
     int status;   /* what we answered (0: nothing yet) */
     int answered; /* a response is queued: ignore the rest of the body */
     int refused;  /* 413 or 503 decided while the body arrives: the rest is dropped, the answer follows it */
+    int started;  /* the handler has seen the request (the URI callback may create it earlier) */
+    int nul_in_url; /* the raw URI holds %00: the decoded path would end there */
     conn_entry *conn;
     char method[8];
     char path[64];
@@ -245,9 +247,25 @@ static int header_has_nul(struct MHD_Connection *c, const char *method, const ch
     return nul;
 }
 
+/* The raw request target, before libmicrohttpd decodes it in place: a %00
+ * would end the decoded path early ("/v1/models/dense%00x" read as
+ * "dense"). The request object starts here (on_request completes it). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)cls, (void)c;
+    http_req *hr = calloc(1, sizeof *hr);
+    if (hr && uri) hr->nul_in_url = strstr(uri, "%00") != NULL;
+    return hr;
+}
+
 /* Framing that a proxy in front could read differently than we do (request
  * smuggling, RFC 9112 6.1 and 6.3): refused, and the connection closed. */
-static int bad_framing(struct MHD_Connection *c, const char *method, const char *version, g4_http_reply *r) {
+static int bad_framing(struct MHD_Connection *c, const http_req *hr, const char *method, const char *version,
+                       g4_http_reply *r) {
+    if (hr->nul_in_url) {
+        g4_reply_errorf(r, 400, NULL, "the request target holds an encoded NUL (%%00)");
+        r->close = 1;
+        return 1;
+    }
     if (header_has_nul(c, method, version)) {
         g4_reply_errorf(r, 400, NULL, "a request header holds a NUL byte");
         r->close = 1;
@@ -283,7 +301,7 @@ static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, c
         }
         break;
     }
-    if (bad_framing(c, method, version, r)) {
+    if (bad_framing(c, hr, method, version, r)) {
         if (!hr->label) hr->label = "other";
         return 1;
     }
@@ -347,10 +365,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *version, const char *upload, size_t *upload_size, void **req_cls) {
     g4_server *s = cls;
     http_req *hr = *req_cls;
-    if (!hr) {
-        hr = calloc(1, sizeof *hr);
+    if (!hr || !hr->started) {
+        if (!hr) hr = calloc(1, sizeof *hr);
         if (!hr) return MHD_NO;
         *req_cls = hr;
+        hr->started = 1;
         hr->t_arrival = g4_now_seconds();
         snprintf(hr->method, sizeof hr->method, "%s", method);
         snprintf(hr->path, sizeof hr->path, "%s", url);
@@ -411,6 +430,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, en
     http_req *hr = *req_cls;
     if (!hr) return;
     *req_cls = NULL;
+    if (!hr->started) { /* libmicrohttpd refused it before our handler ran */
+        free(hr);
+        return;
+    }
     /* 499 (nginx's "client closed request") for requests that got no answer */
     int status = hr->status ? hr->status : 499;
     g4_metrics_request(s->metrics, hr->label ? hr->label : "other", status);
@@ -588,7 +611,7 @@ g4_status g4_server_start(g4_context *ctx, g4_engine *engine, const g4_server_op
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d || !s->reaper_started) {
         if (d) MHD_stop_daemon(d);

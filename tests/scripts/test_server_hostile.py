@@ -187,6 +187,10 @@ def part_framing(s):
                 hdrs.append(b"Authorization: Bearer " + KEY.encode())
             got, _ = raw(s.port, b"GET /v1/models HTTP/1.1\r\n" + b"\r\n".join(hdrs) + b"\r\n\r\n", timeout=2)
             check(statuses(got)[:1] == [400] and b"NUL" in got, "NUL in a header %r: %r" % (line, got[:160]))
+    for target, want in (("/v1/models/dense%00junk", 400), ("/v1/models/dense", 200), ("/v1/models/de%6Ese", 200)):
+        got, _ = raw(s.port, ("GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n" %
+                              (target, KEY)).encode(), timeout=1)
+        check(statuses(got)[:1] == [want], "%s: %r" % (target, got[:120]))
     got, _ = raw(s.port, ("GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s \t\r\n\r\n" % KEY).encode(),
                  timeout=1)
     check(statuses(got) == [200], "trailing white space after the key is no part of it: %r" % got[:80])
