@@ -29,6 +29,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static int port;
+static g4_context *ctx;
+static g4_engine *engine;
+static g4_server *srv;
+
+/* At exit (libFuzzer ends with exit()): stop the server and the engine
+ * thread before the OpenMP runtime goes away under them. */
+static void stop_all(void) {
+    g4_server_stop(srv);
+    g4_engine_stop(engine, 1);
+    g4_engine_destroy(engine);
+    g4_context_close(ctx);
+}
 
 static void link_file(const char *from_dir, const char *name, const char *to_dir, const char *as) {
     char from[4096], to[4096], real[4096];
@@ -61,9 +73,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     static char dir[] = "/tmp/fuzz_http.XXXXXX";
     make_model_dir(dir);
     g4_context_options co = {.device = "cpu", .threads = 1, .require_tokenizer = 1};
-    g4_context *ctx = NULL;
-    g4_engine *engine = NULL;
-    g4_server *srv = NULL;
     g4_engine_options eo = {.max_seqs = 4, .n_ctx = 256, .max_batch_tokens = 64, .max_queue = 8, .threads = 1};
     g4_server_options so = {.port = 0, .api_key = "k", .model_name = "dense", .max_body = 64 * 1024,
                             .max_tokens = 2, .request_timeout_s = 2, .idle_timeout_s = 2, .max_connections = 64,
@@ -75,7 +84,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     }
     port = g4_server_port(srv);
     signal(SIGPIPE, SIG_IGN);
-    return 0; /* the server lives as long as the process */
+    atexit(stop_all);
+    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
