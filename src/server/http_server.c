@@ -257,8 +257,26 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
     return hr;
 }
 
+typedef struct {
+    int lengths, codings, chunked_only;
+} framing_headers;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing_headers *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) f->lengths++;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->codings++;
+        f->chunked_only = value && !strcasecmp(value, "chunked");
+    }
+    return MHD_YES;
+}
+
 /* Framing that a proxy in front could read differently than we do (request
- * smuggling, RFC 9112 6.1 and 6.3): refused, and the connection closed. */
+ * smuggling, RFC 9112 6.1 and 6.3): refused, and the connection closed.
+ * That is both Content-Length and Transfer-Encoding, either one twice, and
+ * a transfer coding other than plain "chunked" (libmicrohttpd would read
+ * such a body as absent, and its bytes as the next request). */
 static int bad_framing(struct MHD_Connection *c, const http_req *hr, const char *method, const char *version,
                        g4_http_reply *r) {
     if (hr->nul_in_url) {
@@ -271,14 +289,19 @@ static int bad_framing(struct MHD_Connection *c, const http_req *hr, const char 
         r->close = 1;
         return 1;
     }
-    const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *coding = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    if (length && coding) {
+    framing_headers f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.lengths && f.codings) {
         g4_reply_errorf(r, 400, NULL, "a request may not carry both Content-Length and Transfer-Encoding");
-        r->close = 1;
-        return 1;
+    } else if (f.lengths > 1 || f.codings > 1) {
+        g4_reply_errorf(r, 400, NULL, "a request may carry one Content-Length or Transfer-Encoding header only");
+    } else if (f.codings && !f.chunked_only) {
+        g4_reply_errorf(r, 501, NULL, "the only transfer coding accepted is \"chunked\"");
+    } else {
+        return 0;
     }
-    return 0;
+    r->close = 1;
+    return 1;
 }
 
 /* Route, method, shutdown, key and declared size, before any body is read.

@@ -180,6 +180,13 @@ def part_framing(s):
                "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n" % KEY).encode()
     got, closed = raw(s.port, smuggle)
     check(statuses(got) == [400] and closed is not None, "Content-Length + Transfer-Encoding: one 400, closed: %r" % got)
+    # duplicated or unknown framing: a proxy could pick another reading; the pipelined GET is never answered
+    for framing, want in ((b"Content-Length: 5\r\nContent-Length: 0", 400),
+                          (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked", 400),
+                          (b"Transfer-Encoding: gzip", 501), (b"Transfer-Encoding: chunked, identity", 501)):
+        got, closed = raw(s.port, b"POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                          b"\r\n" + framing + b"\r\n\r\n0\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        check(statuses(got) == [want] and closed is not None, "%r: %r" % (framing, got[:100]))
     for line in (b"Authorization: Bearer " + KEY.encode() + b"\x00anything", b"X-Note: a\x00b"):
         for first in (True, False):
             hdrs = [b"Host: x", line] if first else [line, b"Host: x", b"Authorization: Bearer " + KEY.encode()]
