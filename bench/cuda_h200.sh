@@ -10,7 +10,9 @@
 # (the op test's speed section),
 # PP_KNOBS (pp512 under G4_CUDA_* settings), DEPTH_KNOBS (decode at a context depth in a long session),
 # PREFILL_PROFILE="31b:bf16:VAR=V,.." (per-kernel prefill profile),
-# MEMCHECK_FIXTURES, G4_SKIP_MEMCHECK=1, FAST_CONFIGS (bf16-product prefill).
+# MEMCHECK_FIXTURES, G4_SKIP_MEMCHECK=1, EXACT_CONFIGS (prefill on the exact path, --precision exact).
+# The working tree travels to the GPU machine whole (64 MiB at most): remove what a call does not need
+# (e.g. models/tiny-assistant, or tests/fixtures for a bench-only call) and `git checkout` it after.
 # G4_PREBUILT=path.tar.xz uses binaries built elsewhere (bin/, lib/ with the
 # shared libraries the GPU image may lack, COMMIT) instead of building there.
 # Each step has a time limit so that one hang cannot eat the whole lease.
@@ -87,14 +89,14 @@ if [ "$mode" != tests ] && [ "$mode" != extras ]; then
       >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
     note "bench $name $fmt: rc=$?, $(( $(date +%s) - s )) s"
   done
-  # prefill with plain bf16 products (G4_CUDA_PREFILL=bf16), for comparison
+  # prefill on the exact path (hi + lo products, --precision exact), for comparison
   : > "$OUT/bench_fast.jsonl"
-  for cfg in ${FAST_CONFIGS:-}; do
+  for cfg in ${EXACT_CONFIGS:-}; do
     name=${cfg%%:*} fmt=${cfg##*:}
     s=$(date +%s)
-    G4_CUDA_PREFILL=bf16 timeout 240 "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 0 \
-      -r 2 --json >> "$OUT/bench_fast.jsonl" 2>> "$OUT/bench.err"
-    note "bench (bf16 prefill) $name $fmt: rc=$?, $(( $(date +%s) - s )) s"
+    timeout 240 "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 512 -n 0 -r 2 \
+      --precision exact --json >> "$OUT/bench_fast.jsonl" 2>> "$OUT/bench.err"
+    note "bench (exact prefill) $name $fmt: rc=$?, $(( $(date +%s) - s )) s"
   done
   python3 - "$OUT/bench.jsonl" "$OUT/bench_fast.jsonl" <<'EOF' | tee -a "$summary"
 import json, sys
@@ -113,7 +115,7 @@ for r in main:
           f"{r['tg_limit_tps']:.0f} ({100*r['tg_tps']/r['tg_limit_tps']:.0f}%) | {r['decode_bytes']/1e9:.2f} | "
           f"{r['gpu_mem_gib']:.1f} |")
 for r in fast:
-    print(f"| {r['model']} | {r['format']} (bf16 prefill) | {r['pp_tps']:.0f} ± {r['pp_sd']:.0f} | "
+    print(f"| {r['model']} | {r['format']} (exact prefill) | {r['pp_tps']:.0f} ± {r['pp_sd']:.0f} | "
           f"{r['pp_limit_tps']:.0f} ({100*r['pp_tps']/r['pp_limit_tps']:.0f}%) | | | | |")
 if main:
     r = main[0]
@@ -141,7 +143,7 @@ for k in ${KNOBS:-}; do
       -r 1 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['tg_tps']:.1f}\")")
   note "knobs $name $fmt $vars: tg128 ${r:-failed} t/s"
 done
-# prefill under settings: PP_KNOBS="31b:bf16:G4_CUDA_PREFILL=bf16" (pp512 only, two runs; PP_TOKENS="64 512"
+# prefill under settings: PP_KNOBS="31b:bf16:G4_CUDA_ATTN_TC=0" (pp512 only, two runs; PP_TOKENS="64 512"
 # for other prompt lengths)
 for tokens in ${PP_TOKENS:-512}; do
   for k in ${PP_KNOBS:-}; do

@@ -18,6 +18,6 @@ for b in "$stage"/bin/*; do
   done
 done
 git rev-parse --short HEAD > "$stage/COMMIT"
-tar -cJf "$out" -C "$stage" bin lib COMMIT
+XZ_OPT=${XZ_OPT:--9} tar -cJf "$out" -C "$stage" bin lib COMMIT
 rm -rf "$stage"
 ls -la "$out"

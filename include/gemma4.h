@@ -57,6 +57,7 @@ typedef struct {
     int max_seqs;       /* requests decoded together (0: 32) */
     int n_ctx;          /* positions per request, prompt included (0: min(model, 4096)) */
     int max_queue;      /* requests waiting for room before submit fails with G4_ERR_LIMIT (0: 256) */
+    int exact;          /* 1: float32-accurate products (verification); 0: the measured fast default */
 } g4_open_options;
 
 /* `model`: a model folder (config.json, weights, tokenizer.json) or an

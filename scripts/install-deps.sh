@@ -15,6 +15,7 @@ packages=(
   libedit-dev           # line editing in gemma4 chat
   clang libclang-rt-14-dev  # fuzzers and sanitizers
   python3 python3-pip
+  wamerican             # tests: the word list the bundled model's English is checked against
 )
 missing=()
 for p in "${packages[@]}"; do

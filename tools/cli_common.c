@@ -114,6 +114,26 @@ void cli_close_model(g4_backend *be, g4_model *model) {
     g4_backend_destroy(be);
 }
 
+const char *const cli_precision_help =
+    "  --precision fast|exact  fast (the default of run, chat, serve, bench, perplexity): products in the\n"
+    "                          precision measured sufficient (README, Precision); exact: float32-accurate\n"
+    "                          (the default of logits and generate, the verification interfaces)\n";
+
+int cli_precision_option(int argc, char **argv, int *i, g4_precision *precision) {
+    const char *value = NULL;
+    const int r = cli_option(argc, argv, i, "--precision", &value);
+    if (r <= 0) return r;
+    if (!strcmp(value, "exact"))
+        *precision = G4_PRECISION_EXACT;
+    else if (!strcmp(value, "fast"))
+        *precision = G4_PRECISION_FAST;
+    else {
+        fprintf(stderr, "gemma4: --precision must be exact or fast, got '%s'\n", value);
+        return -1;
+    }
+    return 1;
+}
+
 int cli_parse_vision_mask(const char *text, g4_vision_mask *mask) {
     if (!strcmp(text, "default"))
         *mask = G4_VISION_MASK_DEFAULT;

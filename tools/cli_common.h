@@ -35,6 +35,11 @@ void cli_close_model(g4_backend *be, g4_model *model);
  * (transformers 5.17's plain forward for the 12B) or "causal". */
 int cli_parse_vision_mask(const char *text, g4_vision_mask *mask);
 
+/* --precision exact|fast (see g4_precision): returns 1 and sets *precision
+ * when argv[*i] is that option, -1 after an error message, 0 otherwise. */
+int cli_precision_option(int argc, char **argv, int *i, g4_precision *precision);
+extern const char *const cli_precision_help;
+
 /* Prints "gemma4 <cmd>: <message>" for the last library error. */
 void cli_report_error(const char *cmd, g4_status st);
 

@@ -27,34 +27,56 @@ static int parse_float(const char *text, const char *what, float *out) {
     return 1;
 }
 
+enum {
+    GIVEN_TEMP = 1,
+    GIVEN_TOP_P = 2,
+    GIVEN_MIN_P = 4,
+    GIVEN_REPEAT = 8,
+    GIVEN_PRESENCE = 16,
+    GIVEN_FREQUENCY = 32,
+    GIVEN_TOP_K = 64,
+    GIVEN_SEED = 128
+};
+
+static int float_option(int argc, char **argv, int *i, const char *name, float *value, unsigned bit,
+                        cli_generate_options *o) {
+    const char *v;
+    const int r = cli_option(argc, argv, i, name, &v);
+    if (r <= 0) return r;
+    if (parse_float(v, name, value) < 0) return -1;
+    o->sampling_given |= bit;
+    return 1;
+}
+
 int cli_sampling_option(int argc, char **argv, int *i, cli_generate_options *o) {
     const char *v;
     int r;
+    g4_sampler_params *p = &o->sampling;
     if ((r = cli_option(argc, argv, i, "-n", &v))) {
         long n = r > 0 ? cli_parse_count(v, "-n") : -1;
         if (n <= 0) return -1;
         o->max_tokens = (int)n;
         return 1;
     }
-    if ((r = cli_option(argc, argv, i, "--temp", &v))) return r < 0 ? -1 : parse_float(v, "--temp", &o->sampling.temperature);
-    if ((r = cli_option(argc, argv, i, "--top-p", &v))) return r < 0 ? -1 : parse_float(v, "--top-p", &o->sampling.top_p);
-    if ((r = cli_option(argc, argv, i, "--min-p", &v))) return r < 0 ? -1 : parse_float(v, "--min-p", &o->sampling.min_p);
-    if ((r = cli_option(argc, argv, i, "--repeat-penalty", &v)))
-        return r < 0 ? -1 : parse_float(v, "--repeat-penalty", &o->sampling.repetition_penalty);
-    if ((r = cli_option(argc, argv, i, "--presence-penalty", &v)))
-        return r < 0 ? -1 : parse_float(v, "--presence-penalty", &o->sampling.presence_penalty);
-    if ((r = cli_option(argc, argv, i, "--frequency-penalty", &v)))
-        return r < 0 ? -1 : parse_float(v, "--frequency-penalty", &o->sampling.frequency_penalty);
+    if ((r = float_option(argc, argv, i, "--temp", &p->temperature, GIVEN_TEMP, o)) ||
+        (r = float_option(argc, argv, i, "--top-p", &p->top_p, GIVEN_TOP_P, o)) ||
+        (r = float_option(argc, argv, i, "--min-p", &p->min_p, GIVEN_MIN_P, o)) ||
+        (r = float_option(argc, argv, i, "--repeat-penalty", &p->repetition_penalty, GIVEN_REPEAT, o)) ||
+        (r = float_option(argc, argv, i, "--presence-penalty", &p->presence_penalty, GIVEN_PRESENCE, o)) ||
+        (r = float_option(argc, argv, i, "--frequency-penalty", &p->frequency_penalty, GIVEN_FREQUENCY, o)))
+        return r;
     if ((r = cli_option(argc, argv, i, "--top-k", &v))) {
         long k = r > 0 ? cli_parse_count(v, "--top-k") : -1;
         if (k < 0) return -1;
-        o->sampling.top_k = (int)k;
+        p->top_k = (int)k;
+        o->sampling_given |= GIVEN_TOP_K;
         return 1;
     }
     if ((r = cli_option(argc, argv, i, "--seed", &v))) {
         long s = r > 0 ? cli_parse_count(v, "--seed") : -1;
         if (s < 0) return -1;
-        o->sampling.seed = (uint64_t)s;
+        p->seed = (uint64_t)s;
+        o->sampling_given |= GIVEN_SEED;
         return 1;
     }
     if (cli_flag(argv, *i, "--hide-thinking")) {
@@ -62,6 +84,21 @@ int cli_sampling_option(int argc, char **argv, int *i, cli_generate_options *o) 
         return 1;
     }
     return 0;
+}
+
+void cli_sampling_resolve(cli_generate_options *o, const g4_generation_config *gc) {
+    const g4_sampler_params user = o->sampling;
+    const unsigned given = o->sampling_given;
+    g4_sampler_params *p = &o->sampling;
+    g4_sampler_params_from_generation_config(p, gc);
+    if (given & GIVEN_TEMP) p->temperature = user.temperature;
+    if (given & GIVEN_TOP_P) p->top_p = user.top_p;
+    if (given & GIVEN_MIN_P) p->min_p = user.min_p;
+    if (given & GIVEN_REPEAT) p->repetition_penalty = user.repetition_penalty;
+    if (given & GIVEN_PRESENCE) p->presence_penalty = user.presence_penalty;
+    if (given & GIVEN_FREQUENCY) p->frequency_penalty = user.frequency_penalty;
+    if (given & GIVEN_TOP_K) p->top_k = user.top_k;
+    p->seed = given & GIVEN_SEED ? user.seed : p->seed;
 }
 
 /* Routes decoded text: the answer to stdout; reasoning (inside the thought

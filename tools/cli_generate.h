@@ -15,6 +15,7 @@
 
 typedef struct {
     g4_sampler_params sampling;
+    unsigned sampling_given; /* which sampling fields the command line set (cli_sampling_option) */
     int max_tokens;
     int show_reasoning; /* print the thought channel to stderr */
     int quiet_stats;    /* no timing line */
@@ -32,6 +33,9 @@ typedef struct {
 /* Parses the sampling/generation flags common to run and chat at argv[*i];
  * returns 1 if it consumed one, 0 if not, -1 on a bad value. */
 int cli_sampling_option(int argc, char **argv, int *i, cli_generate_options *o);
+/* The sampling of a reply: the model's generation_config, with the fields the
+ * command line gave replaced by their values. */
+void cli_sampling_resolve(cli_generate_options *o, const g4_generation_config *gc);
 void cli_sampling_usage(FILE *f);
 
 /* Evaluates prompt ids [from, n) (earlier ones are already in the session)

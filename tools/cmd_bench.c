@@ -19,6 +19,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: gemma4 bench (-m DIR | --synthetic NAME) [--format bf16|mlx4|mlx8|mxfp4]\n"
             "                    [-p 512] [-n 128] [-r 3] [--threads N] [--device cpu|cuda|cuda:N] [--json]\n"
+            "                    [--precision fast|exact]\n"
             "                    [-d 0]   (decode after this many tokens of context, prefilled untimed)\n"
             "                    [--ctx N]   (session positions; default max(p, d + n) + 8)\n"
             "                    [--streams 1,8,32]   (aggregate decode of concurrent streams, batched)\n"
@@ -105,6 +106,7 @@ int cmd_bench(int argc, char **argv) {
                *reps_text = "3", *threads_text = NULL, *device = NULL, *streams_text = NULL, *depth_text = "0",
                *ctx_text = NULL;
     int json = 0;
+    g4_precision precision = G4_PRECISION_FAST;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) ||
@@ -113,6 +115,7 @@ int cmd_bench(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "-n", &tg_text)) || (r = cli_option(argc, argv, &i, "-r", &reps_text)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision)) ||
             (r = cli_option(argc, argv, &i, "--streams", &streams_text)) ||
             (r = cli_option(argc, argv, &i, "-d", &depth_text)) || (r = cli_option(argc, argv, &i, "--ctx", &ctx_text))) {
             if (r < 0) return 2;
@@ -150,8 +153,10 @@ int cmd_bench(int argc, char **argv) {
     double t_load = g4_now_seconds();
     if (model_path) {
         if (cli_open_model_on(model_path, device, (int)threads, &be, &model) != 0) return 1;
+        be->ops->set_precision(be, precision);
     } else {
         if (cli_create_backend(device, (int)threads, &be) != 0) return 1;
+        be->ops->set_precision(be, precision);
         g4_status st = g4_model_synthesize(synthetic, format, be, &model);
         if (st != G4_OK) {
             cli_report_error("bench", st);
@@ -179,7 +184,7 @@ int cmd_bench(int argc, char **argv) {
     double *pp_rate = calloc((size_t)reps, sizeof(double)), *tg_rate = calloc((size_t)reps, sizeof(double));
     g4_status st = (logits && ids && pp_rate && tg_rate) ? g4_session_create(model, &opt, &s)
                                                          : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    for (long i = 0; i < n_ids; i++) ids[i] = bench_token((int)i, V);
+    for (long i = 0; i <= n_ids; i++) ids[i] = bench_token((int)i, V); /* one past: the warm-up reads ids[0] when -p 0 */
     /* warm-up: page in the weights and spin up the threads; on a GPU one full
      * prompt and a few steps, so that lazily loaded kernels and scratch
      * buffers are ready before timing */

@@ -28,6 +28,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 chat -m MODEL [--system TEXT] [--think] [--ctx N] [--device cpu|cuda] [options]\n"
                "In the chat: /image FILE and /audio FILE attach media to your next message, /think on|off,\n"
                "/reset starts over, /exit (or end of input) quits; Ctrl-C stops a reply.\n");
+    fputs(cli_precision_help, f);
     cli_sampling_usage(f);
 }
 
@@ -66,19 +67,19 @@ static int reusable_prefix(const g4_context *c, const g4_session *s, const int32
 int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *system = NULL, *device = NULL, *threads_text = NULL, *ctx_text = NULL;
     int think = 0;
+    g4_precision precision = G4_PRECISION_FAST;
     cli_generate_options go = {.max_tokens = 1024, .show_reasoning = 1};
     g4_sampler_params_default(&go.sampling);
-    int sampling_set = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--system", &system)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--ctx", &ctx_text))) {
             if (r < 0) return 2;
         } else if ((r = cli_sampling_option(argc, argv, &i, &go))) {
             if (r < 0) return 2;
-            sampling_set = 1;
         } else if (cli_flag(argv, i, "--think")) {
             think = 1;
         } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
@@ -98,12 +99,13 @@ int cmd_chat(int argc, char **argv) {
     long n_ctx = ctx_text ? cli_parse_count(ctx_text, "--ctx") : 4096;
     if (threads < 0 || n_ctx <= 0) return 2;
     g4_context *c;
-    g4_context_options co = {.device = device, .threads = (int)threads, .require_tokenizer = 1};
+    g4_context_options co = {.device = device, .threads = (int)threads, .require_tokenizer = 1,
+                             .precision = precision};
     if (g4_context_open(model_path, &co, &c) != G4_OK) {
         fprintf(stderr, "gemma4 chat: %s\n", g4_error_message());
         return 1;
     }
-    if (!sampling_set) g4_sampler_params_from_generation_config(&go.sampling, &c->generation);
+    cli_sampling_resolve(&go, &c->generation);
     g4_session *s;
     g4_session_options so = {.n_ctx = (int)n_ctx};
     if (g4_session_create(c->model, &so, &s) != G4_OK) {

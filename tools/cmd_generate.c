@@ -9,18 +9,20 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 generate -m DIR --ids 2,17,33,... -n N [--ignore-eos] [--threads N]\n"
-               "                       [--device cpu|cuda|cuda:N]\n");
+               "                       [--device cpu|cuda|cuda:N] [--precision exact|fast]\n");
 }
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *ids_text = NULL, *count_text = "16", *threads_text = NULL, *device = NULL;
     int ignore_eos = 0;
+    g4_precision precision = G4_PRECISION_EXACT;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--ids", &ids_text)) ||
             (r = cli_option(argc, argv, &i, "-n", &count_text)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
-            (r = cli_option(argc, argv, &i, "--device", &device))) {
+            (r = cli_option(argc, argv, &i, "--device", &device)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--ignore-eos")) {
             ignore_eos = 1;
@@ -54,6 +56,7 @@ int cmd_generate(int argc, char **argv) {
         free(ids);
         return 1;
     }
+    be->ops->set_precision(be, precision);
     g4_session_options opt = {.n_ctx = n + (int)n_new + 1};
     g4_session *s = NULL;
     int32_t *out = malloc((size_t)(n_new + 1) * sizeof *out);

@@ -39,6 +39,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 logits -m DIR --ids 2,17,33,... -o OUT.safetensors [--decode] [--hidden]\n"
                "                     [--image FILE]... [--audio FILE]... [--image-tokens N] [--threads N]\n"
                "                     [--vision-mask default|all-layers|causal] [--device cpu|cuda|cuda:N]\n"
+               "                     [--precision exact|fast]\n"
                "  Images and audio replace the placeholder ids of --ids (the processor's expanded\n"
                "  input_ids: <|image|> x soft tokens inside <|image>...<image|>) in order.\n");
 }
@@ -47,6 +48,7 @@ int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *ids_text = NULL, *out_path = NULL, *threads_text = NULL, *mask_text = NULL,
                *device = NULL;
     int decode = 0, hidden = 0;
+    g4_precision precision = G4_PRECISION_EXACT;
     cli_media media = {0};
     for (int i = 1; i < argc; i++) {
         int r;
@@ -55,6 +57,7 @@ int cmd_logits(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--vision-mask", &mask_text)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision)) ||
             (r = cli_media_option(argc, argv, &i, &media))) {
             if (r < 0) {
                 cli_media_free(&media);
@@ -93,7 +96,7 @@ int cmd_logits(int argc, char **argv) {
     long threads = threads_text ? cli_parse_count(threads_text, "--threads") : 0;
     if (threads < 0) return 2;
     g4_context *ctx;
-    g4_context_options co = {.device = device, .threads = (int)threads};
+    g4_context_options co = {.device = device, .threads = (int)threads, .precision = precision};
     if (g4_context_open(model_path, &co, &ctx) != G4_OK) {
         fprintf(stderr, "gemma4 logits: cannot load model: %s\n", g4_error_message());
         free(ids);

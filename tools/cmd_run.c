@@ -20,6 +20,7 @@ static void usage(FILE *f) {
                "  --image-tokens N  soft tokens per image: 70, 140, 280, 560 or 1120\n"
                "  --ctx N           context length (default 4096)\n"
                "  --device cpu|cuda --threads N\n");
+    fputs(cli_precision_help, f);
     cli_sampling_usage(f);
 }
 
@@ -29,28 +30,28 @@ void cli_no_model_hint(void) {
             "  gemma4 pull google/gemma-4-E2B-it           (bf16, 10 GB)\n"
             "  gemma4 pull mlx-community/gemma-4-e2b-it-4bit   (4-bit MLX, 3.6 GB)\n"
             "then: gemma4 run -m google/gemma-4-E2B-it -p \"Hello\".\n"
-            "A tiny random-weight demo model is built into build/models/tiny (its output is noise).\n");
+            "A small model trained on the King James Bible is built into build/models/tiny.\n");
 }
 
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *system = NULL, *device = NULL, *threads_text = NULL,
                *ctx_text = NULL;
     int think = 0, raw = 0;
+    g4_precision precision = G4_PRECISION_FAST;
     cli_generate_options go = {.max_tokens = 512, .show_reasoning = 1};
     g4_sampler_params_default(&go.sampling);
-    int sampling_set = 0;
     cli_media media = {0};
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "-p", &prompt)) ||
             (r = cli_option(argc, argv, &i, "--system", &system)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--ctx", &ctx_text)) || (r = cli_media_option(argc, argv, &i, &media))) {
             if (r < 0) goto usage_error;
         } else if ((r = cli_sampling_option(argc, argv, &i, &go))) {
             if (r < 0) goto usage_error;
-            sampling_set = 1;
         } else if (cli_flag(argv, i, "--think")) {
             think = 1;
         } else if (cli_flag(argv, i, "--raw")) {
@@ -78,14 +79,15 @@ int cmd_run(int argc, char **argv) {
     if (threads < 0 || n_ctx <= 0) goto usage_error;
 
     g4_context *c;
-    g4_context_options co = {.device = device, .threads = (int)threads, .require_tokenizer = 1};
+    g4_context_options co = {.device = device, .threads = (int)threads, .require_tokenizer = 1,
+                             .precision = precision};
     g4_status st = g4_context_open(model_path, &co, &c);
     if (st != G4_OK) {
         fprintf(stderr, "gemma4 run: %s\n", g4_error_message());
         cli_media_free(&media);
         return 1;
     }
-    if (!sampling_set) g4_sampler_params_from_generation_config(&go.sampling, &c->generation);
+    cli_sampling_resolve(&go, &c->generation);
     g4_prompt p = {0};
     if (raw) {
         size_t len = strlen(prompt);

@@ -51,6 +51,7 @@ static void usage(FILE *f) {
             "  --shutdown-grace S      on SIGINT/SIGTERM, let requests finish for S seconds, then cancel (default 10)\n"
             "  --threads N             CPU threads (default: all cores)\n"
             "  --device cpu|cuda       (default: cuda when present)\n"
+            "  --precision fast|exact  products measured sufficient (default) or float32-accurate\n"
             "  --quiet                 no request log\n");
 }
 
@@ -113,12 +114,14 @@ int cmd_serve(int argc, char **argv) {
                                         "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads",
                                         "--body-budget"};
     int quiet = 0, metrics_public = 0, no_special = 0;
+    g4_precision precision = G4_PRECISION_FAST;
     for (int i = 1; i < argc; i++) {
         int r = 0;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) ||
             (r = cli_option(argc, argv, &i, "--synthetic", &synthetic)) ||
             (r = cli_option(argc, argv, &i, "--format", &format)) ||
-            (r = cli_option(argc, argv, &i, "--device", &device))) {
+            (r = cli_option(argc, argv, &i, "--device", &device)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision))) {
             if (r < 0) return 2;
             continue;
         }
@@ -182,13 +185,14 @@ int cmd_serve(int argc, char **argv) {
     }
 
     g4_context *ctx = NULL;
-    g4_context_options co = {.device = device, .threads = (int)threads};
+    g4_context_options co = {.device = device, .threads = (int)threads, .precision = precision};
     g4_status st = synthetic ? open_synthetic(synthetic, format, device, (int)threads, &ctx)
                              : g4_context_open(model_path, &co, &ctx);
     if (st != G4_OK) {
         cli_report_error("serve", st);
         return 1;
     }
+    ctx->backend->ops->set_precision(ctx->backend, precision);
     char *name = v[NAME] ? strdup(v[NAME]) : synthetic ? NULL : default_model_name(model_path);
     if (!name && synthetic) {
         name = malloc(strlen(synthetic) + 16);

@@ -17,6 +17,7 @@ int cmd_pull(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_audio(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 
 const g4_command g4_commands[] = {
     {"run", cmd_run, "answer one prompt (text, images, audio), streamed"},
@@ -25,6 +26,7 @@ const g4_command g4_commands[] = {
     {"logits", cmd_logits, "logits of a token sequence to a safetensors file (verification)"},
     {"generate", cmd_generate, "greedy continuation of token ids (verification)"},
     {"info", cmd_info, "architecture, layer plan, parameters and weight bytes of a model"},
+    {"perplexity", cmd_perplexity, "perplexity of a text; KL divergence and top-1 agreement against a saved run"},
     {"bench", cmd_bench, "prefill and decode speed beside this machine's limits"},
     {"pull", cmd_pull, "download a model from the Hugging Face hub into the local cache"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},

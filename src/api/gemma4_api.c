@@ -34,7 +34,8 @@ g4_status g4_open(const char *model, const g4_open_options *opt, g4_handle **out
     if (opt) o = *opt;
     g4_handle *h = calloc(1, sizeof *h);
     if (!h) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    g4_context_options co = {.device = o.device, .threads = o.threads, .require_tokenizer = 1};
+    g4_context_options co = {.device = o.device, .threads = o.threads, .require_tokenizer = 1,
+                             .precision = o.exact ? G4_PRECISION_EXACT : G4_PRECISION_FAST};
     g4_status st = g4_context_open(model, &co, &h->ctx);
     g4_engine_options eo = {.max_seqs = o.max_seqs, .n_ctx = o.n_ctx, .max_queue = o.max_queue, .threads = o.threads};
     if (st == G4_OK) st = g4_engine_create(h->ctx->model, &eo, &h->engine);

@@ -39,6 +39,13 @@ typedef struct {
 
 typedef struct g4_backend g4_backend;
 
+/* How the products are computed. EXACT: about float32 accuracy everywhere —
+ * the verification path, which the fixture tests use and a new backend starts
+ * in. FAST: the precision a trained model needs, measured by KL divergence
+ * against EXACT (README, "Precision"): on CUDA one bf16 tensor-core product
+ * per prefill GEMM instead of a hi + lo split. Decode is the same in both. */
+typedef enum { G4_PRECISION_EXACT = 0, G4_PRECISION_FAST = 1 } g4_precision;
+
 /* The most candidates top_logits gives per row. */
 #define G4_TOP_LOGITS_MAX_K 1024
 
@@ -89,6 +96,8 @@ typedef struct {
 typedef struct {
     const char *name;
     void (*destroy)(g4_backend *be);
+    /* Chooses the kernels of every later op (see g4_precision). */
+    void (*set_precision)(g4_backend *be, g4_precision precision);
 
     /* memory */
     void *(*alloc)(g4_backend *be, size_t bytes);      /* NULL on failure */

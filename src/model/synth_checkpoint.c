@@ -2,6 +2,8 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -49,6 +51,40 @@ static cJSON *quant_block(g4_quant_params defaults, const g4_synth_record *r) {
     return q;
 }
 
+/* Fields the Gemma 4 config classes type as float. cJSON keeps numbers as
+ * doubles and prints 30.0 as 30, which transformers' strict config classes
+ * refuse for these fields, so integral values of them are written as 30.0. */
+static const char *const float_fields[] = {"attention_dropout", "attention_invalid_logits_value", "attention_logit_cap",
+                                           "final_logit_softcapping", "gradient_clipping", "initializer_range",
+                                           "partial_rotary_factor", "residual_weight", "rms_norm_eps", "rope_theta"};
+
+static int is_float_field(const char *key) {
+    for (size_t i = 0; key && i < sizeof float_fields / sizeof float_fields[0]; i++)
+        if (!strcmp(key, float_fields[i])) return 1;
+    return 0;
+}
+
+static g4_status keep_floats(cJSON *node) {
+    for (cJSON *c = node ? node->child : NULL; c; c = c->next) {
+        if (cJSON_IsNumber(c) && is_float_field(c->string) && c->valuedouble == floor(c->valuedouble) &&
+            fabs(c->valuedouble) < 1e15) {
+            char text[48];
+            snprintf(text, sizeof text, "%.1f", c->valuedouble);
+            cJSON *raw = cJSON_CreateRaw(text);
+            if (raw) raw->string = strdup(c->string); /* the key stays with the value (freed by cJSON_Delete) */
+            if (!raw || !raw->string || !cJSON_ReplaceItemViaPointer(node, c, raw)) {
+                cJSON_Delete(raw);
+                return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+            }
+            c = raw;
+        } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
+            g4_status st = keep_floats(c);
+            if (st != G4_OK) return st;
+        }
+    }
+    return G4_OK;
+}
+
 /* The config as given, less the towers synthetic models lack and any
  * quantization block, plus the block for the tensors written. */
 static g4_status config_text(const char *json, size_t len, const char *label, const g4_model *m,
@@ -71,6 +107,7 @@ static g4_status config_text(const char *json, size_t len, const char *label, co
             cJSON_AddItemToObject(root, "quantization_config", copy);
         }
     }
+    if (st == G4_OK) st = keep_floats(root);
     if (st == G4_OK) *out = cJSON_Print(root);
     cJSON_Delete(root);
     if (st == G4_OK && !*out) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");

@@ -60,6 +60,7 @@ g4_status g4_context_open(const char *path, const g4_context_options *opt, g4_co
     if (!c) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     g4_status st = g4_resolve_model_path(path, &c->dir);
     if (st == G4_OK) st = g4_backend_open(o.device, o.threads, &c->backend);
+    if (st == G4_OK) c->backend->ops->set_precision(c->backend, o.precision);
     if (st == G4_OK) st = g4_model_load_dir(c->dir, c->backend, &c->model);
     if (st == G4_OK) {
         char *tok_path = g4_path_join(c->dir, "tokenizer.json");

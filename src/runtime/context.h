@@ -20,6 +20,7 @@ typedef struct {
     const char *device;       /* "cpu", "cuda" or NULL (cuda when present, else cpu) */
     int threads;              /* CPU threads (0: all) */
     int require_tokenizer;    /* fail when the folder has no tokenizer.json */
+    g4_precision precision;   /* the backend's products (0: EXACT) */
 } g4_context_options;
 
 typedef struct g4_context {

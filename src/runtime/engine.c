@@ -48,6 +48,9 @@ struct g4_engine {
     int *cand_needed; /* per logit row: g4_sampler_candidates_needed, 0 = the full row */
     sequence **batch_seqs;
     int *logit_owner;
+    /* a step's cancelled and finished sequences, max_seqs each */
+    sequence **step_done, **step_finished;
+    g4_finish_reason *step_reasons;
 
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -107,12 +110,15 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->cand_lse = malloc((size_t)S * sizeof *e->cand_lse);
         e->cand_needed = malloc((size_t)S * sizeof *e->cand_needed);
         e->batch_seqs = malloc((size_t)S * sizeof *e->batch_seqs);
+        e->step_done = malloc((size_t)S * sizeof *e->step_done);
+        e->step_finished = malloc((size_t)S * sizeof *e->step_finished);
+        e->step_reasons = malloc((size_t)S * sizeof *e->step_reasons);
         e->waiting = malloc((size_t)e->opt.max_queue * sizeof *e->waiting);
         e->running = malloc((size_t)S * sizeof *e->running);
         if (!e->media_stage || !e->ids || !e->pos || !e->seq || !e->ranges || !e->glo || !e->ghi || !e->mm_rows ||
             !e->logit_rows || !e->logit_owner || !e->full_tables || !e->sliding_tables || !e->logits ||
             !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed ||
-            !e->batch_seqs || !e->waiting || !e->running)
+            !e->batch_seqs || !e->step_done || !e->step_finished || !e->step_reasons || !e->waiting || !e->running)
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the engine");
     }
     if (st != G4_OK) {
@@ -159,6 +165,7 @@ void g4_engine_destroy(g4_engine *e) {
     free(e->logit_rows), free(e->logit_owner), free(e->full_tables), free(e->sliding_tables), free(e->logits);
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
     free(e->batch_seqs), free(e->waiting), free(e->running);
+    free(e->step_done), free(e->step_finished), free(e->step_reasons);
     free(e);
 }
 
@@ -323,10 +330,10 @@ int g4_engine_step(g4_engine *e) {
     const g4_token_ids *tk = &m->config.tokens;
     g4_backend *be = m->backend;
     const int V = tc->vocab_size, d = tc->hidden_size;
-    sequence *done[512];
+    sequence **done = e->step_done;
 
     pthread_mutex_lock(&e->lock);
-    int n_done = admit(e, done, 512);
+    int n_done = admit(e, done, e->opt.max_seqs);
     /* snapshot the running set: only this thread changes it */
     int n_run = e->n_running;
     pthread_mutex_unlock(&e->lock);
@@ -436,8 +443,9 @@ int g4_engine_step(g4_engine *e) {
 
     /* advance every sequence in the batch; sample where logits came back */
     int n_prefilled = 0, n_generated = 0;
-    sequence *finished[512];
-    g4_finish_reason reasons[512];
+    /* at most one entry per sequence of the batch, and a batch holds at most max_seqs */
+    sequence **finished = e->step_finished;
+    g4_finish_reason *reasons = e->step_reasons;
     int n_finished = 0;
     int next_logit = 0;
     for (int b = 0; b < n_seqs; b++) {
@@ -491,7 +499,7 @@ int g4_engine_step(g4_engine *e) {
         for (int b = 0; b < n_seqs; b++) {
             int listed = 0;
             for (int k = 0; k < n_finished; k++) listed |= finished[k] == e->batch_seqs[b];
-            if (!listed && n_finished < 512) finished[n_finished] = e->batch_seqs[b], reasons[n_finished++] = G4_FINISH_ERROR;
+            if (!listed) finished[n_finished] = e->batch_seqs[b], reasons[n_finished++] = G4_FINISH_ERROR;
         }
     const char *message = st != G4_OK ? g4_error_message() : NULL;
     pthread_mutex_lock(&e->lock);

@@ -7,7 +7,7 @@
  * ops, 1e-5 for float32 reductions in another order (GEMV, attention,
  * experts at decode sizes), 1e-4 for prefill GEMMs on bf16 tensor cores
  * with split (hi + lo) operands, the default, and 1e-2 for the plain bf16
- * mode (G4_CUDA_PREFILL=bf16). Exits 77 (skipped) without a usable GPU. */
+ * mode (G4_PRECISION_FAST). Exits 77 (skipped) without a usable GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1721,10 +1721,13 @@ static void test_gemv_tc(void) {
     }
 }
 
-/* The plain bf16 prefill mode (G4_CUDA_PREFILL=bf16): one product per tile. */
+/* G4_PRECISION_FAST: one bf16 product per prefill tile. */
 static void test_fast_prefill(void) {
-    g4_backend *fast = knob_backend("G4_CUDA_PREFILL", "bf16");
-    if (!fast) return;
+    g4_backend *fast = NULL;
+    const g4_status st = g4_backend_cuda_create(0, &fast);
+    CHECK(st == G4_OK, "CUDA backend: %s", g4_error_message());
+    if (st != G4_OK) return;
+    fast->ops->set_precision(fast, G4_PRECISION_FAST);
     struct {
         g4_weight_format f;
         int bits, group;

@@ -4,9 +4,11 @@
  * prefill chunks of 5 (the sliding ring wrapping), the residual stream at
  * four points, greedy continuation (ids identical), the vision tower's soft
  * tokens and image-prompt logits; and the batched engine on the GPU giving
- * every request exactly the ids it gets alone. Tolerance: relative RMS 2e-2
- * (the bf16-activation bound of the design notes); the values reached are
- * printed. Exits 77 (skipped) without a usable GPU. */
+ * every request exactly the ids it gets alone. The backend runs its exact
+ * path (G4_PRECISION_EXACT, a new backend's). Tolerances: relative RMS about
+ * 3x the worst value reached on the H200 (session 17: prefill logits 7.2e-4,
+ * decode 1.7e-4, hidden states 4.0e-4, vision and audio 1.3e-3); the values
+ * reached are printed. Exits 77 (skipped) without a usable GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-#define TOLERANCE 2e-2
+static const double TOL_PREFILL = 2.5e-3, TOL_DECODE = 5e-4, TOL_HIDDEN = 1.2e-3, TOL_VISION = 4e-3;
 
 static g4_backend *gpu;
 static double worst_prefill, worst_decode, worst_hidden, worst_vision;
@@ -44,7 +46,7 @@ static void check_hidden(void *ctx, const char *name, const float *data, int row
     gpu->ops->to_host(gpu, got, data, n * sizeof *got);
     double err = test_rel_rms(got, want, n);
     printf("  %-10s %-26s rel_rms %.2e\n", hc->fixture, key, err);
-    CHECK(err < TOLERANCE, "%s %s rel_rms %.3e", hc->fixture, key, err);
+    CHECK(err < TOL_HIDDEN, "%s %s rel_rms %.3e", hc->fixture, key, err);
     if (err > worst_hidden) worst_hidden = err;
     free(got);
 }
@@ -87,7 +89,7 @@ static void check_text(const char *name) {
     CHECK(st == G4_OK, "%s: prefill: %s", name, g4_error_message());
     double err = test_rel_rms(logits, want, (size_t)n_all * V);
     printf("  %-10s logits (prefill, %3d rows)  rel_rms %.2e\n", name, n_all, err);
-    CHECK(err < TOLERANCE, "%s prefill logits rel_rms %.3e", name, err);
+    CHECK(err < TOL_PREFILL, "%s prefill logits rel_rms %.3e", name, err);
     if (err > worst_prefill) worst_prefill = err;
 
     g4_session_reset(s);
@@ -98,7 +100,7 @@ static void check_text(const char *name) {
     CHECK(st == G4_OK, "%s: decode: %s", name, g4_error_message());
     err = test_rel_rms(logits, want, (size_t)n_all * V);
     printf("  %-10s logits (decode)             rel_rms %.2e\n", name, err);
-    CHECK(err < TOLERANCE, "%s decode logits rel_rms %.3e", name, err);
+    CHECK(err < TOL_DECODE, "%s decode logits rel_rms %.3e", name, err);
     if (err > worst_decode) worst_decode = err;
 
     g4_session_options small = {.n_ctx = n_all + 1, .chunk = 5};
@@ -108,7 +110,7 @@ static void check_text(const char *name) {
     CHECK(st == G4_OK, "%s: chunked prefill: %s", name, g4_error_message());
     err = test_rel_rms(logits, want, (size_t)n_all * V);
     printf("  %-10s logits (chunks of 5)        rel_rms %.2e\n", name, err);
-    CHECK(err < TOLERANCE, "%s chunked logits rel_rms %.3e", name, err);
+    CHECK(err < TOL_DECODE, "%s chunked logits rel_rms %.3e", name, err);
     if (err > worst_decode) worst_decode = err;
     g4_session_destroy(sc);
 
@@ -149,7 +151,7 @@ static void check_vision(const char *name) {
         gpu->ops->to_host(gpu, host, soft, n_soft_ref * sizeof *host);
         double err = test_rel_rms(host, want_soft, n_soft_ref);
         printf("  %-10s image soft tokens (%d)      rel_rms %.2e\n", name, n_soft, err);
-        CHECK(err < TOLERANCE, "%s soft tokens rel_rms %.3e", name, err);
+        CHECK(err < TOL_VISION, "%s soft tokens rel_rms %.3e", name, err);
         if (err > worst_vision) worst_vision = err;
         free(host);
         int n_ids;
@@ -169,7 +171,7 @@ static void check_vision(const char *name) {
         if (st == G4_OK && (size_t)n_ids * V == n_logits) {
             err = test_rel_rms(logits, want_logits, n_logits);
             printf("  %-10s image logits                rel_rms %.2e\n", name, err);
-            CHECK(err < TOLERANCE, "%s image logits rel_rms %.3e", name, err);
+            CHECK(err < TOL_VISION, "%s image logits rel_rms %.3e", name, err);
             if (err > worst_vision) worst_vision = err;
         }
         g4_session_destroy(s);
@@ -218,7 +220,7 @@ static void check_audio(void) {
             gpu->ops->to_host(gpu, host, soft, want_t->nbytes);
             double err = test_rel_rms(host, (const float *)want_t->data, want_t->nbytes / 4);
             printf("  %-10s audio soft tokens (%d)      rel_rms %.2e\n", "e2b", n_soft, err);
-            CHECK(err < TOLERANCE, "e2b audio soft tokens rel_rms %.3e", err);
+            CHECK(err < TOL_VISION, "e2b audio soft tokens rel_rms %.3e", err);
             if (err > worst_vision) worst_vision = err;
             free(host);
             int n_ids;
@@ -237,7 +239,7 @@ static void check_audio(void) {
             if (st == G4_OK && (size_t)n_ids * V * 4 == want_l->nbytes) {
                 err = test_rel_rms(logits, (const float *)want_l->data, want_l->nbytes / 4);
                 printf("  %-10s audio logits                rel_rms %.2e\n", "e2b", err);
-                CHECK(err < TOLERANCE, "e2b audio logits rel_rms %.3e", err);
+                CHECK(err < TOL_VISION, "e2b audio logits rel_rms %.3e", err);
                 if (err > worst_vision) worst_vision = err;
             }
             if (st == G4_OK) g4_session_destroy(s);
@@ -280,7 +282,7 @@ static void check_unified(void) {
             gpu->ops->to_host(gpu, host, soft, n_soft_ref * sizeof *host);
             double err = test_rel_rms(host, want, n_soft_ref);
             printf("  %-10s image soft tokens (%d)      rel_rms %.2e\n", "unified", n_soft, err);
-            CHECK(err < TOLERANCE, "unified soft tokens rel_rms %.3e", err);
+            CHECK(err < TOL_VISION, "unified soft tokens rel_rms %.3e", err);
             if (err > worst_vision) worst_vision = err;
             free(host);
         }
@@ -455,8 +457,8 @@ int main(int argc, char **argv) {
     }
     CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());
     printf("\nworst rel_rms on CUDA: prefill logits %.2e, decode/chunked logits %.2e, hidden states %.2e, "
-           "vision %.2e (tolerance %.0e)\n",
-           worst_prefill, worst_decode, worst_hidden, worst_vision, TOLERANCE);
+           "vision %.2e (tolerances %.1e, %.1e, %.1e, %.1e)\n",
+           worst_prefill, worst_decode, worst_hidden, worst_vision, TOL_PREFILL, TOL_DECODE, TOL_HIDDEN, TOL_VISION);
     g4_backend_destroy(gpu);
     return test_finish();
 }

@@ -164,7 +164,47 @@ static void check_limits(void) {
     g4_backend_destroy(be);
 }
 
+/* More sequences finishing in one step than any fixed array would hold (the
+ * step's finished list was a 512-entry stack array while --max-seqs had no
+ * cap): 600 one-token requests prefilled and sampled in a single step. */
+static void check_many_finishing(void) {
+    enum { N = 600 };
+    g4_backend *be;
+    g4_model *m;
+    g4_status st = g4_backend_cpu_create(0, &be);
+    if (st == G4_OK) st = g4_model_load_dir(test_fixture("dense"), be, &m);
+    if (st != G4_OK) {
+        CHECK(0, "load dense: %s", g4_error_message());
+        return;
+    }
+    g4_engine_options opt = {.max_seqs = N, .n_ctx = 8, .max_batch_tokens = 2 * N, .max_queue = N};
+    g4_engine *e;
+    st = g4_engine_create(m, &opt, &e);
+    CHECK(st == G4_OK, "engine of %d sequences: %s", N, g4_error_message());
+    static collected got[N];
+    memset(got, 0, sizeof got);
+    int32_t prompt[2] = {2, 40};
+    for (int r = 0; r < N && st == G4_OK; r++) {
+        g4_request req = {.prompt = prompt, .n_prompt = 2, .max_tokens = 1, .on_token = on_token, .user = &got[r]};
+        g4_sampler_params_default(&req.sampling);
+        st = g4_engine_submit(e, &req, NULL);
+    }
+    CHECK(st == G4_OK, "%d submissions: %s", N, g4_error_message());
+    if (st == G4_OK) g4_engine_step(e);
+    int finished = 0;
+    for (int r = 0; r < N; r++) finished += got[r].finish == G4_FINISH_LENGTH && got[r].n == 1;
+    CHECK(finished == N, "%d of %d sequences finished in one step", finished, N);
+    g4_engine_stats stats;
+    g4_engine_get_stats(e, &stats);
+    CHECK(stats.running == 0 && stats.kv_blocks_used == 0, "all %d freed (running %d, KV blocks %d)", N, stats.running,
+          stats.kv_blocks_used);
+    g4_engine_destroy(e);
+    g4_model_release(m);
+    g4_backend_destroy(be);
+}
+
 int main(void) {
+    check_many_finishing();
     check_batching("dense");
     check_batching("moe");
     check_batching("e2b");

@@ -192,6 +192,51 @@ static void check_preset_quant_blocks(void) {
     }
 }
 
+/* Fields the Gemma 4 config classes type as float are written as JSON
+ * floats (30.0, not 30): transformers' strict config classes refuse an
+ * integer there ("expected float, got int (value: 30)"), and cJSON prints
+ * 30.0 as 30 unless told otherwise. */
+static int float_text(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == ':') p++;
+    const size_t n = strspn(p, "-+0123456789.eE");
+    return memchr(p, '.', n) || memchr(p, 'e', n) || memchr(p, 'E', n);
+}
+
+/* occurrences of "key" in text, and how many of them hold a float */
+static int count_values(const char *text, const char *key, int *floats) {
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\"", key);
+    int n = 0;
+    *floats = 0;
+    for (const char *p = strstr(text, quoted); p; p = strstr(p + 1, quoted), n++)
+        *floats += float_text(p + strlen(quoted));
+    return n;
+}
+
+static void check_float_fields(void) {
+    const char *presets[] = {"e2b", "e4b", "26b-a4b", "31b", "12b"};
+    const char *keys[] = {"final_logit_softcapping", "rope_theta", "rms_norm_eps", "partial_rotary_factor",
+                          "initializer_range"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const char *json;
+        size_t len;
+        char *written = NULL;
+        g4_status st = g4_model_preset_config(presets[i], "bf16", &json, &len);
+        if (st == G4_OK) st = g4_synth_checkpoint_config(json, len, presets[i], "bf16", &written);
+        CHECK(st == G4_OK, "%s: %s", presets[i], g4_error_message());
+        if (st != G4_OK) continue;
+        int total = 0;
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            int floats;
+            const int n = count_values(written, keys[k], &floats);
+            total += n;
+            CHECK(floats == n, "%s: %d of the %d values of %s written as floats", presets[i], floats, n, keys[k]);
+        }
+        CHECK(total >= 4, "%s: the written config has the float fields (%d found)", presets[i], total);
+        free(written);
+    }
+}
+
 static void check_fill_pieces(void) {
     const size_t n = 3 * G4_SYNTH_BLOCK_BYTES + 4098;
     unsigned char *whole = malloc(n), *pieces = malloc(n);
@@ -259,6 +304,7 @@ int main(void) {
     check_fill_pieces();
     check_stream_writer();
     check_preset_quant_blocks();
+    check_float_fields();
     g4_backend *be;
     if (g4_backend_cpu_create(0, &be) != G4_OK) {
         fprintf(stderr, "cpu backend: %s\n", g4_error_message());

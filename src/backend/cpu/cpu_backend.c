@@ -16,6 +16,12 @@
 
 static void cpu_destroy(g4_backend *be) { free(be); }
 
+/* Every CPU product is float32 so far: both precisions run the same kernels. */
+static void cpu_set_precision(g4_backend *be, g4_precision precision) {
+    (void)be;
+    (void)precision;
+}
+
 static void *cpu_alloc(g4_backend *be, size_t bytes) {
     (void)be;
     /* 64-byte alignment for SIMD loads; round the size up as aligned_alloc wants. */
@@ -187,6 +193,7 @@ static void cpu_copy_rows(g4_backend *be, float *dst, int dst_stride, const floa
 static const g4_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
+    .set_precision = cpu_set_precision,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .to_device = cpu_memcpy,

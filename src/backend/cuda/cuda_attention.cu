@@ -477,8 +477,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
 
 template <int DMAX, int RPT, int T>
 static void launch_attention(cuda_ctx *c, const attn_params &p, int tiles, size_t smem) {
-    static int configured; /* the opt-in above 48 KB, once per kernel */
-    if (!configured) {
+    static unsigned configured; /* the opt-in above 48 KB, once per kernel and device */
+    if (!cuda_done_on_device(&configured, c)) {
         /* dynamic shared memory may use what the kernel's static arrays leave */
         cudaFuncAttributes fa;
         if (!cuda_check(c, cudaFuncGetAttributes(&fa, attention_kernel<DMAX, RPT, T>), "cudaFuncGetAttributes"))
@@ -490,7 +490,7 @@ static void launch_attention(cuda_ctx *c, const attn_params &p, int tiles, size_
                                              (int)smem > 48 * 1024 ? dyn_max : 48 * 1024),
                         "cudaFuncSetAttribute"))
             return;
-        configured = (int)smem > 48 * 1024;
+        if ((int)smem > 48 * 1024) cuda_mark_device(&configured, c);
     }
     dim3 grid((unsigned)tiles, (unsigned)p.n_kv, (unsigned)p.splits);
     cuda_launch(c, attention_kernel<DMAX, RPT, T>, grid, ATTN_THREADS, smem, p);

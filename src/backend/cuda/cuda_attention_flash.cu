@@ -521,7 +521,7 @@ int cuda_attention_flash_rows(const cuda_ctx *c, int D) {
 }
 
 template <int DMAX, bool EXACT> static void launch_flash(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
-    static int configured;
+    static unsigned configured; /* per device */
     tca_launch(c, attention_flash_kernel<DMAX, EXACT, FA_KEYS, FA_ROWS / 16, FA_KW>, &configured, p,
                32 * FA_ROWS / 16 * FA_KW, smem, "attention_flash");
 }

@@ -460,7 +460,7 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
 }
 
 template <int DMAX, int BM> static void launch_attention_tc(cuda_ctx *c, const attn_tc_params &p, size_t smem) {
-    static int configured;
+    static unsigned configured; /* per device */
     tca_launch(c, attention_tc_kernel<DMAX, BM>, &configured, p, TCA_THREADS, smem, "attention_tc");
 }
 

@@ -70,13 +70,13 @@ __device__ __forceinline__ void tca_piece(const attn_tc_params &p, int split, in
 /* Launches a prefill attention kernel over p's blocks (tiles x KV heads x
  * key pieces), first opting it into the GPU's shared memory (once:
  * *configured). */
-static inline void tca_launch(cuda_ctx *c, void (*kernel)(attn_tc_params), int *configured, const attn_tc_params &p,
-                              int threads, size_t smem, const char *name) {
-    if (!*configured) {
+static inline void tca_launch(cuda_ctx *c, void (*kernel)(attn_tc_params), unsigned *configured,
+                              const attn_tc_params &p, int threads, size_t smem, const char *name) {
+    if (!cuda_done_on_device(configured, c)) {
         if (!cuda_check(c, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem_optin),
                         "cudaFuncSetAttribute"))
             return;
-        *configured = 1;
+        cuda_mark_device(configured, c);
     }
     const int64_t blocks = (int64_t)p.tiles * p.n_kv * p.splits;
     if (blocks > INT32_MAX) {

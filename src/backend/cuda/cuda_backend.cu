@@ -282,9 +282,14 @@ static g4_status cuda_prepare_stacked(g4_backend *be, g4_matrix *const *parts, i
 
 /* ---- the op table ---- */
 
+static void cuda_set_precision(g4_backend *be, g4_precision precision) {
+    ((cuda_ctx *)be->impl)->prefill_split = precision == G4_PRECISION_EXACT;
+}
+
 static const g4_backend_ops cuda_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
+    .set_precision = cuda_set_precision,
     .alloc = cuda_alloc,
     .release = cuda_release,
     .to_device = cuda_to_device,
@@ -382,8 +387,7 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->smem_optin = prop.sharedMemPerBlockOptin;
     const char *qg = getenv("G4_CUDA_QGEMM");
     c->quant_gemm_mma = qg && !strcmp(qg, "mma");
-    const char *pf = getenv("G4_CUDA_PREFILL");
-    c->prefill_split = !(pf && !strcmp(pf, "bf16"));
+    c->prefill_split = 1; /* G4_PRECISION_EXACT until set_precision says otherwise */
     /* four rows per warp for one-token quantised GEMV: the default (faster
      * by 25-45%); G4_CUDA_GEMV_ROWS4=0 goes back to one row per warp */
     const char *rows4 = getenv("G4_CUDA_GEMV_ROWS4");

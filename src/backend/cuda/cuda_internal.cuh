@@ -78,9 +78,9 @@ struct cuda_ctx {
     cudaEvent_t pinned_free[2];
     int quant_gemm_mma; /* G4_CUDA_QGEMM=mma: quantised prefill through the mma kernel */
     /* Prefill GEMMs split activations (and non-bf16 weights) into hi + lo
-     * bf16 parts: about float32 accuracy for 2-3x the tensor-core work.
-     * G4_CUDA_PREFILL=bf16 turns it off (one bf16 product, ~3 significant
-     * digits per activation). */
+     * bf16 parts: about float32 accuracy for 2-3x the tensor-core work
+     * (G4_PRECISION_EXACT). G4_PRECISION_FAST turns it off: one bf16
+     * product, ~3 significant digits per activation. */
     int prefill_split;
     int gemv_rows4; /* G4_CUDA_GEMV_ROWS4=1: see launch_gemv_tokens */
     int gemv_split; /* G4_CUDA_GEMV_SPLIT=0/1 forces the column split off/on; -1: by shape (gemv_split) */
@@ -120,6 +120,16 @@ struct cuda_ctx {
 static inline cuda_ctx *cuda_of(g4_backend *be) { return (cuda_ctx *)be->impl; }
 
 /* Records a failed CUDA call (first one wins, logged once). Returns 1 when ok. */
+/* Kernel attributes such as the shared-memory opt-in belong to a device:
+ * a kernel's "done" flags hold one bit per device (devices past 31 set the
+ * attribute on every launch, which is correct, only slower). */
+static inline int cuda_done_on_device(const unsigned *flags, const cuda_ctx *c) {
+    return c->device >= 0 && c->device < 32 && (__atomic_load_n(flags, __ATOMIC_RELAXED) >> c->device & 1u);
+}
+static inline void cuda_mark_device(unsigned *flags, const cuda_ctx *c) {
+    if (c->device >= 0 && c->device < 32) __atomic_fetch_or(flags, 1u << c->device, __ATOMIC_RELAXED);
+}
+
 int cuda_check(cuda_ctx *c, cudaError_t e, const char *what);
 int cuda_check_blas(cuda_ctx *c, cublasStatus_t s, const char *what);
 /* After a kernel launch: catches bad launch configurations. */

@@ -9,7 +9,7 @@
  *    and multiplied twice; weights of other formats are dequantised into a
  *    bf16 scratch (hi and lo) in row chunks, three products each (two for
  *    MXFP4, whose values are exact in bf16). float32
- *    weights use cuBLAS's float32 GEMM (no TF32). G4_CUDA_PREFILL=bf16 keeps
+ *    weights use cuBLAS's float32 GEMM (no TF32). G4_PRECISION_FAST keeps
  *    only the hi parts: one product, bf16 rounding of activations and
  *    weights (2^-9 relative), enough for trained checkpoints but not for the
  *    tiny random fixtures, whose logits amplify it to 0.1-1 relative error.
@@ -1050,14 +1050,14 @@ int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride) {
 template <int F, int BM, bool SPLIT>
 static void launch_mma(cuda_ctx *c, const mma_args &a, unsigned tiles) {
     constexpr size_t smem = mma_smem_bytes<BM, SPLIT>();
-    static int configured; /* the opt-in above 48 KB, once per kernel */
-    if (!configured) {
+    static unsigned configured; /* the opt-in above 48 KB, once per kernel and device */
+    if (!cuda_done_on_device(&configured, c)) {
         if (!cuda_check(c,
                         cudaFuncSetAttribute(mma_gemm_kernel<F, BM, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem),
                         "cudaFuncSetAttribute"))
             return;
-        configured = 1;
+        cuda_mark_device(&configured, c);
     }
     dim3 grid(tiles, cuda_blocks((size_t)a.N, MMA_BN));
     mma_gemm_kernel<F, BM, SPLIT><<<grid, 256, smem, c->stream>>>(a);

@@ -364,12 +364,12 @@ int cuda_moe_gemm_supported(const g4_matrix *w) {
 
 template <int F, bool SPLIT> static void launch_moe_gemm(cuda_ctx *c, const moe_gemm_args &a) {
     constexpr size_t smem = moe_smem_bytes<F, SPLIT>();
-    static int configured; /* the opt-in above 48 KB, once per kernel */
-    if (!configured) {
+    static unsigned configured; /* the opt-in above 48 KB, once per kernel and device */
+    if (!cuda_done_on_device(&configured, c)) {
         if (!cuda_check(c, cudaFuncSetAttribute(moe_gemm_kernel<F, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                         "cudaFuncSetAttribute"))
             return;
-        configured = 1;
+        cuda_mark_device(&configured, c);
     }
     dim3 grid((unsigned)a.g.max_tiles, cuda_blocks((size_t)a.N, MOE_BN));
     moe_gemm_kernel<F, SPLIT><<<grid, 256, smem, c->stream>>>(a);
