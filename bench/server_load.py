@@ -170,10 +170,11 @@ def run_stream(client, args, i, expected):
     return problem is None, problem, n_tokens, ttft, times
 
 
-def generated_tokens(url):
+def generated_tokens(url, api_key=None):
     u = urllib.parse.urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=60)
-    conn.request("GET", "/metrics")
+    # /metrics needs the key when the server has one (unless --metrics-public)
+    conn.request("GET", "/metrics", headers={"Authorization": "Bearer " + api_key} if api_key else {})
     text = conn.getresponse().read().decode()
     conn.close()
     for line in text.splitlines():
@@ -249,7 +250,7 @@ def main(argv=None):
     def sample_metrics():
         for at in (start + args.warmup, deadline):
             time.sleep(max(0.0, at - time.monotonic()))
-            samples.append((time.monotonic(), generated_tokens(args.url)))
+            samples.append((time.monotonic(), generated_tokens(args.url, args.api_key)))
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.clients)]
     if args.warmup > 0:

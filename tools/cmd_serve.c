@@ -1,5 +1,6 @@
 /* gemma4 serve: the OpenAI-compatible HTTP server over the batched engine. */
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,11 @@ static void usage(FILE *f) {
             "\n"
             "  --host ADDR             address to listen on (default 127.0.0.1)\n"
             "  --port N                port (default 8080; 0 picks a free one, printed at start)\n"
-            "  --api-key KEY           require 'Authorization: Bearer KEY' (also $GEMMA4_API_KEY)\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' (also $GEMMA4_API_KEY) on every\n"
+            "                          endpoint but /health (and /metrics with --metrics-public)\n"
+            "  --metrics-public        /metrics answers without the API key\n"
+            "  --no-special-in-content special-token text inside message content is tokenized as plain text\n"
+            "                          (default: it becomes the control token, as in transformers and vLLM)\n"
             "  --model-name NAME       model id in /v1/models (default: the model folder's name)\n"
             "  --max-seqs N            sequences decoded together (default 32)\n"
             "  --ctx N                 positions per sequence (default min(model, 4096))\n"
@@ -32,6 +37,8 @@ static void usage(FILE *f) {
             "  --max-queue N           requests waiting for admission before 503 (default 256)\n"
             "  --max-batch-tokens N    tokens per forward pass (default 512)\n"
             "  --max-body BYTES        request body limit (default 33554432)\n"
+            "  --body-budget BYTES     request bodies held at once, all connections (default max(8 x max-body,\n"
+            "                          512 MiB); beyond it: 503)\n"
             "  --max-tokens N          max_tokens limit per request (default 4096)\n"
             "  --max-prompt-tokens N   prompt length limit (default: the context)\n"
             "  --max-images N          images per request (default 8)\n"
@@ -97,15 +104,16 @@ static char *default_model_name(const char *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *device = NULL;
-    const char *v[20] = {0};
+    const char *v[21] = {0};
     enum { HOST, PORT, KEY, NAME, SEQS, CTX, BLOCKS, QUEUE, BATCH, BODY, MAXTOK, MAXPROMPT, IMAGES, AUDIO, MEDIA,
-           REQTIME, IDLE, CONNS, GRACE, THREADS };
+           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET };
     static const char *const names[] = {"--host",       "--port",       "--api-key",         "--model-name",
                                         "--max-seqs",   "--ctx",        "--kv-blocks",       "--max-queue",
                                         "--max-batch-tokens", "--max-body", "--max-tokens",  "--max-prompt-tokens",
                                         "--max-images", "--max-audio",  "--allowed-media-dir", "--request-timeout",
-                                        "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads"};
-    int quiet = 0;
+                                        "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads",
+                                        "--body-budget"};
+    int quiet = 0, metrics_public = 0, no_special = 0;
     g4_precision precision = G4_PRECISION_FAST;
     for (int i = 1; i < argc; i++) {
         int r = 0;
@@ -123,6 +131,10 @@ int cmd_serve(int argc, char **argv) {
         if (r) continue;
         if (cli_flag(argv, i, "--quiet")) {
             quiet = 1;
+        } else if (cli_flag(argv, i, "--metrics-public")) {
+            metrics_public = 1;
+        } else if (cli_flag(argv, i, "--no-special-in-content")) {
+            no_special = 1;
         } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
             usage(stdout);
             return 0;
@@ -138,10 +150,10 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     long port = 8080, seqs = 0, ctx_len = 0, blocks = 0, queue = 0, batch = 0, body = 0, max_tok = 0, max_prompt = 0,
-         images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0;
+         images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0, budget = 0;
     long *nums[] = {NULL, &port, NULL, NULL, &seqs, &ctx_len, &blocks, &queue, &batch, &body, &max_tok, &max_prompt,
-                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads};
-    for (int k = 0; k < 20; k++)
+                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget};
+    for (int k = 0; k < 21; k++)
         if (nums[k] && parse_count(v[k], names[k], nums[k])) return 2;
     if (port > 65535) {
         fprintf(stderr, "gemma4 serve: --port must be in 0..65535\n");
@@ -158,6 +170,13 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* Request bodies and their parsed copies are large and short-lived, and
+     * each connection's thread has its own malloc arena: with glibc's
+     * default (a threshold that rises after each large free) they end up
+     * inside the arenas and stay resident. A fixed threshold keeps every
+     * block over 1 MiB in its own mapping, returned to the system on free,
+     * so peak RSS follows the requests in flight, not their history. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
     /* a socket and an eventfd per connection: allow as many as the hard limit does */
     struct rlimit files;
     if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
@@ -190,6 +209,7 @@ int cmd_serve(int argc, char **argv) {
                             .api_key = api_key,
                             .model_name = name,
                             .max_body = (size_t)body,
+                            .body_budget = (size_t)budget,
                             .max_tokens = (int)max_tok,
                             .max_prompt_tokens = (int)max_prompt,
                             .max_images = (int)images,
@@ -198,7 +218,9 @@ int cmd_serve(int argc, char **argv) {
                             .request_timeout_s = (int)req_time,
                             .idle_timeout_s = (int)idle,
                             .max_connections = (int)conns,
-                            .threads = (int)threads};
+                            .threads = (int)threads,
+                            .metrics_public = metrics_public,
+                            .no_special_in_content = no_special};
     if (st == G4_OK) st = g4_server_start(ctx, engine, &so, &srv);
     if (st != G4_OK) {
         cli_report_error("serve", st);

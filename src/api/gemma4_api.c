@@ -9,7 +9,9 @@
 #include "runtime/engine.h"
 #include "runtime/prompt.h"
 #include "runtime/reply_stream.h"
+#include "server/json_strict.h"
 #include "server/openai_media.h"
+#include "server/openai_request.h"
 
 struct g4_handle {
     g4_context *ctx;
@@ -226,21 +228,32 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
 g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *tools_json, const g4_params *p,
                          g4_event_callback cb, void *user, uint64_t *request_id) {
     if (!h || !messages_json || !cb) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: missing argument");
+    /* the server's strict reading: cJSON alone would cut a string at an escaped NUL */
+    size_t pos = 0;
+    const char *why = NULL;
+    if (g4_json_check(messages_json, strlen(messages_json), (size_t)-1, &pos, &why))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not valid JSON (%s at byte %zu)", why, pos);
+    if (tools_json && g4_json_check(tools_json, strlen(tools_json), (size_t)-1, &pos, &why))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not valid JSON (%s at byte %zu)", why, pos);
     cJSON *messages = cJSON_Parse(messages_json);
     cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
     g4_status st = G4_OK;
+    g4_oai_error err;
     if (!cJSON_IsArray(messages)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not a JSON array");
     else if (tools_json && !cJSON_IsArray(tools)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not a JSON array");
+    else if (g4_oai_check_messages(messages, &err))
+        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: %s", err.param ? err.param : "messages", err.message);
     g4_media_list media = {0};
     if (st == G4_OK) {
         g4_media_limits ml = {.max_images = 64, .max_audio = 64, .max_bytes = (size_t)256 << 20};
-        g4_oai_error err;
         if (g4_oai_collect_media(messages, &ml, &media, &err)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s", err.message);
     }
     if (st == G4_OK) st = g4_chat_normalize_tool_arguments(messages);
     g4_prompt pr = {0};
     if (st == G4_OK) {
-        g4_prompt_options po = {.chat = {.add_generation_prompt = 1, .enable_thinking = p ? p->enable_thinking : 0}};
+        /* a prompt over the context is refused once tokenizing passes it */
+        g4_prompt_options po = {.chat = {.add_generation_prompt = 1, .enable_thinking = p ? p->enable_thinking : 0},
+                                .max_ids = g4_engine_n_ctx(h->engine)};
         st = g4_prompt_from_messages(h->ctx, messages, tools, &po, media.items, media.n, &pr);
     }
     if (st == G4_OK) st = submit(h, &pr, 1, p, cb, user, request_id);

@@ -184,8 +184,8 @@ static g4_status encode_all(g4_context *c, const g4_media_input *media, int n_me
     return st;
 }
 
-static g4_status build(g4_context *c, const char *text, size_t len, int flags, const g4_media_input *media,
-                       int n_media, g4_prompt *out) {
+static g4_status build(g4_context *c, const char *text, size_t len, int flags, size_t max_ids,
+                       const g4_media_input *media, int n_media, g4_prompt *out) {
     if (!c->tokenizer)
         return g4_fail(G4_ERR_UNSUPPORTED, "%s has no tokenizer.json: text prompts need one", c->dir);
     encoded_media *enc = calloc((size_t)(n_media > 0 ? n_media : 1), sizeof *enc);
@@ -197,7 +197,7 @@ static g4_status build(g4_context *c, const char *text, size_t len, int flags, c
     if (st == G4_OK) st = g4_chat_expand_media(text, len, items, (size_t)n_media, &expanded, &expanded_len);
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    if (st == G4_OK) st = g4_tokenizer_encode(c->tokenizer, expanded, expanded_len, flags, &ids, &n_ids);
+    if (st == G4_OK) st = g4_tokenizer_encode_max(c->tokenizer, expanded, expanded_len, flags, max_ids, &ids, &n_ids);
     if (st == G4_OK) st = assemble(c, ids, n_ids, enc, n_media, out);
     if (st == G4_OK) {
         out->text = expanded;
@@ -223,7 +223,8 @@ g4_status g4_prompt_from_messages(g4_context *c, const cJSON *messages, const cJ
     if (st != G4_OK) return st;
     out->starts_in_reasoning = g4_chat_prompt_opens_reasoning(text, len);
     int reasoning = out->starts_in_reasoning;
-    st = build(c, text, len, 0, media, n_media, out);
+    int flags = o.escaped_spans ? G4_TOK_ESCAPED_SPANS : 0;
+    st = build(c, text, len, flags, o.max_ids > 0 ? (size_t)o.max_ids : 0, media, n_media, out);
     out->starts_in_reasoning = reasoning;
     free(text);
     return st;
@@ -232,7 +233,7 @@ g4_status g4_prompt_from_messages(g4_context *c, const cJSON *messages, const cJ
 g4_status g4_prompt_from_text(g4_context *c, const char *text, size_t len, const g4_media_input *media, int n_media,
                               g4_prompt *out) {
     memset(out, 0, sizeof *out);
-    return build(c, text, len, 0, media, n_media, out);
+    return build(c, text, len, 0, 0, media, n_media, out);
 }
 
 g4_status g4_prompt_from_ids(g4_context *c, const int32_t *ids, int n_ids, const g4_media_input *media, int n_media,

@@ -35,6 +35,9 @@ typedef struct {
 
 typedef struct {
     g4_chat_options chat;        /* add_generation_prompt, enable_thinking, ... */
+    int max_ids;                 /* > 0: G4_ERR_LIMIT once the prompt passes this many tokens (the work
+                                    done on a prompt too long is bounded by the limit) */
+    int escaped_spans;           /* the text holds g4_tokenizer's escaped spans (G4_TOK_ESCAPED_SPANS) */
 } g4_prompt_options;
 
 /* Renders `messages` (OpenAI/transformers chat shape; image and audio parts

@@ -24,6 +24,7 @@ struct g4_reply_stream {
     g4_stop_matcher *stops;
     int32_t kept_ids[N_KEPT];
     int state;
+    int ignore_end; /* end markers are no end (ignore_eos): the end tokens are dropped as specials */
     int ended_from; /* the state an end marker was met in */
     g4_strbuf pending;  /* text not yet routed: could be the start of a marker */
     g4_strbuf tool;     /* body of the tool call being read */
@@ -51,7 +52,11 @@ g4_status g4_reply_stream_create(const g4_tokenizer *t, const g4_reply_options *
         g4_reply_stream_free(s);
         return st;
     }
-    for (size_t i = 0; i < N_KEPT; i++) s->kept_ids[i] = t ? g4_tokenizer_token_id(t, kept_specials[i]) : -1;
+    s->ignore_end = opt && opt->ignore_end;
+    for (size_t i = 0; i < N_KEPT; i++) {
+        int end_marker = i >= N_KEPT - 3; /* <turn|>, <|tool_response>, <eos> */
+        s->kept_ids[i] = t && !(end_marker && s->ignore_end) ? g4_tokenizer_token_id(t, kept_specials[i]) : -1;
+    }
     s->state = S_CONTENT;
     if (opt && opt->starts_in_reasoning && s->mode == G4_REPLY_CHAT) {
         s->state = S_REASONING;
@@ -189,14 +194,15 @@ static void transition(g4_reply_stream *s, const char *marker) {
     }
 }
 
-/* The markers that change the state, per state (end markers everywhere). */
-static int markers_for(int state, const char **m) {
+/* The markers that change the state, per state (end markers everywhere
+ * unless they are ignored). */
+static int markers_for(int state, int ignore_end, const char **m) {
     int n = 0;
     if (state == S_CONTENT) m[n++] = OPEN_CHANNEL, m[n++] = OPEN_TOOL;
     if (state == S_HEADER) m[n++] = "\n", m[n++] = CLOSE_CHANNEL;
     if (state == S_REASONING) m[n++] = CLOSE_CHANNEL;
     if (state == S_TOOL) m[n++] = CLOSE_TOOL;
-    m[n++] = "<turn|>", m[n++] = "<eos>", m[n++] = "<|tool_response>";
+    if (!ignore_end) m[n++] = "<turn|>", m[n++] = "<eos>", m[n++] = "<|tool_response>";
     return n;
 }
 
@@ -211,7 +217,7 @@ static void split(g4_reply_stream *s, const char *p, size_t n) {
     size_t pos = 0;
     while (s->state != S_ENDED && !s->oom) {
         const char *markers[8];
-        int nm = markers_for(s->state, markers);
+        int nm = markers_for(s->state, s->ignore_end, markers);
         const char *buf = s->pending.data ? s->pending.data : "";
         size_t len = s->pending.len;
         size_t best = len;

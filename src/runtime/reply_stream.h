@@ -45,6 +45,7 @@ typedef struct {
     int starts_in_reasoning; /* the prompt ends inside a thought channel (g4_prompt.starts_in_reasoning) */
     const char *const *stop; /* stop strings (copied); may be NULL */
     size_t n_stop;
+    int ignore_end; /* CHAT: end-of-turn / eos markers do not end the reply (ignore_eos); their tokens are dropped */
 } g4_reply_options;
 
 typedef struct {

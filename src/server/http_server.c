@@ -66,6 +66,9 @@ typedef struct {
     double t_arrival;
     int status;   /* what we answered (0: nothing yet) */
     int answered; /* a response is queued: ignore the rest of the body */
+    int refused;  /* 413 or 503 decided while the body arrives: the rest is dropped, the answer follows it */
+    int started;  /* the handler has seen the request (the URI callback may create it earlier) */
+    int nul_in_url; /* the raw URI holds %00: the decoded path would end there */
     conn_entry *conn;
     char method[8];
     char path[64];
@@ -134,6 +137,17 @@ static void free_stream(void *cls) {
     free(src);
 }
 
+/* The request has arrived whole: the reaper leaves its connection alone
+ * until the answer is sent. Before that (also while the body of a request
+ * answered early, e.g. with 401, is still read and dropped) the time the
+ * request takes to arrive counts against the request timeout. */
+static void mark_busy(g4_server *s, http_req *hr) {
+    if (!hr->conn) return;
+    pthread_mutex_lock(&s->conn_lock);
+    hr->conn->busy = 1;
+    pthread_mutex_unlock(&s->conn_lock);
+}
+
 static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_req *hr, g4_http_reply *r) {
     hr->answered = 1;
     if (r->status == 0) {
@@ -167,7 +181,10 @@ static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_r
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type ? r->content_type : "application/json");
     if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
-    if (atomic_load(&s->draining) || r->status == 413) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* every 503 is a transient state (overload, memory, shutdown): say when to retry */
+    if (r->status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (atomic_load(&s->draining) || r->status == 413 || r->close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     hr->status = r->status;
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
@@ -179,17 +196,118 @@ static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_r
 static int key_matches(const char *header, const char *key) {
     if (!header || strncasecmp(header, "Bearer ", 7) != 0) return 0;
     header += 7;
-    while (*header == ' ') header++;
+    while (*header == ' ' || *header == '\t') header++;
     size_t a = strlen(header), b = strlen(key);
+    while (a && (header[a - 1] == ' ' || header[a - 1] == '\t')) a--; /* optional white space ends a field */
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < b; i++) diff |= (unsigned char)(i < a ? header[i] : 0) ^ (unsigned char)key[i];
     return diff == 0; /* no early exit: timing says nothing about the key */
 }
 
+/* A NUL byte in a header line (RFC 9110 5.5 forbids it). libmicrohttpd
+ * 0.9.75 keeps the header block in place in its read buffer and ends each
+ * name and value at the first NUL, so "Authorization: Bearer KEY\0junk"
+ * reads as "Bearer KEY" and the rest is silently ignored. The block is
+ * [method, method + header size): every byte outside the request line and
+ * the names and values must be a separator (NUL where libmicrohttpd cut
+ * CR, LF and ':', or white space); a byte of text there is what followed
+ * a NUL. Names and values outside that range (the buffer moved while the
+ * headers arrived) are not checked. */
+typedef struct {
+    const char *lo, *hi;
+    unsigned char *known; /* per byte of the block: part of a name or value */
+} header_scan;
+
+static void mark_known(header_scan *h, const char *p, size_t n) {
+    if (!p || p < h->lo || p + n > h->hi) return;
+    memset(h->known + (p - h->lo), 1, n);
+}
+
+static enum MHD_Result mark_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
+    (void)kind;
+    mark_known(cls, key, key_size);
+    mark_known(cls, value, value_size);
+    return MHD_YES;
+}
+
+static int header_has_nul(struct MHD_Connection *c, const char *method, const char *version) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (!info || !method || !version || info->header_size == 0 || info->header_size > (size_t)1 << 20) return 0;
+    header_scan h = {method, method + info->header_size, calloc(info->header_size, 1)};
+    if (!h.known) return 0;
+    if (version > method && version + strlen(version) <= h.hi) mark_known(&h, method, (size_t)(version - method) + strlen(version));
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, mark_header, &h);
+    int nul = 0;
+    for (size_t i = 0; i < info->header_size && !nul; i++) {
+        char b = h.lo[i];
+        nul = !h.known[i] && b != 0 && b != ' ' && b != '\t' && b != '\r' && b != '\n' && b != ':';
+    }
+    free(h.known);
+    return nul;
+}
+
+/* The raw request target, before libmicrohttpd decodes it in place: a %00
+ * would end the decoded path early ("/v1/models/dense%00x" read as
+ * "dense"). The request object starts here (on_request completes it). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)cls, (void)c;
+    http_req *hr = calloc(1, sizeof *hr);
+    if (hr && uri) hr->nul_in_url = strstr(uri, "%00") != NULL;
+    return hr;
+}
+
+typedef struct {
+    int lengths, codings, chunked_only;
+} framing_headers;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing_headers *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) f->lengths++;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->codings++;
+        f->chunked_only = value && !strcasecmp(value, "chunked");
+    }
+    return MHD_YES;
+}
+
+/* Framing that a proxy in front could read differently than we do (request
+ * smuggling, RFC 9112 6.1 and 6.3): refused, and the connection closed.
+ * That is both Content-Length and Transfer-Encoding, either one twice, and
+ * a transfer coding other than plain "chunked" (libmicrohttpd would read
+ * such a body as absent, and its bytes as the next request). */
+static int bad_framing(struct MHD_Connection *c, const http_req *hr, const char *method, const char *version,
+                       g4_http_reply *r) {
+    if (hr->nul_in_url) {
+        g4_reply_errorf(r, 400, NULL, "the request target holds an encoded NUL (%%00)");
+        r->close = 1;
+        return 1;
+    }
+    if (header_has_nul(c, method, version)) {
+        g4_reply_errorf(r, 400, NULL, "a request header holds a NUL byte");
+        r->close = 1;
+        return 1;
+    }
+    framing_headers f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.lengths && f.codings) {
+        g4_reply_errorf(r, 400, NULL, "a request may not carry both Content-Length and Transfer-Encoding");
+    } else if (f.lengths > 1 || f.codings > 1) {
+        g4_reply_errorf(r, 400, NULL, "a request may carry one Content-Length or Transfer-Encoding header only");
+    } else if (f.codings && !f.chunked_only) {
+        g4_reply_errorf(r, 501, NULL, "the only transfer coding accepted is \"chunked\"");
+    } else {
+        return 0;
+    }
+    r->close = 1;
+    return 1;
+}
+
 /* Route, method, shutdown, key and declared size, before any body is read.
  * Returns 1 with *r filled when the request is answered already. */
 static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, const char *url, const char *method,
-                         g4_http_reply *r) {
+                         const char *version, g4_http_reply *r) {
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     int path_known = 0;
     const char *want = NULL;
@@ -206,6 +324,10 @@ static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, c
         }
         break;
     }
+    if (bad_framing(c, hr, method, version, r)) {
+        if (!hr->label) hr->label = "other";
+        return 1;
+    }
     if (!path_known) {
         hr->label = "other";
         g4_reply_errorf(r, 404, NULL, "no such endpoint: %s %.200s", method, url);
@@ -221,7 +343,8 @@ static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, c
         g4_reply_errorf(r, 503, NULL, "the server is shutting down");
         return 1;
     }
-    if (s->opt.api_key && hr->route != R_HEALTH && hr->route != R_METRICS) {
+    int is_public = hr->route == R_HEALTH || (hr->route == R_METRICS && s->opt.metrics_public);
+    if (s->opt.api_key && !is_public) {
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (!key_matches(auth, s->opt.api_key)) {
             g4_reply_errorf(r, 401, NULL,
@@ -263,49 +386,61 @@ static void dispatch(g4_server *s, http_req *hr, int fd, g4_http_reply *r) {
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **req_cls) {
-    (void)version;
     g4_server *s = cls;
     http_req *hr = *req_cls;
-    if (!hr) {
-        hr = calloc(1, sizeof *hr);
+    if (!hr || !hr->started) {
+        if (!hr) hr = calloc(1, sizeof *hr);
         if (!hr) return MHD_NO;
         *req_cls = hr;
+        hr->started = 1;
         hr->t_arrival = g4_now_seconds();
         snprintf(hr->method, sizeof hr->method, "%s", method);
         snprintf(hr->path, sizeof hr->path, "%s", url);
         atomic_fetch_add(&s->in_flight, 1);
         const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         hr->conn = info ? info->socket_context : NULL;
-        if (hr->conn) {
-            pthread_mutex_lock(&s->conn_lock);
-            hr->conn->busy = 1;
-            pthread_mutex_unlock(&s->conn_lock);
-        }
         g4_http_reply r = {0};
-        if (check_request(s, c, hr, url, method, &r)) return send_reply(s, c, hr, &r);
+        if (check_request(s, c, hr, url, method, version, &r)) return send_reply(s, c, hr, &r);
         return MHD_YES;
     }
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (hr->answered) return MHD_YES;
         if (g4_now_seconds() - hr->t_arrival > s->opt.request_timeout_s) return MHD_NO; /* too slow: drop */
-        if (hr->body.len + n > s->opt.max_body) {
-            g4_http_reply r = {0};
-            g4_reply_errorf(&r, 413, NULL, "the request body is larger than %zu bytes", s->opt.max_body);
-            return send_reply(s, c, hr, &r);
-        }
-        /* all bodies together stay within a budget: many large uploads at once get 503, not an OOM */
-        if (atomic_fetch_add(&s->body_bytes, n) + n > s->body_budget || !g4_strbuf_append(&hr->body, upload, n)) {
+        if (hr->answered || hr->refused) return MHD_YES;
+        /* over the limit (a chunked body declares no length) or over the budget
+         * of all bodies held at once (many large uploads get 503, not an OOM) */
+        int refuse = hr->body.len + n > s->opt.max_body ? 413 : 0;
+        if (!refuse && atomic_fetch_add(&s->body_bytes, n) + n > s->body_budget) {
             atomic_fetch_sub(&s->body_bytes, n);
-            g4_http_reply r = {0};
-            g4_reply_errorf(&r, 503, NULL, "the server holds too many request bodies; try again later");
-            return send_reply(s, c, hr, &r);
+            refuse = 503;
+        }
+        if (!refuse && !g4_strbuf_append(&hr->body, upload, n)) {
+            atomic_fetch_sub(&s->body_bytes, n);
+            refuse = 503;
+        }
+        if (refuse) {
+            /* libmicrohttpd takes a response only once the body is in: drop
+             * what came, discard the rest, answer then (the reaper cuts a body
+             * that never ends) */
+            hr->refused = refuse;
+            atomic_fetch_sub(&s->body_bytes, hr->accounted);
+            hr->accounted = 0;
+            g4_strbuf_free(&hr->body);
+            return MHD_YES;
         }
         hr->accounted += n;
         return MHD_YES;
     }
     if (hr->answered) return MHD_YES;
+    mark_busy(s, hr);
+    if (hr->refused) {
+        g4_http_reply r = {0};
+        if (hr->refused == 413) g4_reply_errorf(&r, 413, NULL, "the request body is larger than %zu bytes", s->opt.max_body);
+        else g4_reply_errorf(&r, 503, NULL, "the server holds too many request bodies; try again later");
+        r.close = 1;
+        return send_reply(s, c, hr, &r);
+    }
     const union MHD_ConnectionInfo *fdinfo = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g4_http_reply r = {0};
     dispatch(s, hr, fdinfo ? fdinfo->connect_fd : -1, &r);
@@ -318,6 +453,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, en
     http_req *hr = *req_cls;
     if (!hr) return;
     *req_cls = NULL;
+    if (!hr->started) { /* libmicrohttpd refused it before our handler ran */
+        free(hr);
+        return;
+    }
     /* 499 (nginx's "client closed request") for requests that got no answer */
     int status = hr->status ? hr->status : 499;
     g4_metrics_request(s->metrics, hr->label ? hr->label : "other", status);
@@ -457,8 +596,12 @@ g4_status g4_server_start(g4_context *ctx, g4_engine *engine, const g4_server_op
     if (o->request_timeout_s <= 0) o->request_timeout_s = 30;
     if (o->idle_timeout_s <= 0) o->idle_timeout_s = 60;
     if (o->max_connections <= 0) o->max_connections = 1024;
-    s->body_budget = o->max_body * 8 > ((size_t)512 << 20) ? o->max_body * 8 : (size_t)512 << 20;
+    s->body_budget = o->body_budget ? o->body_budget
+                     : o->max_body * 8 > ((size_t)512 << 20) ? o->max_body * 8 : (size_t)512 << 20;
     s->n_ctx = g4_engine_n_ctx(engine);
+    s->max_token_bytes = ctx->tokenizer ? g4_tokenizer_max_token_bytes(ctx->tokenizer) : 1;
+    /* room for a whole context of token ids several times over, and for large tool schemas */
+    s->max_json_values = (size_t)s->n_ctx * 4 > G4_OAI_DEFAULT_MAX_VALUES ? (size_t)s->n_ctx * 4 : G4_OAI_DEFAULT_MAX_VALUES;
     if (o->max_prompt_tokens <= 0 || o->max_prompt_tokens >= s->n_ctx) o->max_prompt_tokens = s->n_ctx - 1;
     s->model_name = strdup(o->model_name ? o->model_name : "gemma4");
     s->created = (long)time(NULL);
@@ -491,7 +634,7 @@ g4_status g4_server_start(g4_context *ctx, g4_engine *engine, const g4_server_op
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d || !s->reaper_started) {
         if (d) MHD_stop_daemon(d);

@@ -37,7 +37,7 @@ typedef struct {
     /* the whole answer (non-streaming) */
     g4_strbuf content, reasoning;
     cJSON *logprobs;
-    size_t text_len;
+    g4_text_counter offsets; /* completions' text_offset, in characters */
     int32_t *out_ids;
     int n_out, cap_out;
     /* streaming */
@@ -68,6 +68,18 @@ static cJSON *new_chunk(generation *g, cJSON **choice) {
     return c;
 }
 
+/* Where the token's text starts in the completion's text, in characters:
+ * from the tokens' own bytes, so text held back (an unfinished character,
+ * a possible stop string) does not delay the offsets. Completions decode
+ * without special tokens, so those take no room. */
+static size_t token_offset(generation *g, int32_t token) {
+    size_t n = 0;
+    char *bytes = g->ctx->tokenizer ? g4_token_bytes(g->ctx, token, 1, &n) : NULL; /* no tokenizer: no text */
+    size_t offset = g4_text_counter_add(&g->offsets, bytes ? bytes : "", n);
+    free(bytes);
+    return offset;
+}
+
 /* One token's text, log-probabilities (sample, NULL for none) and id (-1
  * for none): a chunk, or added to the answer. */
 static void emit(generation *g, const g4_reply_delta *d, const g4_sample *sample, int32_t token) {
@@ -79,8 +91,7 @@ static void emit(generation *g, const g4_reply_delta *d, const g4_sample *sample
         if (with_lp && g->req.kind == G4_OAI_CHAT)
             cJSON_AddItemToArray(g->logprobs, g4_oai_chat_logprob(g->ctx, sample, g->req.top_logprobs));
         else if (with_lp)
-            g4_oai_completion_logprobs_add(g->logprobs, g->ctx, sample, g->req.top_logprobs, g->text_len);
-        g->text_len += d->content_len;
+            g4_oai_completion_logprobs_add(g->logprobs, g->ctx, sample, g->req.top_logprobs, token_offset(g, token));
         return;
     }
     int with_ids = token >= 0 && g->req.return_token_ids;
@@ -104,7 +115,7 @@ static void emit(generation *g, const g4_reply_delta *d, const g4_sample *sample
         cJSON_AddStringToObject(choice, "text", d->content);
         if (with_lp) {
             cJSON *lp = g4_oai_completion_logprobs_new();
-            g4_oai_completion_logprobs_add(lp, g->ctx, sample, g->req.top_logprobs, g->text_len);
+            g4_oai_completion_logprobs_add(lp, g->ctx, sample, g->req.top_logprobs, token_offset(g, token));
             cJSON_AddItemToObject(choice, "logprobs", lp);
         } else {
             cJSON_AddNullToObject(choice, "logprobs");
@@ -115,7 +126,6 @@ static void emit(generation *g, const g4_reply_delta *d, const g4_sample *sample
         cJSON_AddItemToArray(ids, cJSON_CreateNumber(token));
     }
     cJSON_AddNullToObject(choice, "finish_reason");
-    g->text_len += d->content_len;
     sse(g, chunk);
 }
 
@@ -282,6 +292,13 @@ static long stream_read(void *cls, char *buf, size_t max) {
 
 static void stream_free(void *cls) { free_generation(cls); }
 
+/* A prompt refused for its length before (or while) it is tokenized. */
+static int too_long(const g4_server *s, const char *param, g4_oai_error *err) {
+    g4_oai_fail(err, 400, param, "the prompt is longer than this server's limit of %d tokens", s->opt.max_prompt_tokens);
+    err->code = "context_length_exceeded";
+    return -1;
+}
+
 static int build_prompt(generation *g, g4_prompt *p, g4_oai_error *err) {
     g4_server *s = g->srv;
     g4_context *ctx = g->ctx;
@@ -289,12 +306,19 @@ static int build_prompt(generation *g, g4_prompt *p, g4_oai_error *err) {
     const char *param = g->req.kind == G4_OAI_CHAT ? "messages" : "prompt";
     if (s->opt.threads > 0) omp_set_num_threads(s->opt.threads);
     if (g->req.kind == G4_OAI_CHAT) {
+        /* far too much text is refused before any work on it */
+        if (ctx->tokenizer && !g4_oai_text_may_fit(s, g4_oai_messages_text_bytes(g->req.messages), s->opt.max_prompt_tokens))
+            return too_long(s, param, err);
+        if (s->opt.no_special_in_content && ctx->tokenizer && g4_oai_escape_content(ctx->tokenizer, g->req.messages, err))
+            return -1;
         g4_media_limits ml = {s->opt.max_images, s->opt.max_audio, s->opt.max_body, s->opt.allowed_media_dir};
         g4_media_list media;
         if (g4_oai_collect_media(g->req.messages, &ml, &media, err)) return -1;
         st = g4_chat_normalize_tool_arguments(g->req.messages);
         if (st == G4_OK) {
-            g4_prompt_options po = {.chat = {.add_generation_prompt = 1, .enable_thinking = g->req.enable_thinking}};
+            g4_prompt_options po = {.chat = {.add_generation_prompt = 1, .enable_thinking = g->req.enable_thinking},
+                                    .max_ids = s->opt.max_prompt_tokens,
+                                    .escaped_spans = s->opt.no_special_in_content};
             if (media.n) pthread_mutex_lock(&s->media_lock);
             st = g4_prompt_from_messages(ctx, g->req.messages, g->req.tools, &po, media.items, media.n, p);
             if (media.n) pthread_mutex_unlock(&s->media_lock);
@@ -322,16 +346,24 @@ static int build_prompt(generation *g, g4_prompt *p, g4_oai_error *err) {
     } else {
         if (!ctx->tokenizer)
             return g4_oai_fail(err, 400, "prompt", "this model has no tokenizer.json: send the prompt as token ids");
+        if (!g4_oai_text_may_fit(s, g->req.prompt_len, s->opt.max_prompt_tokens)) return too_long(s, param, err);
         int32_t *ids = NULL;
         size_t n = 0;
-        st = g4_tokenizer_encode(ctx->tokenizer, g->req.prompt_text, g->req.prompt_len,
-                                 g->req.add_special_tokens ? G4_TOK_ADD_SPECIAL : 0, &ids, &n);
+        st = g4_tokenizer_encode_max(ctx->tokenizer, g->req.prompt_text, g->req.prompt_len,
+                                     g->req.add_special_tokens ? G4_TOK_ADD_SPECIAL : 0,
+                                     (size_t)s->opt.max_prompt_tokens, &ids, &n);
         if (st == G4_OK && n == 0) {
             free(ids);
             return g4_oai_fail(err, 400, "prompt", "the prompt is empty");
         }
         if (st == G4_OK) st = g4_prompt_from_ids(ctx, ids, (int)n, NULL, 0, p);
         free(ids);
+    }
+    if (st == G4_ERR_LIMIT) {
+        g4_oai_fail(err, 400, param, "%s (this server's limit is %d prompt tokens)", g4_error_message(),
+                    s->opt.max_prompt_tokens);
+        err->code = "context_length_exceeded";
+        return -1;
     }
     if (st != G4_OK) return g4_oai_fail(err, fail_status(st), param, "%s", g4_error_message());
     return 0;
@@ -431,7 +463,7 @@ void g4_serve_generate(const g4_http_request *q, g4_oai_kind kind, g4_http_reply
     g->created = (long)time(NULL);
     g4_oai_new_id(kind == G4_OAI_CHAT ? "chatcmpl-" : "cmpl-", g->id, sizeof g->id);
     g4_oai_error err;
-    g4_oai_limits lim = {s->model_name, ctx->model->config.text.vocab_size, &ctx->generation};
+    g4_oai_limits lim = {s->model_name, ctx->model->config.text.vocab_size, &ctx->generation, s->max_json_values};
     g4_prompt prompt = {0};
     int max_tokens = 0;
     int rc = g4_oai_parse(q->body, q->body_len, kind, &lim, &g->req, &err);
@@ -444,7 +476,8 @@ void g4_serve_generate(const g4_http_request *q, g4_oai_kind kind, g4_http_reply
         g4_reply_options ro = {.mode = kind == G4_OAI_CHAT ? G4_REPLY_CHAT : G4_REPLY_RAW,
                                .starts_in_reasoning = prompt.starts_in_reasoning,
                                .stop = (const char *const *)g->req.stop,
-                               .n_stop = (size_t)g->req.n_stop};
+                               .n_stop = (size_t)g->req.n_stop,
+                               .ignore_end = g->req.ignore_eos};
         st = g4_reply_stream_create(ctx->tokenizer, &ro, &g->reply);
         if (st == G4_OK) st = g4_job_create(s->engine, &g->job);
         if (st != G4_OK) rc = g4_oai_fail(&err, fail_status(st), NULL, "%s", g4_error_message());

@@ -60,7 +60,7 @@ void g4_serve_metrics(const g4_http_request *q, g4_http_reply *r) {
 
 static cJSON *parse_body(const g4_http_request *q, g4_http_reply *r) {
     g4_oai_error err;
-    cJSON *root = g4_oai_parse_json(q->body, q->body_len, &err);
+    cJSON *root = g4_oai_parse_json(q->body, q->body_len, q->srv->max_json_values, &err);
     if (!root) {
         g4_reply_error(r, &err);
         return NULL;
@@ -77,9 +77,17 @@ static cJSON *parse_body(const g4_http_request *q, g4_http_reply *r) {
     return root;
 }
 
+/* A text longer than the context: refused, like vLLM, and no more than a
+ * context's worth of tokens is ever produced (the answer stays small). */
+static int too_many_tokens(const g4_server *s, const char *param, g4_oai_error *err) {
+    g4_oai_fail(err, 400, param, "the text has more than max_model_len = %d tokens", s->n_ctx);
+    err->code = "context_length_exceeded";
+    return -1;
+}
+
 /* vLLM's /tokenize: {"prompt": TEXT, "add_special_tokens": true} or
  * {"messages": [...], "tools": [...], "add_generation_prompt": true} ->
- * {"count", "max_model_len", "tokens"}. */
+ * {"count", "max_model_len", "tokens"}; at most max_model_len tokens. */
 void g4_serve_tokenize(const g4_http_request *q, g4_http_reply *r) {
     g4_server *s = q->srv;
     g4_context *ctx = s->ctx;
@@ -98,14 +106,20 @@ void g4_serve_tokenize(const g4_http_request *q, g4_http_reply *r) {
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (cJSON_IsArray(messages)) {
         int add_generation_prompt = 1, thinking = 0;
-        rc = g4_oai_get_bool(root, "add_generation_prompt", &add_generation_prompt, &err);
+        rc = g4_oai_check_messages(messages, &err);
+        if (!rc && !g4_oai_text_may_fit(s, g4_oai_messages_text_bytes(messages), s->n_ctx))
+            rc = too_many_tokens(s, "messages", &err);
+        if (!rc && s->opt.no_special_in_content) rc = g4_oai_escape_content(ctx->tokenizer, messages, &err);
+        if (!rc) rc = g4_oai_get_bool(root, "add_generation_prompt", &add_generation_prompt, &err);
         const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
         if (!rc && cJSON_IsObject(kwargs)) rc = g4_oai_get_bool(kwargs, "enable_thinking", &thinking, &err);
         g4_media_limits ml = {s->opt.max_images, s->opt.max_audio, s->opt.max_body, s->opt.allowed_media_dir};
         g4_media_list media = {0};
         if (!rc) rc = g4_oai_collect_media(messages, &ml, &media, &err);
         if (!rc) {
-            g4_prompt_options po = {.chat = {.add_generation_prompt = add_generation_prompt, .enable_thinking = thinking}};
+            g4_prompt_options po = {.chat = {.add_generation_prompt = add_generation_prompt, .enable_thinking = thinking},
+                                    .max_ids = s->n_ctx,
+                                    .escaped_spans = s->opt.no_special_in_content};
             const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
             g4_status st = g4_chat_normalize_tool_arguments(messages);
             if (st == G4_OK && tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools))
@@ -116,7 +130,9 @@ void g4_serve_tokenize(const g4_http_request *q, g4_http_reply *r) {
                                              media.n, &prompt);
                 if (media.n) pthread_mutex_unlock(&s->media_lock);
             }
-            if (st != G4_OK) rc = g4_oai_fail(&err, st == G4_ERR_OUT_OF_MEMORY ? 503 : 400, "messages", "%s", g4_error_message());
+            if (st == G4_ERR_LIMIT) rc = too_many_tokens(s, "messages", &err);
+            else if (st != G4_OK)
+                rc = g4_oai_fail(&err, st == G4_ERR_OUT_OF_MEMORY ? 503 : 400, "messages", "%s", g4_error_message());
         }
         g4_media_list_free(&media);
         ids = prompt.ids;
@@ -124,10 +140,13 @@ void g4_serve_tokenize(const g4_http_request *q, g4_http_reply *r) {
     } else if (cJSON_IsString(text)) {
         int add_special = 1;
         rc = g4_oai_get_bool(root, "add_special_tokens", &add_special, &err);
+        size_t len = strlen(text->valuestring);
+        if (!rc && !g4_oai_text_may_fit(s, len, s->n_ctx)) rc = too_many_tokens(s, "prompt", &err);
         if (!rc) {
-            g4_status st = g4_tokenizer_encode(ctx->tokenizer, text->valuestring, strlen(text->valuestring),
-                                               add_special ? G4_TOK_ADD_SPECIAL : 0, &ids, &n);
-            if (st != G4_OK) rc = g4_oai_fail(&err, 400, "prompt", "%s", g4_error_message());
+            g4_status st = g4_tokenizer_encode_max(ctx->tokenizer, text->valuestring, len,
+                                                   add_special ? G4_TOK_ADD_SPECIAL : 0, (size_t)s->n_ctx, &ids, &n);
+            if (st == G4_ERR_LIMIT) rc = too_many_tokens(s, "prompt", &err);
+            else if (st != G4_OK) rc = g4_oai_fail(&err, 400, "prompt", "%s", g4_error_message());
         }
     } else {
         rc = g4_oai_fail(&err, 400, "prompt", "send \"prompt\" (a string) or \"messages\" (a list)");
@@ -146,7 +165,8 @@ void g4_serve_tokenize(const g4_http_request *q, g4_http_reply *r) {
     cJSON_Delete(root);
 }
 
-/* vLLM's /detokenize: {"tokens": [ids]} -> {"prompt": TEXT}. */
+/* vLLM's /detokenize: {"tokens": [ids]} -> {"prompt": TEXT}; at most
+ * max_model_len ids, so the text is at most that many tokens long. */
 void g4_serve_detokenize(const g4_http_request *q, g4_http_reply *r) {
     g4_context *ctx = q->srv->ctx;
     if (!ctx->tokenizer) {
@@ -161,6 +181,9 @@ void g4_serve_detokenize(const g4_http_request *q, g4_http_reply *r) {
     int n = 0;
     if (!cJSON_IsArray(tokens)) {
         g4_reply_errorf(r, 400, "tokens", "'tokens' must be a list of token ids");
+    } else if (cJSON_GetArraySize(tokens) > q->srv->n_ctx) {
+        g4_reply_errorf(r, 400, "tokens", "'tokens' lists %d ids; at most max_model_len = %d", cJSON_GetArraySize(tokens),
+                        q->srv->n_ctx);
     } else if (g4_oai_get_ids(tokens, "tokens", g4_tokenizer_vocab_size(ctx->tokenizer), &ids, &n, &err)) {
         g4_reply_error(r, &err);
     } else {

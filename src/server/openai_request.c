@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/json_strict.h"
 #include "text/utf8.h"
 
 int g4_oai_fail(g4_oai_error *err, int status, const char *param, const char *fmt, ...) {
@@ -117,9 +118,11 @@ static int parse_logit_bias(const cJSON *root, const g4_oai_limits *lim, g4_oai_
     int k = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, v) {
+        /* digits only: strtol alone would also take " 5", "+5" */
+        size_t digits = strspn(e->string, "0123456789");
         char *end = NULL;
-        long id = strtol(e->string, &end, 10);
-        if (!e->string[0] || *end || id < 0 || id >= lim->vocab_size)
+        long id = digits && digits < 10 && !e->string[digits] ? strtol(e->string, &end, 10) : -1;
+        if (id < 0 || id >= lim->vocab_size)
             return g4_oai_fail(err, 400, "logit_bias", "logit_bias key '%.64s' is not a token id in [0, %d)", e->string,
                                lim->vocab_size);
         if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
@@ -187,19 +190,64 @@ static int parse_common(const cJSON *root, const g4_oai_limits *lim, g4_oai_requ
     return 0;
 }
 
-static int parse_chat(cJSON *root, g4_oai_request *r, g4_oai_error *err) {
-    cJSON *messages = cJSON_GetObjectItemCaseSensitive(root, "messages");
+/* An error about messages[i] (field: "role", "content", ... or NULL). */
+static int message_fail(g4_oai_error *err, int i, const char *field, const char *fmt, const char *detail) {
+    g4_oai_fail(err, 400, NULL, fmt, i, detail);
+    if (field) snprintf(err->param_buf, sizeof err->param_buf, "messages[%d].%s", i, field);
+    else snprintf(err->param_buf, sizeof err->param_buf, "messages[%d]", i);
+    err->param = err->param_buf;
+    return -1;
+}
+
+/* One message as the OpenAI API accepts it: a known role; content a string
+ * or a list of parts (the parts themselves are checked with the media),
+ * null or absent only for an assistant (with tool calls, or a prefill). */
+static int check_message(const cJSON *m, int i, g4_oai_error *err) {
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+    if (!cJSON_IsObject(m)) return message_fail(err, i, NULL, "messages[%d] must be an object%s", "");
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    if (!role) return message_fail(err, i, "role", "messages[%d].role is required%s", "");
+    if (!cJSON_IsString(role)) return message_fail(err, i, "role", "messages[%d].role must be a string%s", "");
+    int known = 0;
+    for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) known |= !strcmp(role->valuestring, roles[k]);
+    if (!known)
+        return message_fail(err, i, "role",
+                            "messages[%d].role '%.40s' is not one of 'system', 'developer', 'user', 'assistant', "
+                            "'tool'",
+                            role->valuestring);
+    int assistant = !strcmp(role->valuestring, "assistant");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (!content || cJSON_IsNull(content)) {
+        if (!assistant) return message_fail(err, i, "content", "messages[%d].content is required for role '%s'",
+                                            role->valuestring);
+    } else if (!cJSON_IsString(content) && !cJSON_IsArray(content)) {
+        return message_fail(err, i, "content", "messages[%d].content must be a string or a list of parts%s", "");
+    }
+    const cJSON *calls = field(m, "tool_calls");
+    if (calls && (!assistant || !cJSON_IsArray(calls)))
+        return message_fail(err, i, "tool_calls", "messages[%d].tool_calls must be a list, on an assistant message%s",
+                            "");
+    const cJSON *name = field(m, "name");
+    if (name && !cJSON_IsString(name)) return message_fail(err, i, "name", "messages[%d].name must be a string%s", "");
+    return 0;
+}
+
+int g4_oai_check_messages(const cJSON *messages, g4_oai_error *err) {
     if (!messages) return g4_oai_fail(err, 400, "messages", "'messages' is required");
     if (!cJSON_IsArray(messages)) return g4_oai_fail(err, 400, "messages", "'messages' must be a list");
     if (cJSON_GetArraySize(messages) == 0) return g4_oai_fail(err, 400, "messages", "'messages' must not be empty");
     const cJSON *m;
     int i = 0;
     cJSON_ArrayForEach(m, messages) {
-        if (!cJSON_IsObject(m)) return g4_oai_fail(err, 400, "messages", "messages[%d] must be an object", i);
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsString(role)) return g4_oai_fail(err, 400, "messages", "messages[%d].role must be a string", i);
+        if (check_message(m, i, err)) return -1;
         i++;
     }
+    return 0;
+}
+
+static int parse_chat(cJSON *root, g4_oai_request *r, g4_oai_error *err) {
+    cJSON *messages = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (g4_oai_check_messages(messages, err)) return -1;
     r->messages = messages;
     const cJSON *tools = field(root, "tools");
     if (tools && !cJSON_IsArray(tools)) return g4_oai_fail(err, 400, "tools", "'tools' must be a list");
@@ -287,7 +335,7 @@ static int parse_completion(const cJSON *root, const g4_oai_limits *lim, g4_oai_
     return 0;
 }
 
-cJSON *g4_oai_parse_json(const char *body, size_t len, g4_oai_error *err) {
+cJSON *g4_oai_parse_json(const char *body, size_t len, size_t max_values, g4_oai_error *err) {
     if (len == 0) {
         g4_oai_fail(err, 400, NULL, "the request body is empty: send a JSON object");
         return NULL;
@@ -296,13 +344,11 @@ cJSON *g4_oai_parse_json(const char *body, size_t len, g4_oai_error *err) {
         g4_oai_fail(err, 400, NULL, "the request body is not valid UTF-8");
         return NULL;
     }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)body[i];
-        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-            g4_oai_fail(err, 400, NULL, "the request body is not valid JSON (control character 0x%02x at byte %zu)",
-                        c, i);
-            return NULL;
-        }
+    size_t pos = 0;
+    const char *why = NULL;
+    if (g4_json_check(body, len, max_values ? max_values : G4_OAI_DEFAULT_MAX_VALUES, &pos, &why)) {
+        g4_oai_fail(err, 400, NULL, "the request body is not valid JSON (%s at byte %zu)", why, pos);
+        return NULL;
     }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
@@ -329,7 +375,7 @@ int g4_oai_parse(const char *body, size_t len, g4_oai_kind kind, const g4_oai_li
                  g4_oai_error *err) {
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    out->root = g4_oai_parse_json(body, len, err);
+    out->root = g4_oai_parse_json(body, len, lim->max_json_values, err);
     if (!out->root) return -1;
     if (parse_common(out->root, lim, out, err)) return -1;
     if (kind == G4_OAI_CHAT ? parse_chat(out->root, out, err) : parse_completion(out->root, lim, out, err)) return -1;

@@ -43,6 +43,7 @@ typedef struct {
     const char *param; /* the offending field, or NULL */
     const char *code;  /* e.g. "model_not_found", or NULL */
     char message[600];
+    char param_buf[48]; /* param when it names an item ("messages[2].role"): param points here */
 } g4_oai_error;
 
 /* Fills err and returns -1 (for `return g4_oai_fail(...)`). */
@@ -53,7 +54,10 @@ typedef struct {
     const char *model_name;                /* requests naming another model get 404 */
     int vocab_size;
     const g4_generation_config *generation; /* sampling defaults (may be NULL: greedy) */
+    size_t max_json_values;                 /* values in the body (0: G4_OAI_DEFAULT_MAX_VALUES) */
 } g4_oai_limits;
+
+#define G4_OAI_DEFAULT_MAX_VALUES 65536
 
 typedef struct {
     g4_oai_kind kind;
@@ -80,15 +84,21 @@ typedef struct {
     int ignore_eos, return_token_ids;
 } g4_oai_request;
 
-/* Strict JSON text -> cJSON: valid UTF-8, no raw control characters, one
- * value and nothing after it but whitespace (cJSON alone is more lenient).
- * NULL with err filled (400) otherwise. */
-cJSON *g4_oai_parse_json(const char *body, size_t len, g4_oai_error *err);
+/* Strict JSON text -> cJSON: valid UTF-8, RFC 8259 syntax (json_strict.h:
+ * no \u0000, at most max_values values; 0: the default), one value and
+ * nothing after it but whitespace (cJSON alone is more lenient). NULL with
+ * err filled (400) otherwise. */
+cJSON *g4_oai_parse_json(const char *body, size_t len, size_t max_values, g4_oai_error *err);
 
 /* Parses and validates body[0..len). Returns 0, or -1 with err filled. */
 int g4_oai_parse(const char *body, size_t len, g4_oai_kind kind, const g4_oai_limits *lim, g4_oai_request *out,
                  g4_oai_error *err);
 void g4_oai_request_free(g4_oai_request *r);
+
+/* The chat messages list: a non-empty list of messages with known roles and
+ * string / list content (required but for assistants); -1 with err naming
+ * the item ("messages[1].content") otherwise. */
+int g4_oai_check_messages(const cJSON *messages, g4_oai_error *err);
 
 /* Shared field readers (also for /tokenize): -1 with err filled when the
  * field has the wrong type or range; absent fields leave *out unchanged. */

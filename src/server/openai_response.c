@@ -46,6 +46,40 @@ char *g4_token_text(const g4_context *ctx, int32_t id) {
     return text;
 }
 
+char *g4_token_bytes(const g4_context *ctx, int32_t id, int skip_special, size_t *len) {
+    *len = 0;
+    int byte = ctx->tokenizer ? g4_tokenizer_token_byte(ctx->tokenizer, id) : -1;
+    if (byte >= 0) {
+        char *b = malloc(2);
+        if (b) b[0] = (char)byte, b[1] = 0, *len = 1;
+        return b;
+    }
+    if (!ctx->tokenizer) {
+        char *t = g4_token_text(ctx, id); /* "token_id:N" */
+        *len = t ? strlen(t) : 0;
+        return t;
+    }
+    char *text = NULL;
+    if (g4_tokenizer_decode(ctx->tokenizer, &id, 1, skip_special, &text, len) == G4_OK) return text;
+    g4_error_clear();
+    return NULL;
+}
+
+size_t g4_text_counter_add(g4_text_counter *c, const char *bytes, size_t n) {
+    const unsigned char *b = (const unsigned char *)bytes;
+    int inside = n > 0 && c->continuation > 0 && (b[0] & 0xC0) == 0x80;
+    size_t offset = inside ? c->chars - 1 : c->chars;
+    for (size_t i = 0; i < n; i++) {
+        if (c->continuation > 0 && (b[i] & 0xC0) == 0x80) {
+            c->continuation--;
+            continue;
+        }
+        c->chars++;
+        c->continuation = b[i] >= 0xF0 && b[i] < 0xF5 ? 3 : b[i] >= 0xE0 && b[i] < 0xF0 ? 2 : b[i] >= 0xC2 && b[i] < 0xE0 ? 1 : 0;
+    }
+    return offset;
+}
+
 /* -inf (a filtered token) as vLLM reports it */
 static double finite_logprob(float lp) { return isfinite(lp) ? (double)lp : -9999.0; }
 
@@ -54,9 +88,12 @@ static cJSON *token_entry(const g4_context *ctx, int32_t id, float logprob) {
     char *text = g4_token_text(ctx, id);
     cJSON_AddStringToObject(e, "token", text ? text : "");
     cJSON_AddNumberToObject(e, "logprob", finite_logprob(logprob));
+    /* the token's own bytes: a byte-fallback token is one byte, not its U+FFFD text */
+    size_t n = 0;
+    char *raw = g4_token_bytes(ctx, id, 0, &n);
     cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
-    for (const unsigned char *p = (const unsigned char *)(text ? text : ""); *p; p++)
-        cJSON_AddItemToArray(bytes, cJSON_CreateNumber(*p));
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)raw[i]));
+    free(raw);
     free(text);
     return e;
 }

@@ -18,6 +18,22 @@ cJSON *g4_oai_usage(long prompt_tokens, long completion_tokens);
 /* Chat: {"token", "logprob", "bytes", "top_logprobs": [...]} for one token. */
 cJSON *g4_oai_chat_logprob(const g4_context *ctx, const g4_sample *s, int top);
 
+/* A token's own bytes (malloc'd, NUL-terminated, *len without the NUL):
+ * the byte of a byte-fallback token, the decoded text of any other, nothing
+ * for a special token when skip_special. NULL on failure. */
+char *g4_token_bytes(const g4_context *ctx, int32_t id, int skip_special, size_t *len);
+
+/* Characters of the text so far, fed token by token, for completions'
+ * text_offset: the offset of a token is the index of the character its
+ * first byte belongs to (a token that continues a character split across
+ * byte-fallback tokens starts inside it). UTF-8 structure only: an invalid
+ * run counts a character per lead or stray byte. */
+typedef struct {
+    size_t chars;    /* characters begun so far */
+    int continuation; /* continuation bytes the last character still expects */
+} g4_text_counter;
+size_t g4_text_counter_add(g4_text_counter *c, const char *bytes, size_t n);
+
 /* Completions: {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}. */
 cJSON *g4_oai_completion_logprobs_new(void);
 void g4_oai_completion_logprobs_add(cJSON *lp, const g4_context *ctx, const g4_sample *s, int top, size_t offset);

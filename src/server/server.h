@@ -3,7 +3,8 @@
  * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models
  * (and /v1/models/NAME), GET /health, GET /metrics (Prometheus), POST
  * /tokenize, POST /detokenize (vLLM shapes). With an API key, every endpoint
- * but /health and /metrics needs "Authorization: Bearer KEY".
+ * but /health (and /metrics when metrics_public) needs "Authorization:
+ * Bearer KEY".
  *
  * Threading: one thread per connection (libmicrohttpd's thread-per-
  * connection mode), so a connection may block while its prompt is built
@@ -12,9 +13,13 @@
  * connection waiting for tokens also watches its socket, so a client that
  * goes away cancels its request at once and frees its KV blocks.
  *
- * Limits: body size (413), the request bodies held at once (max(8 x body
- * limit, 512 MiB): 503), prompt tokens and max_tokens (400), images and
- * audio clips per request (400), a full engine queue (503), connections.
+ * Limits: body size (413, also for chunked bodies), the request bodies held
+ * at once (max(8 x body limit, 512 MiB): 503), JSON values per body, prompt
+ * tokens (tokenizing stops there) and max_tokens (400), /tokenize and
+ * /detokenize at most the context (400), images and audio clips per
+ * request (400), a full engine queue (503, with Retry-After), connections.
+ * Requests with both Content-Length and Transfer-Encoding, or a NUL byte in
+ * a header, are refused and their connection closed (no smuggling).
  * A request must arrive whole within the request timeout, counted from the
  * connection's start or the end of its previous request: slow ("slowloris")
  * senders are closed, and so are keep-alive connections idle that long.
@@ -34,6 +39,7 @@ typedef struct {
     const char *api_key;           /* NULL: no authentication */
     const char *model_name;        /* the id in /v1/models and requests */
     size_t max_body;               /* request body bytes (default 32 MiB) */
+    size_t body_budget;            /* bodies held at once, all connections (default max(8 x max_body, 512 MiB)) */
     int max_tokens;                /* max_tokens cap (default 4096) */
     int max_prompt_tokens;         /* prompt cap (default: the context) */
     int max_images, max_audio;     /* per request (default 8 and 4) */
@@ -42,6 +48,8 @@ typedef struct {
     int idle_timeout_s;            /* a connection with no activity closes (default 60) */
     int max_connections;           /* default 1024 */
     int threads;                   /* OpenMP threads for prompt building (0: default) */
+    int metrics_public;            /* /metrics answers without the API key */
+    int no_special_in_content;     /* special-token text in message content stays text */
 } g4_server_options;
 
 typedef struct g4_server g4_server;

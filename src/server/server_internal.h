@@ -28,6 +28,8 @@ struct g4_server {
     atomic_int draining, stopping, in_flight;
     atomic_size_t body_bytes; /* request bodies held now, all connections together */
     size_t body_budget;
+    size_t max_json_values; /* per request body: bounds its cJSON tree */
+    size_t max_token_bytes; /* the tokenizer's longest token */
     pthread_mutex_t media_lock; /* one prompt with media at a time: the towers are heavy */
     /* generations in progress, cancelled at shutdown */
     pthread_mutex_t jobs_lock;
@@ -56,6 +58,7 @@ typedef struct {
     size_t body_len;
     g4_body_source stream;    /* a streamed body instead (when read is set) */
     const char *allow;        /* Allow header (405) */
+    int close;                /* close the connection after this answer */
 } g4_http_reply;
 
 typedef struct {
@@ -85,6 +88,14 @@ void g4_serve_generate(const g4_http_request *q, g4_oai_kind kind, g4_http_reply
 /* Generations in progress (cancelled by g4_server_stop). */
 void g4_server_track(g4_server *s, g4_job *j);
 void g4_server_untrack(g4_server *s, g4_job *j);
+
+/* Prompt text before tokenizing: bytes of the conversation's text (media
+ * payloads left out); whether that many bytes could still be max_tokens
+ * tokens (0: certainly more, refuse without tokenizing); special-token text
+ * in every message's content wrapped in escaped spans (-1 with err). */
+size_t g4_oai_messages_text_bytes(const cJSON *messages);
+int g4_oai_text_may_fit(const g4_server *s, size_t bytes, int max_tokens);
+int g4_oai_escape_content(const g4_tokenizer *t, cJSON *messages, g4_oai_error *err);
 
 /* A token's text for logprobs ("token_id:N" without a tokenizer). */
 char *g4_token_text(const g4_context *ctx, int32_t id);

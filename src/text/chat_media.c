@@ -69,6 +69,14 @@ g4_status g4_chat_expand_media(const char *text, size_t len, const g4_media_item
     g4_status st = G4_OK;
     while (pos < len) {
         int kind = -1;
+        /* an escaped span (G4_TOK_ESCAPED_SPANS): typed text, never a placeholder */
+        if (pos + 3 <= len && !memcmp(text + pos, "\xEF\xB7\x90", 3)) {
+            const char *close = NULL;
+            for (size_t k = pos + 3; k + 3 <= len && !close; k++)
+                if (!memcmp(text + k, "\xEF\xB7\x91", 3)) close = text + k;
+            pos = close ? (size_t)(close - text) + 3 : len;
+            continue;
+        }
         if (text[pos] == '<')
             for (int k = 0; k < 3; k++) {
                 size_t n = strlen(placeholder[k]);

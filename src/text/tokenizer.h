@@ -45,7 +45,17 @@ enum {
      * (`tokenizers`' encode_special_tokens = True). Non-special added tokens
      * such as "\n\n" or <unusedN> are still recognised, as there. */
     G4_TOK_PLAIN_TEXT = 2,
+    /* The text holds escaped spans, U+FDD0 ... U+FDD1 (two Unicode
+     * noncharacters, see g4_tokenizer_escape_special): inside one, special
+     * tokens are plain text (as with G4_TOK_PLAIN_TEXT); the two marks
+     * give no tokens. */
+    G4_TOK_ESCAPED_SPANS = 4,
 };
+
+/* Wraps every special token's text in s[0..n) in an escaped span, so that
+ * encoding with G4_TOK_ESCAPED_SPANS reads it as text; U+FDD0 / U+FDD1
+ * already in s become U+FFFD. *out is a heap string of *out_len bytes. */
+g4_status g4_tokenizer_escape_special(const g4_tokenizer *t, const char *s, size_t n, char **out, size_t *out_len);
 
 /* path_or_dir: a tokenizer.json, or a folder holding one. */
 g4_status g4_tokenizer_load(const char *path_or_dir, g4_tokenizer **out);
@@ -61,6 +71,15 @@ int g4_tokenizer_vocab_size(const g4_tokenizer *t);
 g4_status g4_tokenizer_encode(const g4_tokenizer *t, const char *text, size_t len, int flags, int32_t **ids,
                               size_t *n);
 
+/* The same, but stops with G4_ERR_LIMIT as soon as the text proves longer
+ * than max_ids tokens (0: no limit), so refusing a huge text costs about
+ * what encoding max_ids tokens costs, beyond normalization and splitting. */
+g4_status g4_tokenizer_encode_max(const g4_tokenizer *t, const char *text, size_t len, int flags, size_t max_ids,
+                                  int32_t **ids, size_t *n);
+/* Bytes of the longest token (text as stored): no text of n bytes is fewer
+ * than n / this many tokens, give or take the normalizer. */
+size_t g4_tokenizer_max_token_bytes(const g4_tokenizer *t);
+
 /* Decodes ids into a heap NUL-terminated string (caller frees). skip_special
  * leaves out tokens flagged special. Ids outside [0, vocab_size) or with no
  * token are an error (G4_ERR_INVALID_ARGUMENT); `tokenizers` drops them. */
@@ -72,6 +91,9 @@ g4_status g4_tokenizer_decode(const g4_tokenizer *t, const int32_t *ids, size_t 
 int32_t g4_tokenizer_token_id(const g4_tokenizer *t, const char *token);
 /* The token's text as stored in the file (e.g. "▁the", "<0x0A>"), or NULL. */
 const char *g4_tokenizer_token_text(const g4_tokenizer *t, int32_t id);
+/* The byte of a byte-fallback token ("<0xC3>" -> 0xC3) when the decoder
+ * turns such tokens into bytes; -1 for every other token. */
+int g4_tokenizer_token_byte(const g4_tokenizer *t, int32_t id);
 /* 1 if the id's token is an added token flagged special. */
 int g4_tokenizer_is_special(const g4_tokenizer *t, int32_t id);
 

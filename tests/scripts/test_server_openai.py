@@ -321,7 +321,10 @@ def part_chat(s, client, model):
     check(len(lp) == n or (r.choices[0].finish_reason == "stop" and len(lp) >= n - 1),
           "one logprob entry per token (%d, %d)" % (len(lp), n))
     for e in lp:
-        check(e.logprob <= 0 and e.bytes == list(e.token.encode()) and len(e.top_logprobs) == 3 and
+        # a byte-fallback token's text alone is U+FFFD; its bytes are its own byte (<0xC3> -> [195])
+        own = (lambda t: list(t.token.encode()) == t.bytes or (t.token == "\ufffd" and len(t.bytes) == 1 and
+                                                              t.bytes[0] >= 0x80))
+        check(e.logprob <= 0 and own(e) and all(own(t) for t in e.top_logprobs) and len(e.top_logprobs) == 3 and
               e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob and
               e.top_logprobs[0].token == e.token and abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6,
               "logprob entry shape %r" % e)
@@ -494,7 +497,7 @@ def part_audio(root):
 
 
 def metric_values(port):
-    st, h, body = request(port, "GET", "/metrics", headers={})
+    st, h, body = request(port, "GET", "/metrics")  # with the key: /metrics is behind it
     values = {}
     for line in body.decode().splitlines():
         if line and not line.startswith("#"):
@@ -615,8 +618,9 @@ def part_queue(root):
         while metric_values(s.port)[3]["gemma4_requests_waiting"] != 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         check(metric_values(s.port)[3]["gemma4_requests_waiting"] == 1, "the second stream is queued")
-        st, _, body = request(s.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
-        check(st == 503 and error_shape(body), "a full queue answers 503: %d %r" % (st, body))
+        st, h, body = request(s.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
+        check(st == 503 and error_shape(body) and h.get("retry-after") == "1",
+              "a full queue answers 503 with Retry-After: %d %r %r" % (st, h, body))
         time.sleep(3)
         sock.close()  # frees the running sequence: the waiting one runs
         t.join(30)

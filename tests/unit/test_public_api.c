@@ -222,6 +222,15 @@ int main(void) {
     CHECK(g4_submit_chat(h, "{not json", NULL, &p, on_event, &unused, NULL) == G4_ERR_INVALID_ARGUMENT,
           "bad JSON is refused");
     CHECK(strstr(g4_error_message(), "messages") != NULL, "message: %s", g4_error_message());
+    /* an escaped NUL would cut the text (cJSON strings end there): refused, never shortened */
+    CHECK(g4_submit_chat(h, "[{\"role\": \"user\", \"content\": \"Hi\\u0000 and more\"}]", NULL, &p, on_event,
+                         &unused, NULL) == G4_ERR_INVALID_ARGUMENT &&
+              strstr(g4_error_message(), "NUL"),
+          "escaped NUL: %s", g4_error_message());
+    CHECK(g4_submit_chat(h, "[{\"role\": \"wizard\", \"content\": \"Hi\"}]", NULL, &p, on_event, &unused, NULL) ==
+                  G4_ERR_INVALID_ARGUMENT &&
+              strstr(g4_error_message(), "messages[0].role"),
+          "unknown role: %s", g4_error_message());
     g4_params big = p;
     big.max_tokens = 100000;
     CHECK(g4_submit_text(h, "Hello", &big, on_event, &unused, NULL) == G4_ERR_LIMIT, "too long for the context");

@@ -154,6 +154,39 @@ static void check_raw(const g4_tokenizer *t) {
     free(ids);
 }
 
+/* ignore_eos in chat: end-of-turn / eos tokens neither end the reply nor
+ * appear in it (they are dropped like other special tokens); without it
+ * the first one ends the reply. */
+static void check_ignore_end(const g4_tokenizer *t) {
+    const char *text = "Hello<turn|> more<eos> still<|tool_response> text";
+    int32_t *ids;
+    size_t n;
+    CHECK(g4_tokenizer_encode(t, text, strlen(text), 0, &ids, &n) == G4_OK, "encode");
+    for (int ignore = 0; ignore <= 1; ignore++) {
+        g4_reply_options opt = {.mode = G4_REPLY_CHAT, .ignore_end = ignore};
+        g4_reply_stream *s;
+        CHECK(g4_reply_stream_create(t, &opt, &s) == G4_OK, "create");
+        g4_strbuf out = {0};
+        int ended = 0;
+        for (size_t i = 0; i < n; i++) {
+            g4_reply_delta d;
+            CHECK(g4_reply_stream_push(s, ids[i], &d) == G4_OK, "push");
+            g4_strbuf_append(&out, d.content, d.content_len);
+            ended |= d.ended;
+        }
+        g4_reply_delta d;
+        CHECK(g4_reply_stream_finish(s, &d) == G4_OK, "finish");
+        g4_strbuf_append(&out, d.content, d.content_len);
+        const char *want = ignore ? "Hello more still text" : "Hello";
+        CHECK(ended == !ignore, "ignore_end %d: ended %d", ignore, ended);
+        CHECK(out.data && !strcmp(out.data, want), "ignore_end %d: [%s], want [%s]", ignore,
+              out.data ? out.data : "", want);
+        g4_strbuf_free(&out);
+        g4_reply_stream_free(s);
+    }
+    free(ids);
+}
+
 int main(void) {
     const char *data = getenv("G4_TEST_DATA");
     char path[1024];
@@ -170,6 +203,7 @@ int main(void) {
     for (unsigned seed = 5001; seed <= 8000; seed++) bad += !run_case(t, seed, 1);
     CHECK(bad == 0, "%d of 3000 streams with stop strings differ", bad);
     check_raw(t);
+    check_ignore_end(t);
     g4_tokenizer_free(t);
     return test_finish();
 }

@@ -476,7 +476,67 @@ static void check_lookup(void) {
     g4_tokenizer_free(t);
 }
 
+/* Bounded encoding, escaped spans and byte tokens (the server's limits and
+ * --no-special-in-content), on the Gemma 4 style tokenizer. */
+static void check_server_helpers(void) {
+    g4_tokenizer *t = NULL;
+    if (g4_tokenizer_load(test_fixture("tokenizer/tokenizer-gemma4-style.json"), &t)) return;
+    const char *text = "one two three four five six seven eight nine ten";
+    int32_t *all = NULL, *ids = NULL;
+    size_t n_all = 0, n = 0;
+    CHECK(g4_tokenizer_encode(t, text, strlen(text), 0, &all, &n_all) == G4_OK && n_all > 4, "encode");
+    CHECK(g4_tokenizer_encode_max(t, text, strlen(text), 0, n_all, &ids, &n) == G4_OK && n == n_all &&
+              !memcmp(ids, all, n * sizeof *ids),
+          "encode_max at the exact count = encode");
+    free(ids);
+    ids = NULL;
+    CHECK(g4_tokenizer_encode_max(t, text, strlen(text), 0, n_all - 1, &ids, &n) == G4_ERR_LIMIT && !ids,
+          "encode_max one short: G4_ERR_LIMIT");
+    /* escaped: typed special-token text is plain text, the rest unchanged */
+    const char *typed = "a<|turn>b<bos>";
+    char *esc = NULL;
+    size_t esc_len = 0;
+    CHECK(g4_tokenizer_escape_special(t, typed, strlen(typed), &esc, &esc_len) == G4_OK &&
+              !strcmp(esc, "a\xEF\xB7\x90<|turn>\xEF\xB7\x91" "b\xEF\xB7\x90<bos>\xEF\xB7\x91"),
+          "escape: [%s]", esc ? esc : "");
+    int32_t *plain = NULL, *got = NULL;
+    size_t n_plain = 0, n_got = 0;
+    g4_tokenizer_encode(t, "a", 1, 0, &plain, &n_plain);
+    CHECK(g4_tokenizer_encode(t, esc, esc_len, G4_TOK_ESCAPED_SPANS, &got, &n_got) == G4_OK, "encode escaped");
+    int specials = 0;
+    for (size_t i = 0; i < n_got; i++) specials += g4_tokenizer_is_special(t, got[i]);
+    int32_t *raw = NULL;
+    size_t n_raw = 0;
+    g4_tokenizer_encode(t, typed, strlen(typed), 0, &raw, &n_raw);
+    int raw_specials = 0;
+    for (size_t i = 0; i < n_raw; i++) raw_specials += g4_tokenizer_is_special(t, raw[i]);
+    CHECK(specials == 0 && raw_specials == 2, "escaped: %d special tokens (unescaped: %d)", specials, raw_specials);
+    char *back = NULL;
+    CHECK(g4_tokenizer_decode(t, got, n_got, 0, &back, NULL) == G4_OK && back && !strcmp(back, typed),
+          "escaped text decodes to what was typed: [%s]", back ? back : "");
+    free(back);
+    /* marks typed by the client are no marks */
+    char *esc2 = NULL;
+    size_t esc2_len = 0;
+    const char *marks = "x\xEF\xB7\x90<|turn>\xEF\xB7\x91";
+    CHECK(g4_tokenizer_escape_special(t, marks, strlen(marks), &esc2, &esc2_len) == G4_OK &&
+              !strcmp(esc2, "x\xEF\xBF\xBD\xEF\xB7\x90<|turn>\xEF\xB7\x91\xEF\xBF\xBD"),
+          "typed marks become U+FFFD: [%s]", esc2 ? esc2 : "");
+    int32_t c3 = g4_tokenizer_token_id(t, "<0xC3>");
+    CHECK(c3 < 0 || g4_tokenizer_token_byte(t, c3) == 0xC3, "byte of <0xC3>");
+    CHECK(g4_tokenizer_token_byte(t, g4_tokenizer_token_id(t, "<|turn>")) == -1, "no byte for <|turn>");
+    CHECK(g4_tokenizer_max_token_bytes(t) >= 7, "longest token");
+    free(esc);
+    free(esc2);
+    free(all);
+    free(plain);
+    free(got);
+    free(raw);
+    g4_tokenizer_free(t);
+}
+
 int main(void) {
+    check_server_helpers();
     check_corpus("tokenizer/tokenizer.json", "tokenizer/expected_gemma3.jsonl");
     check_corpus("tokenizer/tokenizer-gemma4-style.json", "tokenizer/expected_gemma4style.jsonl");
     check_variants();

@@ -1,0 +1,150 @@
+/* The server's request validation without a server: strict JSON (RFC 8259,
+ * no escaped NUL, bounded values), chat message checks with the OpenAI
+ * error's param, and completions' character offsets across byte-fallback
+ * tokens. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/json_strict.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "test_util.h"
+
+static void check_json(void) {
+    static const char *const valid[] = {
+        "{}", " [ ] ", "0", "-0", "-0.5e+3", "1E9", "12.25", "\"a\\u00e9\\ud83d\\ude00\\n\"", "[true,false,null]",
+        "{\"a\":{\"b\":[1,{\"c\":\"\\\\u0000\"}]}}", /* an escaped backslash, then text: no NUL */
+    };
+    static const char *const invalid[] = {
+        "", "01", "-01", "00", "1.", ".5", "+1", "1e", "1e+", "-", "0x10", "NaN", "Infinity", "[1,]", "{\"a\":1,}",
+        "[1 2]", "{\"a\" 1}", "{a:1}", "'a'", "\"\\x41\"", "\"\\u12\"", "\"\\u0000\"", "{\"c\":\"a\\u0000b\"}",
+        "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"tab\there\"", "[", "{\"a\":1} x", "tru", "nul",
+        "[1]]", "{}}",
+    };
+    for (size_t i = 0; i < sizeof valid / sizeof valid[0]; i++) {
+        size_t pos;
+        const char *why = NULL;
+        CHECK(g4_json_check(valid[i], strlen(valid[i]), 1000, &pos, &why) == 0, "valid [%s]: %s at %zu", valid[i],
+              why ? why : "", pos);
+    }
+    for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
+        size_t pos;
+        const char *why = NULL;
+        CHECK(g4_json_check(invalid[i], strlen(invalid[i]), 1000, &pos, &why) != 0 && why, "invalid [%s] accepted",
+              invalid[i]);
+    }
+    const char *nul = "{\"m\":\"ab\\u0000cd\"}";
+    size_t pos;
+    const char *why = NULL;
+    CHECK(g4_json_check(nul, strlen(nul), 100, &pos, &why) != 0 && why && strstr(why, "NUL") && pos == 14,
+          "escaped NUL: %s at %zu", why ? why : "", pos);
+    /* depth and value count are bounded */
+    char deep[2 * G4_JSON_MAX_DEPTH + 8];
+    size_t n = 0;
+    for (int i = 0; i < G4_JSON_MAX_DEPTH; i++) deep[n++] = '[';
+    for (int i = 0; i < G4_JSON_MAX_DEPTH; i++) deep[n++] = ']';
+    CHECK(g4_json_check(deep, n, 100000, NULL, NULL) == 0, "depth %d accepted", G4_JSON_MAX_DEPTH);
+    memmove(deep + 1, deep, n);
+    deep[0] = '[';
+    deep[n + 1] = ']';
+    CHECK(g4_json_check(deep, n + 2, 100000, NULL, &why) != 0 && !strcmp(why, "nested too deeply"), "depth + 1");
+    const char *list = "[0,0,0,0,0]"; /* 6 values */
+    CHECK(g4_json_check(list, strlen(list), 6, NULL, NULL) == 0, "6 values within 6");
+    CHECK(g4_json_check(list, strlen(list), 5, NULL, &why) != 0 && !strcmp(why, "too many values"), "6 values > 5");
+    /* the parser refuses, with a 400 */
+    g4_oai_error err;
+    cJSON *root = g4_oai_parse_json("{\"a\": 012}", 10, 0, &err);
+    CHECK(!root && err.status == 400 && strstr(err.message, "leading zero"), "leading zero: %s", err.message);
+}
+
+/* One chat body -> the status and param of the error (0 / NULL: accepted). */
+static void chat_case(const char *messages, int want_status, const char *want_param) {
+    char body[1024];
+    snprintf(body, sizeof body, "{\"messages\": %s}", messages);
+    g4_oai_limits lim = {.vocab_size = 100};
+    g4_oai_request r;
+    g4_oai_error err = {0};
+    int rc = g4_oai_parse(body, strlen(body), G4_OAI_CHAT, &lim, &r, &err);
+    int status = rc ? err.status : 0;
+    const char *param = rc ? err.param : NULL;
+    CHECK(status == want_status && ((!param && !want_param) || (param && want_param && !strcmp(param, want_param))),
+          "%s: %d %s (%s), want %d %s", messages, status, param ? param : "null", rc ? err.message : "",
+          want_status, want_param ? want_param : "null");
+    g4_oai_request_free(&r);
+}
+
+static void check_messages(void) {
+    chat_case("[{\"role\": \"user\", \"content\": \"Hi\"}]", 0, NULL);
+    chat_case("[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi\"}]}]", 0, NULL);
+    chat_case("[{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"developer\", \"content\": \"d\"}, "
+              "{\"role\": \"user\", \"content\": \"u\"}, {\"role\": \"assistant\", \"content\": null, "
+              "\"tool_calls\": []}, {\"role\": \"tool\", \"content\": \"t\"}, {\"role\": \"assistant\"}]",
+              0, NULL);
+    chat_case("[{\"role\": \"wizard\", \"content\": \"Hi\"}]", 400, "messages[0].role");
+    chat_case("[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"User\", \"content\": \"Hi\"}]", 400,
+              "messages[1].role");
+    chat_case("[{\"content\": \"Hi\"}]", 400, "messages[0].role");
+    chat_case("[{\"role\": 5, \"content\": \"Hi\"}]", 400, "messages[0].role");
+    chat_case("[{\"role\": \"user\", \"content\": 5}]", 400, "messages[0].content");
+    chat_case("[{\"role\": \"user\", \"content\": {\"a\": 1}}]", 400, "messages[0].content");
+    chat_case("[{\"role\": \"user\", \"content\": true}]", 400, "messages[0].content");
+    chat_case("[{\"role\": \"user\"}]", 400, "messages[0].content");
+    chat_case("[{\"role\": \"user\", \"content\": null}]", 400, "messages[0].content");
+    chat_case("[{\"role\": \"system\"}]", 400, "messages[0].content");
+    chat_case("[{\"role\": \"tool\"}]", 400, "messages[0].content");
+    chat_case("[{\"role\": \"user\", \"content\": \"a\", \"tool_calls\": []}]", 400, "messages[0].tool_calls");
+    chat_case("[{\"role\": \"assistant\", \"content\": \"a\", \"tool_calls\": \"x\"}]", 400, "messages[0].tool_calls");
+    chat_case("[{\"role\": \"user\", \"content\": \"a\", \"name\": 3}]", 400, "messages[0].name");
+    chat_case("[5]", 400, "messages[0]");
+    chat_case("[]", 400, "messages");
+}
+
+/* text_offset: the character each token starts in, without waiting for
+ * the rest of a character split over byte tokens. */
+static void check_offsets(void) {
+    static const struct {
+        const char *bytes;
+        size_t want;
+    } seq[] = {
+        {"\xC3", 0}, {"\xA9", 0}, {"x", 1}, {"\xE6", 2}, {"\x97", 2}, {"\xA5", 2}, {" the", 3}, {"", 7},
+        {"\xF0\x9F", 7}, {"\x98\x80", 7}, {"\xC3", 8}, {"\xC3", 9}, {"!", 10}, {"\xA9", 11},
+    };
+    g4_text_counter c = {0};
+    for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
+        size_t got = g4_text_counter_add(&c, seq[i].bytes, strlen(seq[i].bytes));
+        CHECK(got == seq[i].want, "token %zu: offset %zu, want %zu", i, got, seq[i].want);
+    }
+    CHECK(c.chars == 12, "characters %zu", c.chars);
+}
+
+/* logit_bias keys are token ids written as digits, nothing else */
+static void check_logit_bias(void) {
+    static const char *const bad[] = {"\" 5\"", "\"+5\"", "\"5 \"", "\"-1\"", "\"\"", "\"0x5\"", "\"100\"",
+                                      "\"99999999999999999999\""};
+    g4_oai_limits lim = {.vocab_size = 100};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"prompt\": \"a\", \"logit_bias\": {%s: 1}}", bad[i]);
+        g4_oai_request r;
+        g4_oai_error err = {0};
+        int rc = g4_oai_parse(body, strlen(body), G4_OAI_COMPLETION, &lim, &r, &err);
+        CHECK(rc && err.status == 400 && !strcmp(err.param, "logit_bias"), "logit_bias key %s accepted", bad[i]);
+        g4_oai_request_free(&r);
+    }
+    const char *good = "{\"prompt\": \"a\", \"logit_bias\": {\"7\": 2.5, \"099\": -1}}";
+    g4_oai_request r;
+    g4_oai_error err = {0};
+    CHECK(g4_oai_parse(good, strlen(good), G4_OAI_COMPLETION, &lim, &r, &err) == 0 && r.sampling.n_logit_bias == 2 &&
+              r.logit_bias[0].id == 7 && r.logit_bias[1].id == 99,
+          "valid logit_bias: %s", err.message);
+    g4_oai_request_free(&r);
+}
+
+int main(void) {
+    check_json();
+    check_messages();
+    check_offsets();
+    check_logit_bias();
+    return test_finish();
+}
