@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/precision.h"
 #include "base/status.h"
 #include "tensor/matrix.h"
 
@@ -317,8 +318,15 @@ struct g4_backend {
     void *impl;
 };
 
-/* Creates the CPU backend (threads: 0 = all cores). */
+/* Creates the CPU backend (threads: 0 = all cores) on the fast path, or the
+ * exact one where G4_PRECISION=exact is in the environment. */
 g4_status g4_backend_cpu_create(int threads, g4_backend **out);
+/* The same with a choice of matrix-product arithmetic (backend/precision.h):
+ * G4_PRECISION_EXACT for float32 throughout. */
+g4_status g4_backend_cpu_create_with(int threads, g4_precision precision, g4_backend **out);
+/* The precision a CPU backend was created with (G4_PRECISION_EXACT for
+ * any other backend: theirs is not chosen this way). */
+g4_precision g4_backend_cpu_precision(const g4_backend *be);
 /* Creates the CUDA backend on device `device` (G4_ERR_UNSUPPORTED without a GPU). */
 g4_status g4_backend_cuda_create(int device, g4_backend **out);
 void g4_backend_destroy(g4_backend *be);

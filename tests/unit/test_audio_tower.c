@@ -150,7 +150,7 @@ static void check_fixture(const char *name, g4_st_set *sdpa) {
     fixture_ref ref;
     g4_backend *be;
     g4_model *m = NULL;
-    g4_status st = g4_backend_cpu_create(0, &be);
+    g4_status st = g4_backend_cpu_create_with(0, G4_PRECISION_EXACT, &be);
     CHECK(st == G4_OK, "cpu backend: %s", g4_error_message());
     if (st != G4_OK) return;
     if (!fixture_model_open(name, be, &ref, &m)) {
@@ -291,7 +291,7 @@ static const char *broken_checkpoint(const char *name) {
 
 static void check_errors(void) {
     g4_backend *be;
-    g4_backend_cpu_create(0, &be);
+    g4_backend_cpu_create_with(0, G4_PRECISION_EXACT, &be);
     /* a model without an audio tower */
     g4_model *m = NULL;
     g4_status st = g4_model_load_dir(test_fixture("dense"), be, &m);

@@ -2460,7 +2460,7 @@ int main(void) {
     }
     CHECK(st == G4_OK, "CUDA backend: %s", g4_error_message());
     if (st != G4_OK) return test_finish();
-    st = g4_backend_cpu_create(0, &cpu);
+    st = g4_backend_cpu_create_with(0, G4_PRECISION_EXACT, &cpu);
     CHECK(st == G4_OK, "CPU backend: %s", g4_error_message());
     if (st != G4_OK) return test_finish();
     printf("CUDA device: %s\n", g4_cuda_device_name(gpu));

@@ -266,7 +266,7 @@ static void check_checkpoint(const char *name) {
     CHECK(have_src, "%s: cannot open its source fixture %s", name, source ? source : "(none)");
     g4_backend *be;
     g4_model *m = NULL;
-    g4_status st = g4_backend_cpu_create(0, &be);
+    g4_status st = g4_backend_cpu_create_with(0, G4_PRECISION_EXACT, &be);
     if (st == G4_OK) st = g4_model_load_dir(dir, be, &m);
     CHECK(st == G4_OK, "%s: load failed: %s", name, g4_error_message());
     if (st == G4_OK) {

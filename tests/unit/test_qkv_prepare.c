@@ -324,7 +324,7 @@ static void test_decoder(void) {
 }
 
 int main(void) {
-    g4_status st = g4_backend_cpu_create(0, &cpu);
+    g4_status st = g4_backend_cpu_create_with(0, G4_PRECISION_EXACT, &cpu);
     CHECK(st == G4_OK, "CPU backend: %s", g4_error_message());
     if (st != G4_OK) return test_finish();
     test_op();

@@ -76,7 +76,7 @@ int main(void) {
     }
     g4_backend *be;
     g4_model *m;
-    g4_status st = g4_backend_cpu_create(0, &be);
+    g4_status st = g4_backend_cpu_create_with(0, G4_PRECISION_EXACT, &be);
     if (st == G4_OK) st = g4_model_load_dir(dir, be, &m);
     CHECK(st == G4_OK, "load: %s", g4_error_message());
     if (st != G4_OK) return test_finish();

@@ -40,7 +40,7 @@ static void check_fixture(const char *name) {
     fixture_ref ref;
     g4_backend *be;
     g4_model *m;
-    g4_status st = g4_backend_cpu_create(0, &be);
+    g4_status st = g4_backend_cpu_create_with(0, G4_PRECISION_EXACT, &be);
     CHECK(st == G4_OK, "cpu backend: %s", g4_error_message());
     if (st != G4_OK) return;
     if (!fixture_model_open(name, be, &ref, &m)) {

@@ -14,6 +14,13 @@
 #include "backend/cpu/cpu_sampling.h"
 #include "backend/cpu/cpu_vision_ops.h"
 
+/* The backend and its one setting; base first, so that a g4_backend * is
+ * the allocation. */
+typedef struct {
+    g4_backend base;
+    g4_precision precision;
+} cpu_backend;
+
 static void cpu_destroy(g4_backend *be) { free(be); }
 
 static void *cpu_alloc(g4_backend *be, size_t bytes) {
@@ -42,15 +49,14 @@ static g4_status cpu_prepare_matrix(g4_backend *be, g4_matrix *m) {
 static void cpu_synchronize(g4_backend *be) { (void)be; }
 
 static void cpu_matmul_op(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w) {
-    (void)be;
-    cpu_matmul(out, x, n_tokens, w);
+    cpu_matmul_with(g4_backend_cpu_precision(be), out, x, n_tokens, w);
 }
 
 static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
 
 static void cpu_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
                                 const float *mul) {
-    cpu_matmul(out, x, n_tokens, w);
+    cpu_matmul_with(g4_backend_cpu_precision(be), out, x, n_tokens, w);
     cpu_gelu_mul(be, out, out, mul, (size_t)n_tokens * (size_t)w->rows);
 }
 
@@ -240,13 +246,25 @@ static const g4_backend_ops cpu_ops = {
     .chunked_attention = cpu_chunked_attention,
 };
 
-g4_status g4_backend_cpu_create(int threads, g4_backend **out) {
-    g4_backend *be = calloc(1, sizeof *be);
-    if (!be) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    be->ops = &cpu_ops;
+g4_status g4_backend_cpu_create_with(int threads, g4_precision precision, g4_backend **out) {
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    cb->base.ops = &cpu_ops;
+    cb->precision = precision;
     if (threads > 0) omp_set_num_threads(threads);
-    *out = be;
+    *out = &cb->base;
     return G4_OK;
+}
+
+g4_status g4_backend_cpu_create(int threads, g4_backend **out) {
+    const char *env = getenv("G4_PRECISION");
+    const g4_precision p = env && strcmp(env, "exact") == 0 ? G4_PRECISION_EXACT : G4_PRECISION_FAST;
+    return g4_backend_cpu_create_with(threads, p, out);
+}
+
+g4_precision g4_backend_cpu_precision(const g4_backend *be) {
+    if (!be || be->ops != &cpu_ops) return G4_PRECISION_EXACT;
+    return ((const cpu_backend *)be)->precision;
 }
 
 void g4_backend_destroy(g4_backend *be) {
