@@ -17,7 +17,8 @@
  *
  * cpu_matmul_fast.c does the quantising, packing, tiling and threading; a
  * table holds what depends on the instruction set. A NULL entry means the
- * level has no fast kernel for that format, and the float32 path runs. */
+ * level has no fast kernel for that format or shape, and the float32 path
+ * runs (AVX2: int8 decode only). */
 #ifndef G4_BACKEND_CPU_FAST_H
 #define G4_BACKEND_CPU_FAST_H
 
@@ -86,6 +87,7 @@ typedef struct {
 } cpu_fast_table;
 
 extern const cpu_fast_table cpu_fast_scalar;
+extern const cpu_fast_table cpu_fast_avx2;
 extern const cpu_fast_table cpu_fast_avx512vnni;
 
 /* The portable quantiser (the reference for the SIMD ones). */

@@ -30,14 +30,13 @@ enum {
     SERIAL_WORK = 1 << 18,      /* multiply-adds below which threads cost more than they give */
 };
 
-static const cpu_fast_table no_fast_kernels = {.isa = CPU_ISA_AVX2};
-
 const cpu_fast_table *cpu_fast_for(cpu_isa level) {
 #if defined(__x86_64__)
     if (level == CPU_ISA_AVX512_VNNI) return &cpu_fast_avx512vnni;
+    if (level >= CPU_ISA_AVX2) return &cpu_fast_avx2; /* (AVX-512 without VNNI too) */
 #endif
-    if (level == CPU_ISA_SCALAR) return &cpu_fast_scalar;
-    return &no_fast_kernels;
+    (void)level;
+    return &cpu_fast_scalar;
 }
 
 static int takes_q8(const cpu_fast_table *f, const g4_matrix *w) {
@@ -51,11 +50,11 @@ static int takes_bf16(const cpu_fast_table *f, const g4_matrix *w) {
 
 /* Round to nearest even without a libm call (nearbyintf is one without
  * SSE4.1): adding and subtracting 1.5 * 2^23 leaves the integer part, exact
- * for |v| < 2^22 (here |v| <= 127). */
+ * for |v| < 2^22 (here |v| <= 127). The build never uses -ffast-math, which
+ * could fold the pair away (test_cpu_fast would see it). */
 static float round_even(float v) {
     const float magic = 12582912.0f;
-    volatile float t = v + magic; /* (volatile: keeps the compiler from folding the pair away) */
-    return t - magic;
+    return (v + magic) - magic;
 }
 
 void cpu_quantize_token_q8(const float *x, int64_t cols, int block, int8_t *q, float *d, float *sum) {
@@ -369,8 +368,8 @@ static int bf16_decode(float *out, const float *x, int64_t n_tokens, const g4_ma
 /* Whether cpu_matmul_fast has a fast kernel for w at the active level. */
 int cpu_fast_takes(const g4_matrix *w, int64_t n_tokens) {
     const cpu_fast_table *f = cpu_fast_for(cpu_isa_active());
-    (void)n_tokens;
-    return takes_q8(f, w) || takes_bf16(f, w);
+    if (takes_q8(f, w)) return n_tokens < f->prefill_min_tokens || f->q8_micro;
+    return takes_bf16(f, w);
 }
 
 void cpu_matmul_fast(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
@@ -380,8 +379,10 @@ void cpu_matmul_fast(float *out, const float *x, int64_t n_tokens, const g4_matr
     }
     const cpu_fast_table *f = cpu_fast_for(cpu_isa_active());
     int done = 0;
-    if (takes_q8(f, w))
-        done = n_tokens < f->prefill_min_tokens ? q8_decode(f, out, x, n_tokens, w) : q8_prefill(f, out, x, n_tokens, w);
+    if (takes_q8(f, w) && n_tokens < f->prefill_min_tokens)
+        done = q8_decode(f, out, x, n_tokens, w);
+    else if (takes_q8(f, w) && f->q8_micro)
+        done = q8_prefill(f, out, x, n_tokens, w);
     else if (takes_bf16(f, w))
         done = n_tokens < f->prefill_min_tokens ? bf16_decode(out, x, n_tokens, w) : bf16_prefill(f, out, x, n_tokens, w);
     if (!done) cpu_matmul(out, x, n_tokens, w);

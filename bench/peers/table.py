@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""One markdown table from llama_cpp_cpu.sh's runs.jsonl: per format pair and
+round, gemma4.c's and llama.cpp's pp512 and tg128 tokens/s and their ratio
+(gemma4.c / llama.cpp) within the round; then the best round of each."""
+import json
+import sys
+
+PAIRS = [("bf16", "BF16"), ("mlx4", "Q4_0"), ("mlx8", "Q8_0")]
+
+
+def llama_rates(records):
+    pp = tg = None
+    for r in records:
+        if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0:
+            pp = r["avg_ts"]
+        elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
+            tg = r["avg_ts"]
+    return pp, tg
+
+
+def main(path):
+    runs = {}
+    for line in open(path):
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        key = (rec["engine"], rec["format"], rec["round"])
+        if rec["engine"] == "gemma4.c":
+            runs[key] = (rec["result"]["pp_tps"], rec["result"]["tg_tps"], rec["load1"])
+        else:
+            pp, tg = llama_rates(rec["result"])
+            runs[key] = (pp, tg, rec["load1"])
+    rounds = sorted({k[2] for k in runs})
+    print("| E2B | round | gemma4.c pp512 | llama.cpp pp512 | ratio | gemma4.c tg128 | llama.cpp tg128 | ratio | load (1 min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for ours, theirs in PAIRS:
+        for r in rounds:
+            a, b = runs.get(("gemma4.c", ours, r)), runs.get(("llama.cpp", theirs, r))
+            if not a or not b:
+                continue
+            print(f"| {ours} / {theirs} | {r} | {a[0]:.1f} | {b[0]:.1f} | {a[0] / b[0]:.2f}x | {a[1]:.2f} | {b[1]:.2f} | "
+                  f"{a[1] / b[1]:.2f}x | {a[2]} / {b[2]} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
