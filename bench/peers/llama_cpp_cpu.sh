@@ -58,7 +58,7 @@ if want convert; then
   done
   if [ ! -f "$WORK/e2b-bf16.gguf" ]; then
     [ -f "$WORK/e2b-bf16/config.json" ] || "$G4" synth --preset e2b --format bf16 -o "$WORK/e2b-bf16"
-    cp "$TOKENIZER/tokenizer.json" "$TOKENIZER/tokenizer_config.json" "$WORK/e2b-bf16/"
+    python3 "$ROOT/bench/peers/fit_tokenizer.py" "$TOKENIZER" "$WORK/e2b-bf16"
     (cd "$SRC" && "$WORK/venv/bin/python" convert_hf_to_gguf.py "$WORK/e2b-bf16" --outtype bf16 \
       --outfile "$WORK/e2b-bf16.gguf")
   fi

@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_fast.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_matmul.h"
@@ -36,6 +37,7 @@
 #define ELEMENT_TOL 5e-7    /* same inputs: |out - ref| <= ELEMENT_TOL * ||w_r|| * ||x_t|| */
 #define BF16_RMS_TOL 4.5e-3  /* true product, bf16 activations: ||out - ref|| / ||ref|| */
 #define Q8_RMS_TOL 4.5e-2   /* true product, int8 activations */
+#define ATTENTION_TOL 3e-6  /* fast attention against the exact one, absolute (outputs within [-1, 1]) */
 
 static const int token_counts[] = {1, 2, 5, 8, 9, 15, 16, 17, 33, 70};
 enum { MAX_TOKENS = 70 };
@@ -307,6 +309,65 @@ static void test_other_formats_exact(void) {
     free_matrix(&t);
 }
 
+/* The fast attention (float32, heads of a KV head together) against the
+ * exact one (float64 sums) on the same cache: causal over 0..n-1 in full
+ * layers, a window of 40 in sliding ones. Group sizes 8 (E2B), 2, 12 (more
+ * than the kernels take at once) and 3; head sizes that the SIMD kernels take
+ * (multiples of 16) and one they do not (24). */
+static double worst_attention_seen;
+static void test_attention(void) {
+    enum { N = 97, BS = 16, BLOCKS = 8, WINDOW = 40 };
+    const int shapes[][3] = {{8, 1, 256}, {4, 2, 32}, {12, 1, 64}, {3, 1, 24}, {2, 2, 512}}; /* heads, kv heads, D */
+    g4_backend *fast, *exact;
+    CHECK(g4_backend_cpu_create_with(0, G4_PRECISION_FAST, &fast) == G4_OK, "fast backend");
+    CHECK(g4_backend_cpu_create_with(0, G4_PRECISION_EXACT, &exact) == G4_OK, "exact backend");
+    CHECK(g4_backend_cpu_precision(fast) == G4_PRECISION_FAST && g4_backend_cpu_precision(exact) == G4_PRECISION_EXACT,
+          "precision fields");
+    int32_t pos[N], seq[N], range[4 * N], table[BLOCKS], ring[BLOCKS];
+    for (int t = 0; t < N; t++) {
+        pos[t] = t, seq[t] = 0;
+        range[4 * t] = t - WINDOW + 1 > 0 ? t - WINDOW + 1 : 0, range[4 * t + 1] = t;
+        range[4 * t + 2] = 0, range[4 * t + 3] = t;
+    }
+    for (int i = 0; i < BLOCKS; i++) table[i] = BLOCKS - 1 - i, ring[i] = i; /* a shuffled full table */
+    const g4_attn_batch b = {.n_tokens = N, .pos = pos, .seq = seq, .kv_range = range, .full_tables = table,
+                             .full_table_stride = BLOCKS, .sliding_tables = ring, .ring_blocks = BLOCKS,
+                             .block_size = BS};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int H = shapes[s][0], Hkv = shapes[s][1], D = shapes[s][2];
+        float *k = malloc((size_t)N * Hkv * D * sizeof *k), *v = malloc((size_t)N * Hkv * D * sizeof *v);
+        float *q = malloc((size_t)N * H * D * sizeof *q);
+        float *o1 = malloc((size_t)N * H * D * sizeof *o1), *o2 = malloc((size_t)N * H * D * sizeof *o2);
+        for (size_t i = 0; i < (size_t)N * Hkv * D; i++) k[i] = rng_uniform(-1, 1), v[i] = rng_uniform(-1, 1);
+        for (size_t i = 0; i < (size_t)N * H * D; i++) q[i] = rng_uniform(-1, 1);
+        void *kv = exact->ops->kv_alloc(exact, BLOCKS, BS, Hkv, D);
+        exact->ops->kv_store(exact, kv, k, v, &b, 0);
+        for (int sliding = 0; sliding < 2; sliding++) {
+            const float scale = 1.0f / sqrtf((float)D) * 3.0f; /* sharp enough that the softmax matters */
+            exact->ops->attention(exact, o1, q, kv, &b, sliding, H, scale);
+            for (int level = CPU_ISA_SCALAR; level <= (int)cpu_isa_supported(); level++) {
+                cpu_isa_force((cpu_isa)level);
+                for (size_t i = 0; i < (size_t)N * H * D; i++) o2[i] = NAN;
+                fast->ops->attention(fast, o2, q, kv, &b, sliding, H, scale);
+                double worst = 0;
+                for (size_t i = 0; i < (size_t)N * H * D; i++) {
+                    const double e = isnan(o2[i]) ? INFINITY : fabs((double)o2[i] - o1[i]);
+                    if (!(e <= worst)) worst = e;
+                }
+                if (worst > worst_attention_seen) worst_attention_seen = worst;
+                /* outputs are averages of values in [-1, 1] */
+                CHECK(worst <= ATTENTION_TOL, "attention %dx%d/%d %s %s: worst error %.3g", H, D, Hkv,
+                      sliding ? "sliding" : "full", cpu_isa_name(), worst);
+            }
+            cpu_isa_force(cpu_isa_supported());
+        }
+        exact->ops->kv_free(exact, kv);
+        free(k), free(v), free(q), free(o1), free(o2);
+    }
+    g4_backend_destroy(fast);
+    g4_backend_destroy(exact);
+}
+
 /* Each level's quantiser gives the reference's bytes, scales and sums. */
 static void test_quantize_levels(void) {
     enum { COLS = 4 * 96 };
@@ -361,12 +422,14 @@ int main(int argc, char **argv) {
     printf("cpu_matmul_fast: supported level %s\n", cpu_isa_level_name(cpu_isa_supported()));
     test_quantize();
     test_quantize_levels();
+    test_attention();
     test_other_formats_exact();
     test_bf16();
     test_affine();
     const char *verbose = getenv("G4_TEST_VERBOSE");
     if (verbose && *verbose == '1')
-        printf("worst same-input error %.3g of |w||x|; rms error against float64: bf16 %.3g, int8 %.3g\n",
-               worst_same_seen, worst_bf16_rms_seen, worst_q8_rms_seen);
+        printf("worst same-input error %.3g of |w||x|; rms error against float64: bf16 %.3g, int8 %.3g; attention "
+               "%.3g\n",
+               worst_same_seen, worst_bf16_rms_seen, worst_q8_rms_seen, worst_attention_seen);
     return test_finish();
 }

@@ -84,6 +84,16 @@ typedef struct {
     void (*q8_micro_half)(const cpu_q8_tile *t);
     int q8_mr, q8_nr;
     int prefill_min_tokens; /* from here on the tiled prefill is faster */
+    /* Attention in float32 (the exact path sums in float64), for nq <= 8
+     * query heads that share one KV head (the SIMD versions want D a
+     * multiple of 16; cpu_attention checks):
+     * scores[i * n + j] = scale * (q[i * q_stride .. + D) . rows[j][0 .. D)) */
+    void (*attn_scores)(const float *q, int nq, int64_t q_stride, const float *const *rows, int n, int D, float scale,
+                        float *scores);
+    /* p[i * n + j] = exp(p - max_j p) / sum_j exp(p - max_j p), in place, i < nq */
+    void (*softmax_rows)(float *p, int nq, int n);
+    /* out[i * out_stride + d] = sum_j p[i * n + j] * rows[j][d], d < D */
+    void (*attn_mix)(const float *p, int nq, const float *const *rows, int n, int D, float *out, int64_t out_stride);
 } cpu_fast_table;
 
 extern const cpu_fast_table cpu_fast_scalar;
@@ -92,6 +102,14 @@ extern const cpu_fast_table cpu_fast_avx512vnni;
 
 /* The portable quantiser (the reference for the SIMD ones). */
 void cpu_quantize_token_q8(const float *x, int64_t cols, int block, int8_t *q, float *d, float *sum);
+
+/* The portable attention kernels (the scalar level's, AVX2's, and the
+ * reference for the AVX-512 ones). */
+void cpu_attn_scores_ref(const float *q, int nq, int64_t q_stride, const float *const *rows, int n, int D,
+                         float scale, float *scores);
+void cpu_softmax_rows_ref(float *p, int nq, int n);
+void cpu_attn_mix_ref(const float *p, int nq, const float *const *rows, int n, int D, float *out,
+                      int64_t out_stride);
 
 /* The fast kernels of a level (NULL entries where it has none). */
 const cpu_fast_table *cpu_fast_for(cpu_isa level);

@@ -151,4 +151,7 @@ const cpu_fast_table cpu_fast_avx2 = {
     .quantize_q8 = cpu_quantize_token_q8,
     .q8_gemv = q8_gemv,
     .prefill_min_tokens = 8,
+    .attn_scores = cpu_attn_scores_ref,
+    .softmax_rows = cpu_softmax_rows_ref,
+    .attn_mix = cpu_attn_mix_ref,
 };

@@ -13,6 +13,7 @@
  * bf16: vdpbf16ps adds the products of two pairs of bf16 values to a float32
  * lane; each product is exact in float32. */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_fast.h"
@@ -315,6 +316,114 @@ static void bf16_micro_half(const uint16_t *a, int64_t lda, int64_t kc, const ui
     bf16_block(a, lda, kc, b, c, ldc, 1);
 }
 
+/* Attention: the query heads of one KV head together, so that each K or V
+ * row loaded serves all of them. */
+ALWAYS_INLINE void scores_block(const float *q, int64_t q_stride, const float *const *rows, int n, int D, float scale,
+                                float *scores, const int NQ) {
+    for (int j = 0; j < n; j++) {
+        __m512 acc[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc[i] = _mm512_setzero_ps();
+        const float *k = rows[j];
+        for (int d = 0; d < D; d += 16) {
+            const __m512 kv = _mm512_loadu_ps(k + d);
+#pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(q + i * q_stride + d), kv, acc[i]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) scores[i * n + j] = _mm512_reduce_add_ps(acc[i]) * scale;
+    }
+}
+
+static void attn_scores(const float *q, int nq, int64_t q_stride, const float *const *rows, int n, int D, float scale,
+                        float *scores) {
+    switch (nq) {
+    case 8: scores_block(q, q_stride, rows, n, D, scale, scores, 8); return;
+    case 4: scores_block(q, q_stride, rows, n, D, scale, scores, 4); return;
+    case 2: scores_block(q, q_stride, rows, n, D, scale, scores, 2); return;
+    case 1: scores_block(q, q_stride, rows, n, D, scale, scores, 1); return;
+    default:
+        for (int i = 0; i < nq; i++) scores_block(q + i * q_stride, q_stride, rows, n, D, scale, scores + i * n, 1);
+    }
+}
+
+/* exp(x) in float32: x = n ln2 + r with |r| <= ln2/2, Cephes' degree-6
+ * polynomial for e^r (relative error ~1e-7), times 2^n by vscalefps (which
+ * also gives 0 for very negative x; softmax arguments are <= 0). */
+ALWAYS_INLINE __m512 exp_ps(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, n);
+}
+
+static void softmax_rows(float *p, int nq, int n) {
+    for (int i = 0; i < nq; i++) {
+        float *row = p + (int64_t)i * n;
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < n; j += 16) m = _mm512_max_ps(m, _mm512_mask_loadu_ps(m, tail_mask(n - j), row + j));
+        const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+        __m512 total = _mm512_setzero_ps();
+        for (int j = 0; j < n; j += 16) {
+            const __mmask16 k = tail_mask(n - j);
+            const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), max));
+            _mm512_mask_storeu_ps(row + j, k, e);
+            total = _mm512_add_ps(total, _mm512_maskz_mov_ps(k, e));
+        }
+        const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total));
+        for (int j = 0; j < n; j += 16) {
+            const __mmask16 k = tail_mask(n - j);
+            _mm512_mask_storeu_ps(row + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row + j), inv));
+        }
+    }
+}
+
+/* 32 columns of every head at a time in registers, over all rows. */
+ALWAYS_INLINE void mix_block(const float *p, const float *const *rows, int n, int D, float *out, int64_t out_stride,
+                             const int NQ) {
+    for (int d = 0; d < D; d += 32) {
+        const int two = d + 32 <= D;
+        __m512 acc[8][2];
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const __m512 v0 = _mm512_loadu_ps(rows[j] + d);
+            const __m512 v1 = two ? _mm512_loadu_ps(rows[j] + d + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) {
+                const __m512 pj = _mm512_set1_ps(p[i * n + j]);
+                acc[i][0] = _mm512_fmadd_ps(pj, v0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(pj, v1, acc[i][1]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) {
+            _mm512_storeu_ps(out + i * out_stride + d, acc[i][0]);
+            if (two) _mm512_storeu_ps(out + i * out_stride + d + 16, acc[i][1]);
+        }
+    }
+}
+
+static void attn_mix(const float *p, int nq, const float *const *rows, int n, int D, float *out, int64_t out_stride) {
+    switch (nq) {
+    case 8: mix_block(p, rows, n, D, out, out_stride, 8); return;
+    case 4: mix_block(p, rows, n, D, out, out_stride, 4); return;
+    case 2: mix_block(p, rows, n, D, out, out_stride, 2); return;
+    case 1: mix_block(p, rows, n, D, out, out_stride, 1); return;
+    default:
+        for (int i = 0; i < nq; i++) mix_block(p + i * n, rows, n, D, out + i * out_stride, out_stride, 1);
+    }
+}
+
 const cpu_fast_table cpu_fast_avx512vnni = {
     .isa = CPU_ISA_AVX512_VNNI,
     .bf16_micro = bf16_micro,
@@ -329,4 +438,7 @@ const cpu_fast_table cpu_fast_avx512vnni = {
     .q8_mr = Q8_MR,
     .q8_nr = Q8_NR,
     .prefill_min_tokens = 16,
+    .attn_scores = attn_scores,
+    .softmax_rows = softmax_rows,
+    .attn_mix = attn_mix,
 };

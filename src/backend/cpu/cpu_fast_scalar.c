@@ -1,5 +1,6 @@
 /* Portable C fast kernels: the reference for the SIMD ones (the same sums in
  * the same precisions), and what the scalar level runs. */
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_fast.h"
@@ -97,6 +98,39 @@ static void bf16_micro_half(const uint16_t *a, int64_t lda, int64_t kc, const ui
     bf16_block(a, lda, kc, b, c, ldc, NR / 2);
 }
 
+void cpu_attn_scores_ref(const float *q, int nq, int64_t q_stride, const float *const *rows, int n, int D,
+                         float scale, float *scores) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int d = 0; d < D; d++) acc += q[i * q_stride + d] * rows[j][d];
+            scores[i * n + j] = acc * scale;
+        }
+}
+
+void cpu_softmax_rows_ref(float *p, int nq, int n) {
+    for (int i = 0; i < nq; i++) {
+        float *row = p + (int64_t)i * n, max = row[0], total = 0.0f;
+        for (int j = 1; j < n; j++) max = row[j] > max ? row[j] : max;
+        for (int j = 0; j < n; j++) {
+            row[j] = expf(row[j] - max);
+            total += row[j];
+        }
+        const float inv = 1.0f / total;
+        for (int j = 0; j < n; j++) row[j] *= inv;
+    }
+}
+
+void cpu_attn_mix_ref(const float *p, int nq, const float *const *rows, int n, int D, float *out,
+                      int64_t out_stride) {
+    for (int i = 0; i < nq; i++) {
+        float *o = out + i * out_stride;
+        for (int d = 0; d < D; d++) o[d] = 0.0f;
+        for (int j = 0; j < n; j++)
+            for (int d = 0; d < D; d++) o[d] += p[i * n + j] * rows[j][d];
+    }
+}
+
 const cpu_fast_table cpu_fast_scalar = {
     .isa = CPU_ISA_SCALAR,
     .bf16_micro = bf16_micro,
@@ -111,4 +145,7 @@ const cpu_fast_table cpu_fast_scalar = {
     .q8_mr = MR,
     .q8_nr = NR,
     .prefill_min_tokens = 8,
+    .attn_scores = cpu_attn_scores_ref,
+    .softmax_rows = cpu_softmax_rows_ref,
+    .attn_mix = cpu_attn_mix_ref,
 };
