@@ -37,6 +37,7 @@
 #define ELEMENT_TOL 5e-7    /* same inputs: |out - ref| <= ELEMENT_TOL * ||w_r|| * ||x_t|| */
 #define BF16_RMS_TOL 4.5e-3  /* true product, bf16 activations: ||out - ref|| / ||ref|| */
 #define Q8_RMS_TOL 4.5e-2   /* true product, int8 activations */
+#define GELU_TOL 2e-6      /* fast GELU, relative */
 #define ATTENTION_TOL 3e-6  /* fast attention against the exact one, absolute (outputs within [-1, 1]) */
 
 static const int token_counts[] = {1, 2, 5, 8, 9, 15, 16, 17, 33, 70};
@@ -314,7 +315,7 @@ static void test_other_formats_exact(void) {
  * layers, a window of 40 in sliding ones. Group sizes 8 (E2B), 2, 12 (more
  * than the kernels take at once) and 3; head sizes that the SIMD kernels take
  * (multiples of 16) and one they do not (24). */
-static double worst_attention_seen;
+static double worst_attention_seen, worst_gelu_seen;
 static void test_attention(void) {
     enum { N = 97, BS = 16, BLOCKS = 8, WINDOW = 40 };
     const int shapes[][3] = {{8, 1, 256}, {4, 2, 32}, {12, 1, 64}, {3, 1, 24}, {2, 2, 512}}; /* heads, kv heads, D */
@@ -366,6 +367,33 @@ static void test_attention(void) {
     }
     g4_backend_destroy(fast);
     g4_backend_destroy(exact);
+}
+
+/* The fast GELU (float32, one exp) against the float64 formula, over the
+ * range activations take and beyond (where it must tend to x and to 0). */
+static void test_gelu(void) {
+    enum { N = 4003 };
+    float *gate = malloc(N * sizeof *gate), *up = malloc(N * sizeof *up), *out = malloc(N * sizeof *out);
+    for (int i = 0; i < N; i++) gate[i] = -60.0f + 120.0f * (float)i / (N - 1), up[i] = rng_uniform(0.5f, 2.0f);
+    gate[7] = 0.0f, gate[8] = 1e-20f, gate[9] = -1e-20f, gate[10] = 300.0f, gate[11] = -300.0f;
+    int tested = 0;
+    for (int level = CPU_ISA_SCALAR; level <= (int)cpu_isa_supported(); level++) {
+        const cpu_fast_table *f = cpu_fast_for((cpu_isa)level);
+        if (!f->gelu_mul) continue;
+        tested++;
+        f->gelu_mul(out, gate, up, N);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            const double x = gate[i], g = 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+            /* relative, and absolute below 1e-3 (where the float64 formula itself cancels) */
+            const double e = g * up[i], err = fabs(out[i] - e) / fmax(fabs(e), 1e-3);
+            if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+        }
+        if (worst > worst_gelu_seen) worst_gelu_seen = worst;
+        CHECK(worst <= GELU_TOL, "gelu_mul %s: relative error %.3g", cpu_isa_level_name((cpu_isa)level), worst);
+    }
+    CHECK(tested == (cpu_isa_supported() == CPU_ISA_AVX512_VNNI), "fast gelu where the level has it");
+    free(gate), free(up), free(out);
 }
 
 /* Each level's quantiser gives the reference's bytes, scales and sums. */
@@ -423,13 +451,14 @@ int main(int argc, char **argv) {
     test_quantize();
     test_quantize_levels();
     test_attention();
+    test_gelu();
     test_other_formats_exact();
     test_bf16();
     test_affine();
     const char *verbose = getenv("G4_TEST_VERBOSE");
     if (verbose && *verbose == '1')
         printf("worst same-input error %.3g of |w||x|; rms error against float64: bf16 %.3g, int8 %.3g; attention "
-               "%.3g\n",
-               worst_same_seen, worst_bf16_rms_seen, worst_q8_rms_seen, worst_attention_seen);
+               "%.3g, gelu %.3g\n",
+               worst_same_seen, worst_bf16_rms_seen, worst_q8_rms_seen, worst_attention_seen, worst_gelu_seen);
     return test_finish();
 }

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_audio_ops.h"
+#include "backend/cpu/cpu_fast.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_norm.h"
@@ -109,7 +110,17 @@ static double gelu_tanh(double x) {
 }
 
 static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n) {
-    (void)be;
+    const cpu_fast_table *f = cpu_fast_for(cpu_isa_active());
+    if (g4_backend_cpu_precision(be) == G4_PRECISION_FAST && f->gelu_mul) {
+        enum { PIECE = 4096 };
+        const int64_t pieces = ((int64_t)n + PIECE - 1) / PIECE;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+        for (int64_t p = 0; p < pieces; p++) {
+            const int64_t i = p * PIECE, m = (int64_t)n - i < PIECE ? (int64_t)n - i : PIECE;
+            f->gelu_mul(out + i, gate + i, up + i, m);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if (n > 4096)
     for (size_t i = 0; i < n; i++) out[i] = (float)(gelu_tanh(gate[i]) * up[i]);
 }

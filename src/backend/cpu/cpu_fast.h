@@ -94,6 +94,9 @@ typedef struct {
     void (*softmax_rows)(float *p, int nq, int n);
     /* out[i * out_stride + d] = sum_j p[i * n + j] * rows[j][d], d < D */
     void (*attn_mix)(const float *p, int nq, const float *const *rows, int n, int D, float *out, int64_t out_stride);
+    /* out[i] = gelu_tanh(gate[i]) * up[i] in float32, i < n (NULL: the exact
+     * path's float64 version) */
+    void (*gelu_mul)(float *out, const float *gate, const float *up, int64_t n);
 } cpu_fast_table;
 
 extern const cpu_fast_table cpu_fast_scalar;

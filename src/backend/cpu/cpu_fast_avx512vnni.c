@@ -387,6 +387,21 @@ static void softmax_rows(float *p, int nq, int n) {
     }
 }
 
+/* gelu_tanh(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+ * written as x / (1 + exp(-2u)): the same function, one exp, and the right
+ * limits (x for large x, -0 for very negative x, where exp gives inf). */
+static void gelu_mul(float *out, const float *gate, const float *up, int64_t n) {
+    const __m512 k = _mm512_set1_ps(-2.0f * 0.7978845608028654f), c = _mm512_set1_ps(0.044715f);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+        const __m512 inner = _mm512_mul_ps(k, _mm512_fmadd_ps(_mm512_mul_ps(c, x), _mm512_mul_ps(x, x), x));
+        const __m512 g = _mm512_div_ps(x, _mm512_add_ps(one, exp_ps(inner)));
+        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(g, u));
+    }
+}
+
 /* 32 columns of every head at a time in registers, over all rows. */
 ALWAYS_INLINE void mix_block(const float *p, const float *const *rows, int n, int D, float *out, int64_t out_stride,
                              const int NQ) {
@@ -441,4 +456,5 @@ const cpu_fast_table cpu_fast_avx512vnni = {
     .attn_scores = attn_scores,
     .softmax_rows = softmax_rows,
     .attn_mix = attn_mix,
+    .gelu_mul = gelu_mul,
 };
