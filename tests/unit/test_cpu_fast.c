@@ -396,6 +396,26 @@ static void test_gelu(void) {
     free(gate), free(up), free(out);
 }
 
+/* Each level's bf16 rounding gives g4_f32_to_bf16's bits: ties, NaN,
+ * infinities, subnormals. */
+static void test_to_bf16_levels(void) {
+    enum { N = 1000 };
+    float x[N];
+    uint16_t got[N];
+    for (int i = 0; i < N; i++) x[i] = rng_uniform(-4.0f, 4.0f);
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0xff800001u, 0x7f800000u, 0x00000001u,
+                                0x807fffffu, 0x7f7fffffu, 0x00008000u, 0x80000000u};
+    for (int i = 0; i < 10; i++) memcpy(&x[3 * i + 1], &special[i], 4);
+    for (int level = CPU_ISA_SCALAR; level <= (int)cpu_isa_supported(); level++) {
+        const cpu_fast_table *f = cpu_fast_for((cpu_isa)level);
+        if (!f->to_bf16) continue;
+        f->to_bf16(x, N - 3, got); /* a tail of 13 after the vectors */
+        int bad = 0;
+        for (int i = 0; i < N - 3; i++) bad += got[i] != g4_f32_to_bf16(x[i]);
+        CHECK(bad == 0, "to_bf16 at %s: %d values differ from g4_f32_to_bf16", cpu_isa_level_name((cpu_isa)level), bad);
+    }
+}
+
 /* Each level's quantiser gives the reference's bytes, scales and sums. */
 static void test_quantize_levels(void) {
     enum { COLS = 4 * 96 };
@@ -452,6 +472,7 @@ int main(int argc, char **argv) {
     test_quantize_levels();
     test_attention();
     test_gelu();
+    test_to_bf16_levels();
     test_other_formats_exact();
     test_bf16();
     test_affine();

@@ -75,6 +75,8 @@ typedef struct {
     /* One token's activations quantised per block (cpu_quantize_q8's
      * arithmetic, bit for bit): q[c], d[b], sum[b]. */
     void (*quantize_q8)(const float *x, int64_t cols, int block, int8_t *q, float *d, float *sum);
+    /* dst[i] = g4_f32_to_bf16(x[i]), i < n, bit for bit (NULL: that function) */
+    void (*to_bf16)(const float *x, int64_t n, uint16_t *dst);
     /* int8 decode (AFFINE 4/8-bit) */
     void (*q8_gemv)(const cpu_q8_gemv_args *a, int64_t r0, int64_t r1);
     /* dst[0..nc) = the codes of W[r][c0 .. c0+nc) as bytes (c0, nc multiples of 32) */

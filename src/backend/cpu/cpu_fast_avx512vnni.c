@@ -48,6 +48,24 @@ ALWAYS_INLINE __m512i load_x(const int8_t *p, int n) {
     return _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)p));
 }
 
+static __mmask16 tail_mask(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
+
+/* g4_f32_to_bf16 16 lanes at a time, in integers as it is (vcvtneps2bf16
+ * would flush subnormals). */
+static void to_bf16(const float *x, int64_t n, uint16_t *dst) {
+    const __m512i low = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), abs = _mm512_set1_epi32(0x7fffffff);
+    const __m512i inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x40);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512i u = _mm512_maskz_loadu_epi32(m, x + i);
+        const __m512i rounded = _mm512_srli_epi32(
+            _mm512_add_epi32(u, _mm512_add_epi32(low, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+        const __m512i h = _mm512_mask_or_epi32(rounded, nan, _mm512_srli_epi32(u, 16), quiet);
+        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(h));
+    }
+}
+
 /* cpu_quantize_token_q8 16 lanes at a time: the same operations on the same
  * values (vcvtps2dq rounds to nearest even, as the reference does), so the
  * same bytes. */
@@ -79,8 +97,6 @@ static void q8_codes(const g4_matrix *w, int64_t r, int64_t c0, int64_t nc, uint
     for (; c + 64 <= nc; c += 64) _mm512_storeu_si512(dst + c, load_codes(row, c0 + c, w->bits, 64));
     if (c < nc) _mm256_storeu_si256((__m256i *)(dst + c), _mm512_castsi512_si256(load_codes(row, c0 + c, w->bits, 32)));
 }
-
-static __mmask16 tail_mask(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
 
 /* dst[i] = parameter g0 + i of one row (bf16, f16 or f32), i < n. */
 static void load_params(const void *base, g4_dtype dt, int64_t g0, int64_t n, float *dst) {
@@ -445,6 +461,7 @@ const cpu_fast_table cpu_fast_avx512vnni = {
     .bf16_micro_half = bf16_micro_half,
     .bf16_mr = BF16_MR,
     .bf16_nr = BF16_NR,
+    .to_bf16 = to_bf16,
     .quantize_q8 = quantize_q8,
     .q8_gemv = q8_gemv,
     .q8_codes = q8_codes,

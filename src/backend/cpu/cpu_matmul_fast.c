@@ -185,17 +185,20 @@ static void store_item(const prefill_shape *s, float *out, const float *acc, int
         for (int64_t i = 0; i < n_rows; i++) out[t * s->rows + r0 + i] = acc[i * s->ldc + (t - t0)];
 }
 
-/* Block b of x as bf16 pairs along k: dst[(k/2)*2*wb + 2*j + k%2] = x[b*nr + j][k]. */
-static void pack_bf16_block(uint16_t *dst, const float *x, const prefill_shape *s, int64_t b) {
+/* Block b of x as bf16 pairs along k: dst[(k/2)*2*wb + 2*j + k%2] =
+ * x[b*nr + j][k]. Each token's row is rounded in one pass into row (cols
+ * bf16), then its pairs go out as 32-bit words. */
+static void pack_bf16_block(const cpu_fast_table *f, uint16_t *dst, uint16_t *row, const float *x,
+                            const prefill_shape *s, int64_t b) {
     const int wb = block_width(b, s->n_tokens, s->nr), valid = block_valid(b, s->n_tokens, s->nr, wb);
     const float *xb = x + b * s->nr * s->cols;
-    for (int64_t k = 0; k < s->cols; k += 2) {
-        uint16_t *d = dst + k * wb;
-        for (int j = 0; j < valid; j++) {
-            d[2 * j] = g4_f32_to_bf16(xb[j * s->cols + k]);
-            d[2 * j + 1] = g4_f32_to_bf16(xb[j * s->cols + k + 1]);
+    for (int j = 0; j < wb; j++) {
+        if (j < valid && f->to_bf16) {
+            f->to_bf16(xb + j * s->cols, s->cols, row);
+        } else {
+            for (int64_t k = 0; k < s->cols; k++) row[k] = j < valid ? g4_f32_to_bf16(xb[j * s->cols + k]) : 0;
         }
-        for (int j = 2 * valid; j < 2 * wb; j++) d[j] = 0;
+        for (int64_t k2 = 0; k2 < s->cols / 2; k2++) memcpy(dst + (k2 * wb + j) * 2, row + 2 * k2, 4);
     }
 }
 
@@ -203,7 +206,9 @@ static int bf16_prefill(const cpu_fast_table *f, float *out, const float *x, int
     const prefill_shape s = make_shape(w, n_tokens, f->bf16_mr, f->bf16_nr, TILE_COLS,
                                        (size_t)(((n_tokens + f->bf16_nr - 1) / f->bf16_nr) * w->cols * f->bf16_nr) * 2);
     const size_t xp_bytes = (size_t)(s.n_blocks * s.cols * s.nr) * sizeof(uint16_t);
-    const size_t tile_bytes = (size_t)(s.tile_rows * s.tile_cols) * sizeof(uint16_t);
+    /* (the tile also holds one token's row while the tokens are packed) */
+    size_t tile_bytes = (size_t)(s.tile_rows * s.tile_cols) * sizeof(uint16_t);
+    if (tile_bytes < (size_t)s.cols * sizeof(uint16_t)) tile_bytes = ((size_t)s.cols * sizeof(uint16_t) + 63) & ~(size_t)63;
     const size_t acc_bytes = (size_t)(s.tile_rows * s.ldc) * sizeof(float);
     const int n_threads = s.threaded ? omp_get_max_threads() : 1;
     const size_t per_thread = tile_bytes + acc_bytes;
@@ -212,9 +217,9 @@ static int bf16_prefill(const cpu_fast_table *f, float *out, const float *x, int
     uint16_t *xp = (uint16_t *)scratch;
 #pragma omp parallel if (s.threaded) num_threads(n_threads)
     {
-#pragma omp for schedule(static)
-        for (int64_t b = 0; b < s.n_blocks; b++) pack_bf16_block(xp + b * s.cols * s.nr, x, &s, b);
         uint16_t *tile = (uint16_t *)(scratch + xp_bytes + (size_t)omp_get_thread_num() * per_thread);
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < s.n_blocks; b++) pack_bf16_block(f, xp + b * s.cols * s.nr, tile, x, &s, b);
         float *acc = (float *)((unsigned char *)tile + tile_bytes);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < s.n_row_tiles * s.n_chunks; item++) {
