@@ -56,14 +56,14 @@ if want convert; then
   for f in mlx4 mlx8; do
     [ -f "$WORK/e2b-$f/config.json" ] || "$G4" synth --preset e2b --format $f -o "$WORK/e2b-$f"
   done
-  if [ ! -f "$WORK/e2b-bf16.gguf" ]; then
+  if [ ! -f "$WORK/e2b-BF16.gguf" ]; then
     [ -f "$WORK/e2b-bf16/config.json" ] || "$G4" synth --preset e2b --format bf16 -o "$WORK/e2b-bf16"
     python3 "$ROOT/bench/peers/fit_tokenizer.py" "$TOKENIZER" "$WORK/e2b-bf16"
     (cd "$SRC" && "$WORK/venv/bin/python" convert_hf_to_gguf.py "$WORK/e2b-bf16" --outtype bf16 \
-      --outfile "$WORK/e2b-bf16.gguf")
+      --outfile "$WORK/e2b-BF16.gguf")
   fi
   for q in Q4_0 Q8_0; do
-    [ -f "$WORK/e2b-$q.gguf" ] || "$BIN/llama-quantize" "$WORK/e2b-bf16.gguf" "$WORK/e2b-$q.gguf" $q "$THREADS"
+    [ -f "$WORK/e2b-$q.gguf" ] || "$BIN/llama-quantize" "$WORK/e2b-BF16.gguf" "$WORK/e2b-$q.gguf" $q "$THREADS"
   done
   # gemma4.c's bf16 run reads the same safetensors again: keep them unless asked
   [ "${DROP_BF16_SAFETENSORS:-0}" = 1 ] && rm -f "$WORK"/e2b-bf16/*.safetensors
