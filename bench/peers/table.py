@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One markdown table from llama_cpp_cpu.sh's runs.jsonl: per format pair and
 round, gemma4.c's and llama.cpp's pp512 and tg128 tokens/s and their ratio
-(gemma4.c / llama.cpp) within the round; then the best round of each."""
+(gemma4.c / llama.cpp) within the round, each rate as mean ± sd of its
+repetitions; the 1-minute load average when each run ended."""
 import json
 import sys
 
@@ -12,9 +13,9 @@ def llama_rates(records):
     pp = tg = None
     for r in records:
         if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0:
-            pp = r["avg_ts"]
+            pp = (r["avg_ts"], r.get("stddev_ts", 0.0))
         elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
-            tg = r["avg_ts"]
+            tg = (r["avg_ts"], r.get("stddev_ts", 0.0))
     return pp, tg
 
 
@@ -26,7 +27,8 @@ def main(path):
         rec = json.loads(line)
         key = (rec["engine"], rec["format"], rec["round"])
         if rec["engine"] == "gemma4.c":
-            runs[key] = (rec["result"]["pp_tps"], rec["result"]["tg_tps"], rec["load1"])
+            res = rec["result"]
+            runs[key] = ((res["pp_tps"], res["pp_sd"]), (res["tg_tps"], res["tg_sd"]), rec["load1"])
         else:
             pp, tg = llama_rates(rec["result"])
             runs[key] = (pp, tg, rec["load1"])
@@ -38,8 +40,9 @@ def main(path):
             a, b = runs.get(("gemma4.c", ours, r)), runs.get(("llama.cpp", theirs, r))
             if not a or not b:
                 continue
-            print(f"| {ours} / {theirs} | {r} | {a[0]:.1f} | {b[0]:.1f} | {a[0] / b[0]:.2f}x | {a[1]:.2f} | {b[1]:.2f} | "
-                  f"{a[1] / b[1]:.2f}x | {a[2]} / {b[2]} |")
+            print(f"| {ours} / {theirs} | {r} | {a[0][0]:.1f} ± {a[0][1]:.1f} | {b[0][0]:.1f} ± {b[0][1]:.1f} | "
+                  f"{a[0][0] / b[0][0]:.2f}x | {a[1][0]:.2f} ± {a[1][1]:.2f} | {b[1][0]:.2f} ± {b[1][1]:.2f} | "
+                  f"{a[1][0] / b[1][0]:.2f}x | {a[2]} / {b[2]} |")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,6 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Group parameters are converted to float a segment of groups at a time. */
-enum { PARAM_SEGMENT = 256 };
 /* Decode takes up to MAX_R rows at once, prefetching each row's stream this
  * far ahead. */
 enum { MAX_R = 4, PREFETCH_BYTES = 2048 };
@@ -98,42 +96,18 @@ static void q8_codes(const g4_matrix *w, int64_t r, int64_t c0, int64_t nc, uint
     if (c < nc) _mm256_storeu_si256((__m256i *)(dst + c), _mm512_castsi512_si256(load_codes(row, c0 + c, w->bits, 32)));
 }
 
-/* dst[i] = parameter g0 + i of one row (bf16, f16 or f32), i < n. */
-static void load_params(const void *base, g4_dtype dt, int64_t g0, int64_t n, float *dst) {
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = tail_mask(n - i);
-        __m512 v;
-        if (dt == G4_DTYPE_BF16) {
-            __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)base + g0 + i);
-            v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-        } else if (dt == G4_DTYPE_F16) {
-            v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)base + g0 + i));
-        } else {
-            v = _mm512_maskz_loadu_ps(m, (const float *)base + g0 + i);
-        }
-        _mm512_mask_storeu_ps(dst + i, m, v);
-    }
-}
-
-static float dot_n(const float *a, const float *b, int64_t n) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = tail_mask(n - i);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
 /* R rows against T tokens; step = codes per vpdpbusd (64, or 32 where the
  * group size is not a multiple of 64). Several rows at once for few tokens:
  * each x vector then feeds R products, and the R float sums are independent
- * chains (one row alone waits on the latency of its one FMA per group). */
+ * chains (one row alone waits on the latency of its one FMA per group). A
+ * group's scale and bias are read as scalars where they are used (converting
+ * them a row at a time into arrays first measured as a tenth of decode). */
 ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bits, const int T, const int R,
                               const int step) {
     const g4_matrix *w = a->w;
     const int64_t gs = w->group_size, n_groups = w->cols / gs;
     const unsigned char *row[MAX_R], *srow[MAX_R], *brow[MAX_R];
-    float scale[MAX_R][PARAM_SEGMENT], bias[MAX_R][PARAM_SEGMENT], bias_total[MAX_R * CPU_DECODE_TOKENS];
+    float bias_total[MAX_R * CPU_DECODE_TOKENS];
     __m512 total[MAX_R * CPU_DECODE_TOKENS];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++) {
@@ -146,46 +120,36 @@ ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bi
             bias_total[i * T + t] = 0.0f;
         }
     }
-    for (int64_t g0 = 0; g0 < n_groups; g0 += PARAM_SEGMENT) {
-        const int64_t n = n_groups - g0 < PARAM_SEGMENT ? n_groups - g0 : PARAM_SEGMENT;
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++) {
-            load_params(srow[i], w->scale_dtype, g0, n, scale[i]);
-            load_params(brow[i], w->scale_dtype, g0, n, bias[i]);
-        }
-        for (int64_t g = g0; g < g0 + n; g++) {
-            __m512i isum[MAX_R * CPU_DECODE_TOKENS];
+    for (int64_t g = 0; g < n_groups; g++) {
+        __m512i isum[MAX_R * CPU_DECODE_TOKENS];
 #pragma GCC unroll 32
-            for (int k = 0; k < R * T; k++) isum[k] = _mm512_setzero_si512();
-            for (int64_t c = g * gs; c < (g + 1) * gs; c += step) {
-                __m512i wv[MAX_R];
+        for (int k = 0; k < R * T; k++) isum[k] = _mm512_setzero_si512();
+        for (int64_t c = g * gs; c < (g + 1) * gs; c += step) {
+            __m512i wv[MAX_R];
 #pragma GCC unroll 4
-                for (int i = 0; i < R; i++) {
-                    wv[i] = load_codes(row[i], c, bits, step);
-                    /* the hardware prefetchers lose track of several row streams */
-                    if (R > 1) _mm_prefetch((const char *)row[i] + c * bits / 8 + PREFETCH_BYTES, _MM_HINT_T0);
-                }
-#pragma GCC unroll 8
-                for (int t = 0; t < T; t++) {
-                    const __m512i xv = load_x(a->x.q + t * a->x.cols + c, step);
-#pragma GCC unroll 4
-                    for (int i = 0; i < R; i++) isum[i * T + t] = _mm512_dpbusd_epi32(isum[i * T + t], wv[i], xv);
-                }
+            for (int i = 0; i < R; i++) {
+                wv[i] = load_codes(row[i], c, bits, step);
+                /* the hardware prefetchers lose track of several row streams */
+                if (R > 1) _mm_prefetch((const char *)row[i] + c * bits / 8 + PREFETCH_BYTES, _MM_HINT_T0);
             }
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
-                const float d = a->x.d[t * a->x.n_blocks + g];
+                const __m512i xv = load_x(a->x.q + t * a->x.cols + c, step);
 #pragma GCC unroll 4
-                for (int i = 0; i < R; i++) {
-                    const __m512 sd = _mm512_set1_ps(scale[i][g - g0] * d);
-                    total[i * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i * T + t]), sd, total[i * T + t]);
-                }
+                for (int i = 0; i < R; i++) isum[i * T + t] = _mm512_dpbusd_epi32(isum[i * T + t], wv[i], xv);
             }
         }
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
+        for (int i = 0; i < R; i++) {
+            const float s = cpu_load_param(srow[i], w->scale_dtype, g), b = cpu_load_param(brow[i], w->scale_dtype, g);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) bias_total[i * T + t] += dot_n(bias[i], a->x.sum + t * a->x.n_blocks + g0, n);
+            for (int t = 0; t < T; t++) {
+                const int64_t xi = t * a->x.n_blocks + g;
+                const __m512 sd = _mm512_set1_ps(s * a->x.d[xi]);
+                total[i * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i * T + t]), sd, total[i * T + t]);
+                bias_total[i * T + t] += b * a->x.sum[xi];
+            }
+        }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
