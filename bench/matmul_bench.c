@@ -1,6 +1,7 @@
 /* CPU matmul speed for the real Gemma 4 shapes, beside this machine's limits.
  *
- *   matmul_bench [--isa avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick] [--tokens N]
+ *   matmul_bench [--isa avx512vnni|avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick] [--tokens N]
+ *                [--precision exact|fast]   (default fast: cpu_matmul_fast)
  *
  * Decode (1 token): GB/s of weights streamed (g4_matrix_bytes / median time)
  * and the fraction of the measured memory bandwidth (and the best call's GB/s). Small matrices are cycled
@@ -142,6 +143,11 @@ static int cmp_double(const void *a, const void *b) {
  * spare) */
 static int decode_tokens = 1; /* --tokens N: decode batch (the server's concurrent streams) */
 
+typedef void (*matmul_fn)(float *, const float *, int64_t, const g4_matrix *);
+/* --precision exact|fast: cpu_matmul (float32) or cpu_matmul_fast */
+static matmul_fn product = cpu_matmul_fast;
+static const char *product_label = "fast";
+
 static void bench_decode(const format_spec *f, const shape *s, double bandwidth, int cached) {
     g4_matrix probe;
     if (!make_matrix(&probe, f, s->rows, s->cols)) {
@@ -159,9 +165,9 @@ static void bench_decode(const format_spec *f, const shape *s, double bandwidth,
     for (int64_t c = 0; c < nt * s->cols; c++) x[c] = (float)(next_random() % 2001) * 1e-3f - 1.0f;
 
     /* warm up, then enough calls for ~0.5 s, at least 10 */
-    for (int i = 0; i < n_copies; i++) cpu_matmul(out, x, nt, &m[i]);
+    for (int i = 0; i < n_copies; i++) product(out, x, nt, &m[i]);
     double t0 = g4_now_seconds();
-    cpu_matmul(out, x, nt, &m[0]);
+    product(out, x, nt, &m[0]);
     double one = g4_now_seconds() - t0;
     int reps = (int)(0.5 / (one > 1e-6 ? one : 1e-6));
     if (reps < 10) reps = 10;
@@ -169,7 +175,7 @@ static void bench_decode(const format_spec *f, const shape *s, double bandwidth,
     double *times = malloc((size_t)reps * sizeof *times);
     for (int i = 0; i < reps; i++) {
         double a = g4_now_seconds();
-        cpu_matmul(out, x, nt, &m[i % n_copies]);
+        product(out, x, nt, &m[i % n_copies]);
         times[i] = g4_now_seconds() - a;
     }
     qsort(times, (size_t)reps, sizeof *times, cmp_double);
@@ -189,8 +195,6 @@ static void bench_decode(const format_spec *f, const shape *s, double bandwidth,
     free(out);
     free(times);
 }
-
-typedef void (*matmul_fn)(float *, const float *, int64_t, const g4_matrix *);
 
 static void bench_prefill(const format_spec *f, const shape *s, double peak, int64_t n, matmul_fn matmul,
                           const char *label) {
@@ -228,12 +232,16 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) decode_tokens = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
+            product_label = argv[++i];
+            product = strcmp(product_label, "exact") == 0 ? cpu_matmul : cpu_matmul_fast;
+        }
         else {
-            fprintf(stderr, "usage: %s [--isa avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick] [--tokens N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--isa avx512vnni|avx512|avx2|scalar|all] [--only decode|prefill|tower] [--quick] [--tokens N] [--precision exact|fast]\n", argv[0]);
             return 2;
         }
     }
-    printf("threads %d, best level %s\n", omp_get_max_threads(), cpu_isa_level_name(cpu_isa_supported()));
+    printf("threads %d, precision %s, best level %s\n", omp_get_max_threads(), product_label, cpu_isa_level_name(cpu_isa_supported()));
     for (int level = (int)cpu_isa_supported(); level >= CPU_ISA_SCALAR; level--) {
         if (strcmp(isa_arg, "all") != 0 && strcmp(isa_arg, cpu_isa_level_name((cpu_isa)level)) != 0) continue;
         cpu_isa_force((cpu_isa)level);
@@ -265,7 +273,7 @@ int main(int argc, char **argv) {
                 if ((quick && si != 1) || strcmp(only, "decode") == 0) continue;
                 /* the 31B shape takes minutes without SIMD */
                 if (level == CPU_ISA_SCALAR && prefill_shapes[si].cols > 8192) continue;
-                bench_prefill(&formats[fi], &prefill_shapes[si], peak, PREFILL_TOKENS, cpu_matmul, "");
+                bench_prefill(&formats[fi], &prefill_shapes[si], peak, PREFILL_TOKENS, product, product_label);
             }
     }
     return 0;

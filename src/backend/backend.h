@@ -326,7 +326,8 @@ struct g4_backend {
     void *impl;
 };
 
-/* Creates the CPU backend (threads: 0 = all cores). */
+/* Creates the CPU backend (threads: 0 = all cores), on the exact path until
+ * set_precision says otherwise. */
 g4_status g4_backend_cpu_create(int threads, g4_backend **out);
 /* Creates the CUDA backend on device `device` (G4_ERR_UNSUPPORTED without a GPU). */
 g4_status g4_backend_cuda_create(int device, g4_backend **out);

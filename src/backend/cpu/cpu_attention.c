@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_fast.h"
+#include "backend/cpu/cpu_matmul.h"
+
 typedef struct {
     float *k, *v; /* [n_blocks * block_size][n_kv_heads][head_dim] */
     int n_blocks, block_size, n_kv_heads, head_dim;
@@ -76,10 +79,74 @@ void cpu_kv_slot_rows(void *kv, const g4_attn_batch *b, int t, int sliding, floa
     *v = c->v + s * row;
 }
 
+static int max_kv_span(const g4_attn_batch *b, int sliding) {
+    int max_span = 1;
+    for (int t = 0; t < b->n_tokens; t++) {
+        const int32_t *r = b->kv_range + 4 * t + (sliding ? 0 : 2);
+        if (r[1] - r[0] + 1 > max_span) max_span = r[1] - r[0] + 1;
+    }
+    return max_span;
+}
+
+/* The fast path: float32 sums (cpu_fast.h's attention kernels), the query
+ * heads of each KV head together, so that each K and V row read serves all
+ * of them. One work item per token and KV head. */
+static void attention_fast(const cpu_kv *c, float *out, const float *q, const g4_attn_batch *b, int sliding,
+                           int n_heads, float scale) {
+    enum { HEADS_AT_ONCE = 8 };
+    const int D = c->head_dim, Hkv = c->n_kv_heads, group = n_heads / Hkv;
+    const size_t kv_row = (size_t)Hkv * D;
+    const cpu_fast_table *f = cpu_fast_for(cpu_isa_active());
+    const int simd = D % 16 == 0;
+    void (*scores_fn)(const float *, int, int64_t, const float *const *, int, int, float, float *) =
+        simd ? f->attn_scores : cpu_attn_scores_ref;
+    void (*softmax_fn)(float *, int, int) = simd ? f->softmax_rows : cpu_softmax_rows_ref;
+    void (*mix_fn)(const float *, int, const float *const *, int, int, float *, int64_t) =
+        simd ? f->attn_mix : cpu_attn_mix_ref;
+    const int max_span = max_kv_span(b, sliding);
+#pragma omp parallel if (b->n_tokens * Hkv > 1)
+    {
+        const float **krows = malloc((size_t)max_span * sizeof *krows);
+        const float **vrows = malloc((size_t)max_span * sizeof *vrows);
+        float *p = malloc((size_t)HEADS_AT_ONCE * (size_t)max_span * sizeof *p);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int t = 0; t < b->n_tokens; t++) {
+            for (int kvh = 0; kvh < Hkv; kvh++) {
+                if (!krows || !vrows || !p) continue;
+                const int32_t *r = b->kv_range + 4 * t + (sliding ? 0 : 2);
+                const int lo = r[0], n = r[1] - r[0] + 1;
+                float *o = out + ((size_t)t * n_heads + (size_t)kvh * group) * D;
+                if (n <= 0) {
+                    memset(o, 0, (size_t)group * D * sizeof *o);
+                    continue;
+                }
+                for (int j = 0; j < n; j++) {
+                    const size_t slot = slot_of(b, b->seq[t], lo + j, sliding);
+                    krows[j] = c->k + slot * kv_row + (size_t)kvh * D;
+                    vrows[j] = c->v + slot * kv_row + (size_t)kvh * D;
+                }
+                for (int h0 = 0; h0 < group; h0 += HEADS_AT_ONCE) {
+                    const int nq = group - h0 < HEADS_AT_ONCE ? group - h0 : HEADS_AT_ONCE;
+                    const float *qh = q + ((size_t)t * n_heads + (size_t)kvh * group + h0) * D;
+                    scores_fn(qh, nq, D, krows, n, D, scale, p);
+                    softmax_fn(p, nq, n);
+                    mix_fn(p, nq, vrows, n, D, o + (size_t)h0 * D, D);
+                }
+            }
+        }
+        free(krows);
+        free(vrows);
+        free(p);
+    }
+}
+
 void cpu_attention(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b,
                    int sliding, int n_heads, float scale) {
-    (void)be;
     const cpu_kv *c = kv;
+    if (cpu_backend_precision(be) == G4_PRECISION_FAST && n_heads % c->n_kv_heads == 0) {
+        attention_fast(c, out, q, b, sliding, n_heads, scale);
+        return;
+    }
     const int D = c->head_dim, Hkv = c->n_kv_heads;
     const int group = n_heads / Hkv;
     const size_t kv_row = (size_t)Hkv * D;

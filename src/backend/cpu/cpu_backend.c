@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_audio_ops.h"
+#include "backend/cpu/cpu_fast.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_norm.h"
@@ -14,13 +15,27 @@
 #include "backend/cpu/cpu_sampling.h"
 #include "backend/cpu/cpu_vision_ops.h"
 
+/* The CPU backend's one setting, reached through impl (so that a copy of the
+ * g4_backend with other ops, as tests make, still finds it). */
+typedef struct {
+    g4_precision precision;
+} cpu_state;
+
+/* One allocation: the backend first, so that freeing a g4_backend * frees both. */
+typedef struct {
+    g4_backend base;
+    cpu_state state;
+} cpu_backend;
+
 static void cpu_destroy(g4_backend *be) { free(be); }
 
-/* Every CPU product is float32 so far: both precisions run the same kernels. */
+/* FAST: bf16 and int8 products where the processor has them (cpu_fast.h),
+ * float32 attention; EXACT: float32 products, float64 attention sums. */
 static void cpu_set_precision(g4_backend *be, g4_precision precision) {
-    (void)be;
-    (void)precision;
+    ((cpu_state *)be->impl)->precision = precision;
 }
+
+g4_precision cpu_backend_precision(const g4_backend *be) { return ((const cpu_state *)be->impl)->precision; }
 
 static void *cpu_alloc(g4_backend *be, size_t bytes) {
     (void)be;
@@ -48,15 +63,14 @@ static g4_status cpu_prepare_matrix(g4_backend *be, g4_matrix *m) {
 static void cpu_synchronize(g4_backend *be) { (void)be; }
 
 static void cpu_matmul_op(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w) {
-    (void)be;
-    cpu_matmul(out, x, n_tokens, w);
+    cpu_matmul_with(cpu_backend_precision(be), out, x, n_tokens, w);
 }
 
 static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
 
 static void cpu_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
                                 const float *mul) {
-    cpu_matmul(out, x, n_tokens, w);
+    cpu_matmul_with(cpu_backend_precision(be), out, x, n_tokens, w);
     cpu_gelu_mul(be, out, out, mul, (size_t)n_tokens * (size_t)w->rows);
 }
 
@@ -109,7 +123,17 @@ static double gelu_tanh(double x) {
 }
 
 static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n) {
-    (void)be;
+    const cpu_fast_table *f = cpu_fast_for(cpu_isa_active());
+    if (cpu_backend_precision(be) == G4_PRECISION_FAST && f->gelu_mul) {
+        enum { PIECE = 4096 };
+        const int64_t pieces = ((int64_t)n + PIECE - 1) / PIECE;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+        for (int64_t p = 0; p < pieces; p++) {
+            const int64_t i = p * PIECE, m = (int64_t)n - i < PIECE ? (int64_t)n - i : PIECE;
+            f->gelu_mul(out + i, gate + i, up + i, m);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if (n > 4096)
     for (size_t i = 0; i < n; i++) out[i] = (float)(gelu_tanh(gate[i]) * up[i]);
 }
@@ -248,11 +272,13 @@ static const g4_backend_ops cpu_ops = {
 };
 
 g4_status g4_backend_cpu_create(int threads, g4_backend **out) {
-    g4_backend *be = calloc(1, sizeof *be);
-    if (!be) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    be->ops = &cpu_ops;
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    cb->base.ops = &cpu_ops;
+    cb->base.impl = &cb->state;
+    cb->state.precision = G4_PRECISION_EXACT;
     if (threads > 0) omp_set_num_threads(threads);
-    *out = be;
+    *out = &cb->base;
     return G4_OK;
 }
 

@@ -24,6 +24,8 @@ static cpu_isa detect_supported(void) {
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    int vnni = avx512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+    if (vnni) return CPU_ISA_AVX512_VNNI;
     if (avx512) return CPU_ISA_AVX512;
     if (avx2) return CPU_ISA_AVX2;
 #endif
@@ -39,6 +41,7 @@ static void detect(void) {
         if (strcmp(env, "scalar") == 0) want = CPU_ISA_SCALAR;
         else if (strcmp(env, "avx2") == 0) want = CPU_ISA_AVX2;
         else if (strcmp(env, "avx512") == 0) want = CPU_ISA_AVX512;
+        else if (strcmp(env, "avx512vnni") == 0) want = CPU_ISA_AVX512_VNNI;
         if (want < active_level) active_level = want;
     }
 }
@@ -64,6 +67,7 @@ const char *cpu_isa_level_name(cpu_isa level) {
     case CPU_ISA_SCALAR: return "scalar";
     case CPU_ISA_AVX2: return "avx2";
     case CPU_ISA_AVX512: return "avx512";
+    case CPU_ISA_AVX512_VNNI: return "avx512vnni";
     }
     return "?";
 }

@@ -92,6 +92,10 @@ static inline int64_t cpu_wide_cols(const g4_matrix *w, int per_word, int lanes)
  * per_word*i + s]; the remaining columns are copied as they are. */
 void cpu_interleave_x(float *dst, const float *x, int64_t cols, int64_t wide_cols, int per_word, int lanes);
 
+/* n floats of this thread's scratch (64-byte aligned; grows, never shrinks,
+ * freed when the thread ends), or NULL. Valid until the thread's next call. */
+float *cpu_scratch_floats(size_t n);
+
 /* Scalar parameter loads shared by every level. */
 static inline float cpu_load_param(const void *p, g4_dtype dt, int64_t i) {
     /* memcpy: tensors in a safetensors file need not be aligned */

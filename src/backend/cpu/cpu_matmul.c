@@ -31,7 +31,7 @@ enum {
 
 const cpu_kernel_table *cpu_kernels_for(cpu_isa level) {
 #if defined(__x86_64__)
-    if (level == CPU_ISA_AVX512) return &cpu_kernels_avx512;
+    if (level >= CPU_ISA_AVX512) return &cpu_kernels_avx512; /* VNNI adds only fast kernels (cpu_fast.h) */
     if (level == CPU_ISA_AVX2) return &cpu_kernels_avx2;
 #endif
     (void)level;
@@ -102,7 +102,7 @@ static void free_scratch(void *p) {
 
 static void make_scratch_key(void) { pthread_key_create(&scratch_key, free_scratch); }
 
-static float *scratch_floats(size_t n) {
+float *cpu_scratch_floats(size_t n) {
     pthread_once(&scratch_once, make_scratch_key);
     decode_scratch *s = pthread_getspecific(scratch_key);
     if (!s) {
@@ -172,7 +172,7 @@ static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x,
     const size_t xsum_floats = (size_t)(n_tokens * n_groups);
     const int panels = wants_panels(w, n_tokens);
     const size_t x_floats = wide_cols ? (size_t)(n_tokens * cols) : 0;
-    float *scratch = scratch_floats(xsum_floats + x_floats + (panels ? (size_t)rows : 0) + 1);
+    float *scratch = cpu_scratch_floats(xsum_floats + x_floats + (panels ? (size_t)rows : 0) + 1);
     if (!scratch) {
         matmul_generic(out, x, n_tokens, w);
         return;

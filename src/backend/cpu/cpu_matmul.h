@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "tensor/matrix.h"
 
 /* out[t][r] = sum_c W[r][c] x[t][c] for t < n_tokens (float32 accumulation,
@@ -19,6 +20,27 @@ void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w
  * 768-4304 at ~1.3x its cost. For the vision tower, whose float32 error the
  * random test decoders amplify 50-100x. */
 void cpu_matmul_precise(float *out, const float *x, int64_t n_tokens, const g4_matrix *w);
+
+/* The same product on the fast path (G4_PRECISION_FAST, cpu_fast.h):
+ * bf16 weights against activations rounded to bf16 (prefill), MLX affine
+ * 4/8-bit weights against activations quantised to int8 per group, where
+ * the active level has kernels for them; everything else as cpu_matmul. */
+void cpu_matmul_fast(float *out, const float *x, int64_t n_tokens, const g4_matrix *w);
+
+/* The precision set_precision last chose for a CPU backend (it starts EXACT). */
+g4_precision cpu_backend_precision(const g4_backend *be);
+
+/* cpu_matmul or cpu_matmul_fast. */
+void cpu_matmul_with(g4_precision precision, float *out, const float *x, int64_t n_tokens, const g4_matrix *w);
+
+/* Whether cpu_matmul_fast rounds the activations of this product (a fast
+ * kernel takes it at the active level). */
+int cpu_fast_takes(const g4_matrix *w, int64_t n_tokens);
+
+/* The fast path's activation quantisation: per token t and block b of
+ * `block` columns, d = max|x| / 127, q = round(x / d) in [-127, 127],
+ * sum = d * sum(q); d[t * n_blocks + b], sum likewise, q[t * cols + c]. */
+void cpu_quantize_q8(const float *x, int64_t n_tokens, int64_t cols, int block, int8_t *q, float *d, float *sum);
 
 /* out[c] = W[r][c] * scale: one row, dequantised (embedding lookup). */
 void cpu_matrix_row(const g4_matrix *w, int64_t r, float scale, float *out);

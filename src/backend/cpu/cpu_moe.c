@@ -38,7 +38,7 @@ void cpu_moe_route(g4_backend *be, int32_t *ids, float *weights, const float *lo
 void cpu_moe_experts(g4_backend *be, float *out, const float *x, int n, const int32_t *ids, const float *weights,
                      int k, const g4_expert_matrix *gate, const g4_expert_matrix *up,
                      const g4_expert_matrix *down) {
-    (void)be;
+    const g4_precision precision = cpu_backend_precision(be);
     const int64_t d = down->rows_per_expert, width = gate->rows_per_expert;
     memset(out, 0, (size_t)n * (size_t)d * sizeof *out);
     int *tokens = malloc((size_t)n * sizeof *tokens);
@@ -61,13 +61,13 @@ void cpu_moe_experts(g4_backend *be, float *out, const float *x, int n, const in
                     }
             if (m == 0) continue;
             g4_matrix wg = g4_expert_view(gate, e), wu = g4_expert_view(up, e), wd = g4_expert_view(down, e);
-            cpu_matmul(g, xs, m, &wg);
-            cpu_matmul(u, xs, m, &wu);
+            cpu_matmul_with(precision, g, xs, m, &wg);
+            cpu_matmul_with(precision, u, xs, m, &wu);
             for (size_t i = 0; i < (size_t)m * (size_t)width; i++) {
                 float a = g[i];
                 g[i] = 0.5f * a * (1.0f + tanhf(0.7978845608028654f * (a + 0.044715f * a * a * a))) * u[i];
             }
-            cpu_matmul(y, g, m, &wd);
+            cpu_matmul_with(precision, y, g, m, &wd);
             for (int i = 0; i < m; i++) {
                 float *o = out + (size_t)tokens[i] * d;
                 const float *yi = y + (size_t)i * d;

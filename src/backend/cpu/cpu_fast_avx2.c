@@ -1,0 +1,157 @@
+/* Fast kernels for AVX2 (+FMA, F16C): the int8 decode product, without
+ * VNNI. Built with the AVX2 flags (file suffix); the reference is
+ * cpu_fast_scalar.c. Prefill stays on the float32 kernels here: with
+ * vpmaddubsw + vpmaddwd an int8 product costs about what an FMA on
+ * dequantised weights does.
+ *
+ * vpmaddubsw multiplies unsigned bytes by signed bytes and adds pairs into
+ * 16 bits with saturation, then vpmaddwd adds pairs of those into 32 bits.
+ * 4-bit codes (0..15) against activations (-127..127) cannot saturate
+ * (2 * 15 * 127). 8-bit codes could (2 * 255 * 127), so they go as
+ * q - 128: its magnitude (<= 128) times the activation carrying its sign
+ * (vpsignb) stays within 2 * 128 * 127; the 128 * sum(x) this leaves out is
+ * folded into the bias: s*d*sum(p*q) + b*xsum = s*d*sum(p*(q-128)) + (b + 128 s)*xsum. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_fast.h"
+#include "backend/cpu/cpu_kernels.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+enum { PARAM_SEGMENT = 256, MAX_R = 4 };
+
+/* 32 4-bit codes from the 16 bytes at p as bytes, in order. */
+ALWAYS_INLINE __m256i nibbles_to_bytes(const unsigned char *p) {
+    const __m256i t = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+    /* 16-bit lane v: (v | v << 4) & 0x0f0f puts v & 15 in the low byte, v >> 4 in the high one */
+    return _mm256_and_si256(_mm256_or_si256(t, _mm256_slli_epi16(t, 4)), _mm256_set1_epi16(0x0f0f));
+}
+
+/* Sum over 32 codes of code * x into 8 int32 lanes (code offset by -128 for 8 bits). */
+ALWAYS_INLINE __m256i dot32(__m256i w, __m256i x, const int bits) {
+    __m256i pairs;
+    if (bits == 4) pairs = _mm256_maddubs_epi16(w, x);
+    else pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+ALWAYS_INLINE __m256i load_codes(const unsigned char *row, int64_t c, const int bits) {
+    if (bits == 4) return nibbles_to_bytes(row + c / 2);
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(row + c)), _mm256_set1_epi8((char)0x80));
+}
+
+static float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bits, const int T, const int R) {
+    const g4_matrix *w = a->w;
+    const int64_t gs = w->group_size, n_groups = w->cols / gs;
+    const unsigned char *row[MAX_R], *srow[MAX_R], *brow[MAX_R];
+    float scale[MAX_R][PARAM_SEGMENT], bias[MAX_R][PARAM_SEGMENT], bias_total[MAX_R * 4];
+    __m256 total[MAX_R * 4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        row[i] = (const unsigned char *)w->data + (size_t)(r + i) * w->row_bytes;
+        srow[i] = (const unsigned char *)w->scales + (size_t)(r + i) * w->scale_row_bytes;
+        brow[i] = (const unsigned char *)w->biases + (size_t)(r + i) * w->scale_row_bytes;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            total[i * T + t] = _mm256_setzero_ps();
+            bias_total[i * T + t] = 0.0f;
+        }
+    }
+    for (int64_t g0 = 0; g0 < n_groups; g0 += PARAM_SEGMENT) {
+        const int64_t n = n_groups - g0 < PARAM_SEGMENT ? n_groups - g0 : PARAM_SEGMENT;
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            for (int64_t g = 0; g < n; g++) {
+                scale[i][g] = cpu_load_param(srow[i], w->scale_dtype, g0 + g);
+                bias[i][g] = cpu_load_param(brow[i], w->scale_dtype, g0 + g);
+                if (bits == 8) bias[i][g] += 128.0f * scale[i][g];
+            }
+        for (int64_t g = g0; g < g0 + n; g++) {
+            __m256i isum[MAX_R * 4];
+#pragma GCC unroll 16
+            for (int k = 0; k < R * T; k++) isum[k] = _mm256_setzero_si256();
+            for (int64_t c = g * gs; c < (g + 1) * gs; c += 32) {
+                __m256i wv[MAX_R];
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++) wv[i] = load_codes(row[i], c, bits);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(a->x.q + t * a->x.cols + c));
+#pragma GCC unroll 4
+                    for (int i = 0; i < R; i++) isum[i * T + t] = _mm256_add_epi32(isum[i * T + t], dot32(wv[i], xv, bits));
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const float d = a->x.d[t * a->x.n_blocks + g];
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++) {
+                    const __m256 sd = _mm256_set1_ps(scale[i][g - g0] * d);
+                    total[i * T + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i * T + t]), sd, total[i * T + t]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const float *xs = a->x.sum + t * a->x.n_blocks + g0;
+                float s = 0.0f;
+                for (int64_t g = 0; g < n; g++) s += bias[i][g] * xs[g];
+                bias_total[i * T + t] += s;
+            }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) a->out[t * a->ldo + r + i] = hsum(total[i * T + t]) + bias_total[i * T + t];
+}
+
+/* One token: four rows at once (each x vector feeds four products, and four
+ * independent sums); more tokens: a row at a time, up to 4 tokens a pass. */
+ALWAYS_INLINE void q8_rows(const cpu_q8_gemv_args *a, int64_t r0, int64_t r1, const int bits, const int T) {
+    const int R = T == 1 ? 4 : 1;
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) q8_rows_at(a, r, bits, T, R);
+    for (; r < r1; r++) q8_rows_at(a, r, bits, T, 1);
+}
+
+ALWAYS_INLINE void q8_tokens(const cpu_q8_gemv_args *a, int64_t r0, int64_t r1, const int bits) {
+    for (int t0 = 0; t0 < a->n_tok; t0 += 4) {
+        cpu_q8_gemv_args b = *a;
+        b.x.q += t0 * a->x.cols;
+        b.x.d += t0 * a->x.n_blocks;
+        b.x.sum += t0 * a->x.n_blocks;
+        b.out += t0 * a->ldo;
+        b.n_tok = a->n_tok - t0 < 4 ? a->n_tok - t0 : 4;
+        switch (b.n_tok) {
+        case 1: q8_rows(&b, r0, r1, bits, 1); break;
+        case 2: q8_rows(&b, r0, r1, bits, 2); break;
+        case 3: q8_rows(&b, r0, r1, bits, 3); break;
+        default: q8_rows(&b, r0, r1, bits, 4); break;
+        }
+    }
+}
+
+static void q8_gemv(const cpu_q8_gemv_args *a, int64_t r0, int64_t r1) {
+    if (a->w->bits == 4) q8_tokens(a, r0, r1, 4);
+    else q8_tokens(a, r0, r1, 8);
+}
+
+const cpu_fast_table cpu_fast_avx2 = {
+    .isa = CPU_ISA_AVX2,
+    .quantize_q8 = cpu_quantize_token_q8,
+    .q8_gemv = q8_gemv,
+    .prefill_min_tokens = 8,
+    .attn_scores = cpu_attn_scores_ref,
+    .softmax_rows = cpu_softmax_rows_ref,
+    .attn_mix = cpu_attn_mix_ref,
+};
