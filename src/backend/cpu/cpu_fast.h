@@ -60,6 +60,7 @@ typedef struct {
     const float *xd, *xs;
     int64_t kc;
     int group;
+    int bits; /* of the weights (4 or 8): the codes are as the level's q8_codes wrote them */
     float *c;
     int64_t ldc;
 } cpu_q8_tile;

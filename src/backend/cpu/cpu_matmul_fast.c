@@ -338,6 +338,7 @@ static int q8_prefill(const cpu_fast_table *f, float *out, const float *x, int64
                         .xs = sp + (b0 + b) * n_groups * s.nr + g0 * wb,
                         .kc = nc,
                         .group = (int)gs,
+                        .bits = w->bits,
                         .ldc = s.ldc,
                     };
                     for (int64_t i = 0; i < padded; i += s.mr) {
