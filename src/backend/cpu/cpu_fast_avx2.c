@@ -12,6 +12,7 @@
  * (vpsignb) stays within 2 * 128 * 127; the 128 * sum(x) this leaves out is
  * folded into the bias: s*d*sum(p*q) + b*xsum = s*d*sum(p*(q-128)) + (b + 128 s)*xsum. */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_fast.h"
@@ -223,6 +224,143 @@ static void q8_micro_half(const cpu_q8_tile *t) {
     else q8_block(t, 1, 8);
 }
 
+/* Attention in float32 for nq query heads of one KV head (D a multiple of
+ * 8): each key row loaded serves all of them. */
+ALWAYS_INLINE void scores_block(const float *q, int64_t q_stride, const float *const *rows, int n, int D, float scale,
+                                float *scores, const int NQ) {
+    for (int j = 0; j < n; j++) {
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc[i] = _mm256_setzero_ps();
+        const float *k = rows[j];
+        for (int d = 0; d < D; d += 8) {
+            const __m256 kv = _mm256_loadu_ps(k + d);
+#pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i * q_stride + d), kv, acc[i]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) scores[i * n + j] = hsum(acc[i]) * scale;
+    }
+}
+
+static void attn_scores(const float *q, int nq, int64_t q_stride, const float *const *rows, int n, int D, float scale,
+                        float *scores) {
+    switch (nq) {
+    case 8: scores_block(q, q_stride, rows, n, D, scale, scores, 8); return;
+    case 4: scores_block(q, q_stride, rows, n, D, scale, scores, 4); return;
+    case 2: scores_block(q, q_stride, rows, n, D, scale, scores, 2); return;
+    case 1: scores_block(q, q_stride, rows, n, D, scale, scores, 1); return;
+    default:
+        for (int i = 0; i < nq; i++) scores_block(q + i * q_stride, q_stride, rows, n, D, scale, scores + i * n, 1);
+    }
+}
+
+/* exp(x) in float32: x = n ln2 + r with |r| <= ln2/2, Cephes' degree-6
+ * polynomial for e^r (relative error ~1e-7), times 2^n built in the exponent
+ * bits. x is clamped to [-87, 88] so that 2^n stays a normal float: below,
+ * e^x < 1.7e-38 (nothing beside the 1 of a softmax row's maximum); above, it
+ * stays finite (3e38), and x / (1 + e^x) in GELU is still -0. */
+ALWAYS_INLINE __m256 exp_ps(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i pow2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2));
+}
+
+/* The first n of 8 lanes (n < 8: the tail of a row). */
+ALWAYS_INLINE __m256i tail_mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static void softmax_rows(float *p, int nq, int n) {
+    for (int i = 0; i < nq; i++) {
+        float *row = p + (int64_t)i * n;
+        float max = -INFINITY;
+        for (int j = 0; j < n; j++) max = row[j] > max ? row[j] : max;
+        const __m256 mv = _mm256_set1_ps(max);
+        __m256 total = _mm256_setzero_ps();
+        int j = 0;
+        for (; j + 8 <= n; j += 8) {
+            const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), mv));
+            _mm256_storeu_ps(row + j, e);
+            total = _mm256_add_ps(total, e);
+        }
+        if (j < n) {
+            const __m256i m = tail_mask(n - j);
+            const __m256 e = _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_maskload_ps(row + j, m), mv)), _mm256_castsi256_ps(m));
+            _mm256_maskstore_ps(row + j, m, e);
+            total = _mm256_add_ps(total, e);
+        }
+        const float inv = 1.0f / hsum(total);
+        for (j = 0; j < n; j++) row[j] *= inv;
+    }
+}
+
+/* gelu_tanh(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+ * written as x / (1 + exp(-2u)): the same function with one exp. */
+ALWAYS_INLINE __m256 gelu_mul8(__m256 x, __m256 u) {
+    const __m256 k = _mm256_set1_ps(-2.0f * 0.7978845608028654f), c = _mm256_set1_ps(0.044715f);
+    const __m256 inner = _mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_mul_ps(c, x), _mm256_mul_ps(x, x), x));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(inner))), u);
+}
+
+static void gelu_mul(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        const __m256i m = tail_mask((int)(n - i));
+        _mm256_maskstore_ps(out + i, m, gelu_mul8(_mm256_maskload_ps(gate + i, m), _mm256_maskload_ps(up + i, m)));
+    }
+}
+
+/* 8 * W columns of every head in registers at a time, over all rows (W = 2
+ * for up to 4 heads; 8 heads leave registers for one vector each). */
+ALWAYS_INLINE void mix_block(const float *p, const float *const *rows, int n, int D, float *out, int64_t out_stride,
+                             const int NQ, const int W) {
+    for (int d = 0; d < D; d += 8 * W) {
+        const int two = W == 2 && d + 16 <= D;
+        __m256 acc[8][2];
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const __m256 v0 = _mm256_loadu_ps(rows[j] + d);
+            const __m256 v1 = two ? _mm256_loadu_ps(rows[j] + d + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) {
+                const __m256 pj = _mm256_set1_ps(p[i * n + j]);
+                acc[i][0] = _mm256_fmadd_ps(pj, v0, acc[i][0]);
+                if (W == 2) acc[i][1] = _mm256_fmadd_ps(pj, v1, acc[i][1]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) {
+            _mm256_storeu_ps(out + i * out_stride + d, acc[i][0]);
+            if (two) _mm256_storeu_ps(out + i * out_stride + d + 8, acc[i][1]);
+        }
+    }
+}
+
+static void attn_mix(const float *p, int nq, const float *const *rows, int n, int D, float *out, int64_t out_stride) {
+    switch (nq) {
+    case 8: mix_block(p, rows, n, D, out, out_stride, 8, 1); return;
+    case 4: mix_block(p, rows, n, D, out, out_stride, 4, 2); return;
+    case 2: mix_block(p, rows, n, D, out, out_stride, 2, 2); return;
+    case 1: mix_block(p, rows, n, D, out, out_stride, 1, 2); return;
+    default:
+        for (int i = 0; i < nq; i++) mix_block(p + i * n, rows, n, D, out + i * out_stride, out_stride, 1, 2);
+    }
+}
+
 const cpu_fast_table cpu_fast_avx2 = {
     .isa = CPU_ISA_AVX2,
     .quantize_q8 = cpu_quantize_token_q8,
@@ -233,7 +371,8 @@ const cpu_fast_table cpu_fast_avx2 = {
     .q8_mr = Q8_MR,
     .q8_nr = Q8_NR,
     .prefill_min_tokens = 8,
-    .attn_scores = cpu_attn_scores_ref,
-    .softmax_rows = cpu_softmax_rows_ref,
-    .attn_mix = cpu_attn_mix_ref,
+    .attn_scores = attn_scores,
+    .softmax_rows = softmax_rows,
+    .attn_mix = attn_mix,
+    .gelu_mul = gelu_mul,
 };
