@@ -73,9 +73,12 @@ if fast:
 # MLX's own perplexity of the same files (tests/tools/mlx_perplexity.py): its float32 run to 1e-4, its native
 # bf16 run (bf16 activations) to 0.5%
 MLX = json.load(open(os.path.join(DATA, "tiny_mlx_perplexity.json")))
+# The affine ones also keep a baseline for their int8 fast path (every CPU level has int8 kernels).
 for name, ref in sorted(MLX["variants"].items()):
-    r = subprocess.run([BIN, "perplexity", "-m", os.path.join(os.environ["G4_FIXTURES"], "tiny-" + name), "-f", TEXT,
-                        "--device", "cpu", "--precision", "exact", "--json"], capture_output=True, text=True)
+    folder = os.path.join(os.environ["G4_FIXTURES"], "tiny-" + name)
+    keep = ["--save-logits", os.path.join(TMP, "perplexity_%s.safetensors" % name)] if name in ("mlx4", "mlx8") else []
+    r = subprocess.run([BIN, "perplexity", "-m", folder, "-f", TEXT, "--device", "cpu", "--precision", "exact", "--json",
+                        *keep], capture_output=True, text=True)
     got = json.loads(r.stdout) if r.returncode == 0 else None
     check(got is not None, "perplexity of the mlx-vlm %s conversion runs" % name, r.stderr[-300:])
     if not got:
@@ -87,6 +90,17 @@ for name, ref in sorted(MLX["variants"].items()):
     check(rel16 < 5e-3, "%s: MLX's native bf16 perplexity to 0.5%% (%.2e)" % (name, rel16), (got["ppl"], ref["ppl"]))
     print("%s: ours %.4f, MLX float32 %.4f (%.1e), MLX bf16 %.4f (%.1e)" % (name, got["ppl"], ref["f32"]["ppl"], rel32,
                                                                         ref["ppl"], rel16))
+
+    if keep:
+        r = subprocess.run([BIN, "perplexity", "-m", folder, "-f", TEXT, "--device", "cpu", "--precision", "fast",
+                            "--json", "--kl-divergence", keep[1]], capture_output=True, text=True)
+        q8 = json.loads(r.stdout) if r.returncode == 0 else None
+        check(q8 is not None and 0 < q8["kld_mean"] <= yard["kld_mean"] and q8["top1_agreement"] >= yard["top1_agreement"],
+              "%s: the int8 fast path is no further from exact than transformers' bf16 from its float32" % name, q8)
+        if q8:
+            print("%s: cpu fast (int8) vs exact: KLD %.3g (max %.3g), top-1 %.4f" % (name, q8["kld_mean"], q8["kld_max"],
+                                                                                q8["top1_agreement"]))
+        os.remove(keep[1])
 
 # errors: a baseline from another setup, bad arguments, a missing file
 r, _ = ppl("--kl-divergence", base, "--ctx", "256")
