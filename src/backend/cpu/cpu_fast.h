@@ -80,6 +80,11 @@ typedef struct {
     void (*to_bf16)(const float *x, int64_t n, uint16_t *dst);
     /* int8 decode (AFFINE 4/8-bit) */
     void (*q8_gemv)(const cpu_q8_gemv_args *a, int64_t r0, int64_t r1);
+    /* Nonzero: for 4-bit weights in groups of a multiple of 64, q8_gemv wants
+     * each run of 64 quantised columns as its 32 even columns, then its 32
+     * odd ones (cpu_split_nibble_order): the low and the high nibbles of 32
+     * code bytes then meet their activations without shuffles. */
+    int q8_split_nibbles;
     /* dst[0..nc) = the codes of W[r][c0 .. c0+nc) as bytes (c0, nc multiples of 32) */
     void (*q8_codes)(const g4_matrix *w, int64_t r, int64_t c0, int64_t nc, uint8_t *dst);
     /* int8 prefill micro-kernels (see cpu_q8_tile) */
@@ -105,6 +110,9 @@ typedef struct {
 extern const cpu_fast_table cpu_fast_scalar;
 extern const cpu_fast_table cpu_fast_avx2;
 extern const cpu_fast_table cpu_fast_avx512vnni;
+
+/* q[0 .. cols) (cols a multiple of 64) in the order q8_split_nibbles asks for. */
+void cpu_split_nibble_order(int8_t *q, int64_t cols);
 
 /* The portable quantiser (the reference for the SIMD ones). */
 void cpu_quantize_token_q8(const float *x, int64_t cols, int block, int8_t *q, float *d, float *sum);

@@ -20,7 +20,7 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum { PARAM_SEGMENT = 256, MAX_R = 4 };
+enum { PARAM_SEGMENT = 256, MAX_R = 4, PREFETCH_BYTES = 2048 };
 
 /* 32 4-bit codes from the 16 bytes at p as bytes, in order. */
 ALWAYS_INLINE __m256i nibbles_to_bytes(const unsigned char *p) {
@@ -37,6 +37,17 @@ ALWAYS_INLINE __m256i dot32(__m256i w, __m256i x, const int bits) {
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
+/* Sum over 64 4-bit codes (32 bytes at p) of code * x into 8 int32 lanes, x
+ * in split order (cpu_split_nibble_order): the low nibbles are the even
+ * columns' codes, against xe; the high ones the odd columns', against xo.
+ * The two 16-bit pair sums add without overflow (2 * 2 * 15 * 127). */
+ALWAYS_INLINE __m256i dot64_split(const unsigned char *p, __m256i xe, __m256i xo) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)p), m = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
 ALWAYS_INLINE __m256i load_codes(const unsigned char *row, int64_t c, const int bits) {
     if (bits == 4) return nibbles_to_bytes(row + c / 2);
     return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(row + c)), _mm256_set1_epi8((char)0x80));
@@ -49,80 +60,123 @@ static float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bits, const int T, const int R) {
+/* Eight scales or biases of a row (g .. g+8) as floats. */
+ALWAYS_INLINE __m256 load_params8(const unsigned char *p, g4_dtype dt, int64_t g) {
+    if (dt == G4_DTYPE_F32) return _mm256_loadu_ps((const float *)(const void *)(p + 4 * g));
+    const __m128i h = _mm_loadu_si128((const __m128i *)(p + 2 * g));
+    if (dt == G4_DTYPE_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+/* R rows against T tokens (R * T <= 4). Per run of up to PARAM_SEGMENT
+ * groups, first each (row, token)'s scale products s * d into sd and its
+ * bias term b * xsum summed, eight groups at a time; then the codes, whose
+ * int32 group sums need only a convert and an FMA with a broadcast of sd. */
+ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bits, const int T, const int R,
+                              const int split) {
     const g4_matrix *w = a->w;
+    const g4_dtype dt = w->scale_dtype;
     const int64_t gs = w->group_size, n_groups = w->cols / gs;
     const unsigned char *row[MAX_R], *srow[MAX_R], *brow[MAX_R];
-    float scale[MAX_R][PARAM_SEGMENT], bias[MAX_R][PARAM_SEGMENT], bias_total[MAX_R * 4];
-    __m256 total[MAX_R * 4];
+    float sd[4][PARAM_SEGMENT], bias_tail[4];
+    __m256 total[4], bias_total[4];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++) {
         row[i] = (const unsigned char *)w->data + (size_t)(r + i) * w->row_bytes;
         srow[i] = (const unsigned char *)w->scales + (size_t)(r + i) * w->scale_row_bytes;
         brow[i] = (const unsigned char *)w->biases + (size_t)(r + i) * w->scale_row_bytes;
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            total[i * T + t] = _mm256_setzero_ps();
-            bias_total[i * T + t] = 0.0f;
-        }
     }
+#pragma GCC unroll 4
+    for (int k = 0; k < R * T; k++) total[k] = bias_total[k] = _mm256_setzero_ps(), bias_tail[k] = 0.0f;
     for (int64_t g0 = 0; g0 < n_groups; g0 += PARAM_SEGMENT) {
         const int64_t n = n_groups - g0 < PARAM_SEGMENT ? n_groups - g0 : PARAM_SEGMENT;
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
-            for (int64_t g = 0; g < n; g++) {
-                scale[i][g] = cpu_load_param(srow[i], w->scale_dtype, g0 + g);
-                bias[i][g] = cpu_load_param(brow[i], w->scale_dtype, g0 + g);
-                if (bits == 8) bias[i][g] += 128.0f * scale[i][g];
-            }
-        for (int64_t g = g0; g < g0 + n; g++) {
-            __m256i isum[MAX_R * 4];
-#pragma GCC unroll 16
-            for (int k = 0; k < R * T; k++) isum[k] = _mm256_setzero_si256();
-            for (int64_t c = g * gs; c < (g + 1) * gs; c += 32) {
-                __m256i wv[MAX_R];
-#pragma GCC unroll 4
-                for (int i = 0; i < R; i++) wv[i] = load_codes(row[i], c, bits);
+        for (int i = 0; i < R; i++) {
+            int64_t g = 0;
+            for (; g + 8 <= n; g += 8) {
+                const __m256 sc = load_params8(srow[i], dt, g0 + g);
+                __m256 bi = load_params8(brow[i], dt, g0 + g);
+                if (bits == 8) bi = _mm256_fmadd_ps(_mm256_set1_ps(128.0f), sc, bi);
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
-                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(a->x.q + t * a->x.cols + c));
-#pragma GCC unroll 4
-                    for (int i = 0; i < R; i++) isum[i * T + t] = _mm256_add_epi32(isum[i * T + t], dot32(wv[i], xv, bits));
+                    const int64_t xi = t * a->x.n_blocks + g0 + g;
+                    _mm256_storeu_ps(sd[i * T + t] + g, _mm256_mul_ps(sc, _mm256_loadu_ps(a->x.d + xi)));
+                    bias_total[i * T + t] = _mm256_fmadd_ps(bi, _mm256_loadu_ps(a->x.sum + xi), bias_total[i * T + t]);
                 }
             }
+            for (; g < n; g++) {
+                const float sc = cpu_load_param(srow[i], dt, g0 + g);
+                const float bi = cpu_load_param(brow[i], dt, g0 + g) + (bits == 8 ? 128.0f * sc : 0.0f);
 #pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const float d = a->x.d[t * a->x.n_blocks + g];
-#pragma GCC unroll 4
-                for (int i = 0; i < R; i++) {
-                    const __m256 sd = _mm256_set1_ps(scale[i][g - g0] * d);
-                    total[i * T + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i * T + t]), sd, total[i * T + t]);
+                for (int t = 0; t < T; t++) {
+                    const int64_t xi = t * a->x.n_blocks + g0 + g;
+                    sd[i * T + t][g] = sc * a->x.d[xi];
+                    bias_tail[i * T + t] += bi * a->x.sum[xi];
                 }
             }
         }
+        for (int64_t g = g0; g < g0 + n; g++) {
+            __m256i isum[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
+            for (int k = 0; k < R * T; k++) isum[k] = _mm256_setzero_si256();
+            if (split) {
+                for (int64_t c = g * gs; c < (g + 1) * gs; c += 64) {
 #pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const float *xs = a->x.sum + t * a->x.n_blocks + g0;
-                float s = 0.0f;
-                for (int64_t g = 0; g < n; g++) s += bias[i][g] * xs[g];
-                bias_total[i * T + t] += s;
+                    for (int i = 0; i < R; i++)
+                        if (R > 1) _mm_prefetch((const char *)row[i] + c / 2 + PREFETCH_BYTES, _MM_HINT_T0);
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) {
+                        const int8_t *xt = a->x.q + t * a->x.cols + c;
+                        const __m256i xe = _mm256_loadu_si256((const __m256i *)xt);
+                        const __m256i xo = _mm256_loadu_si256((const __m256i *)(xt + 32));
+#pragma GCC unroll 4
+                        for (int i = 0; i < R; i++)
+                            isum[i * T + t] = _mm256_add_epi32(isum[i * T + t], dot64_split(row[i] + c / 2, xe, xo));
+                    }
+                }
+            } else {
+                for (int64_t c = g * gs; c < (g + 1) * gs; c += 32) {
+                    __m256i wv[MAX_R];
+#pragma GCC unroll 4
+                    for (int i = 0; i < R; i++) {
+                        wv[i] = load_codes(row[i], c, bits);
+                        if (R > 1) _mm_prefetch((const char *)row[i] + c * bits / 8 + PREFETCH_BYTES, _MM_HINT_T0);
+                    }
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) {
+                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(a->x.q + t * a->x.cols + c));
+#pragma GCC unroll 4
+                        for (int i = 0; i < R; i++)
+                            isum[i * T + t] = _mm256_add_epi32(isum[i * T + t], dot32(wv[i], xv, bits));
+                    }
+                }
             }
+#pragma GCC unroll 4
+            for (int k = 0; k < R * T; k++)
+                total[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_broadcast_ss(&sd[k][g - g0]), total[k]);
+        }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) a->out[t * a->ldo + r + i] = hsum(total[i * T + t]) + bias_total[i * T + t];
+        for (int t = 0; t < T; t++)
+            a->out[t * a->ldo + r + i] =
+                hsum(total[i * T + t]) + (hsum(bias_total[i * T + t]) + bias_tail[i * T + t]);
 }
 
 /* One token: four rows at once (each x vector feeds four products, and four
  * independent sums); more tokens: a row at a time, up to 4 tokens a pass. */
 ALWAYS_INLINE void q8_rows(const cpu_q8_gemv_args *a, int64_t r0, int64_t r1, const int bits, const int T) {
     const int R = T == 1 ? 4 : 1;
+    const int split = bits == 4 && a->w->group_size % 64 == 0;
     int64_t r = r0;
-    for (; r + R <= r1; r += R) q8_rows_at(a, r, bits, T, R);
-    for (; r < r1; r++) q8_rows_at(a, r, bits, T, 1);
+    if (split) {
+        for (; r + R <= r1; r += R) q8_rows_at(a, r, 4, T, R, 1);
+        for (; r < r1; r++) q8_rows_at(a, r, 4, T, 1, 1);
+        return;
+    }
+    for (; r + R <= r1; r += R) q8_rows_at(a, r, bits, T, R, 0);
+    for (; r < r1; r++) q8_rows_at(a, r, bits, T, 1, 0);
 }
 
 ALWAYS_INLINE void q8_tokens(const cpu_q8_gemv_args *a, int64_t r0, int64_t r1, const int bits) {
@@ -365,6 +419,7 @@ const cpu_fast_table cpu_fast_avx2 = {
     .isa = CPU_ISA_AVX2,
     .quantize_q8 = cpu_quantize_token_q8,
     .q8_gemv = q8_gemv,
+    .q8_split_nibbles = 1,
     .q8_codes = q8_codes,
     .q8_micro = q8_micro,
     .q8_micro_half = q8_micro_half,

@@ -91,6 +91,14 @@ static void *alloc_bytes(size_t n) {
 
 /* ---- decode ---- */
 
+void cpu_split_nibble_order(int8_t *q, int64_t cols) {
+    int8_t tmp[64];
+    for (int64_t c = 0; c < cols; c += 64) {
+        for (int j = 0; j < 32; j++) tmp[j] = q[c + 2 * j], tmp[32 + j] = q[c + 2 * j + 1];
+        memcpy(q + c, tmp, sizeof tmp);
+    }
+}
+
 static int q8_decode(const cpu_fast_table *f, float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
     const int64_t rows = w->rows, cols = w->cols, gs = w->group_size, n_blocks = cols / gs;
     const size_t q_floats = ((size_t)(n_tokens * cols) + 3) / 4;
@@ -98,8 +106,11 @@ static int q8_decode(const cpu_fast_table *f, float *out, const float *x, int64_
     if (!scratch) return 0;
     int8_t *q = (int8_t *)scratch;
     float *d = scratch + q_floats, *sum = d + n_tokens * n_blocks;
-    for (int64_t t = 0; t < n_tokens; t++)
+    const int split = f->q8_split_nibbles && w->bits == 4 && gs % 64 == 0;
+    for (int64_t t = 0; t < n_tokens; t++) {
         f->quantize_q8(x + t * cols, cols, (int)gs, q + t * cols, d + t * n_blocks, sum + t * n_blocks);
+        if (split) cpu_split_nibble_order(q + t * cols, cols);
+    }
     const size_t bytes_per_row = w->row_bytes + 2 * w->scale_row_bytes;
     int64_t chunk_rows = (int64_t)(DECODE_CHUNK_BYTES / bytes_per_row);
     if (chunk_rows < 1) chunk_rows = 1;
