@@ -24,7 +24,7 @@
 enum {
     TILE_ROW_TARGET = 64,       /* rows of W copied at once (rounded to mr) */
     TILE_COLS = 256,            /* columns of W copied at once (rounded to the group size) */
-    CHUNK_BLOCKS = 4,           /* token blocks of nr per work item */
+    CHUNK_TOKENS = 128,         /* tokens per work item (each tile of W is decoded once per item) */
     DECODE_CHUNK_BYTES = 32768, /* weight bytes per decode work item */
     PACKED_X_CACHED = 4 << 20,  /* packed tokens (bytes) that stay in the last-level cache */
     SERIAL_WORK = 1 << 18,      /* multiply-adds below which threads cost more than they give */
@@ -153,7 +153,7 @@ static int block_valid(int64_t b, int64_t n_tokens, int nr, int wb) {
 typedef struct {
     int64_t rows, cols, n_tokens;
     int mr, nr;
-    int64_t tile_rows, tile_cols, n_blocks, n_row_tiles, n_chunks, ldc;
+    int64_t tile_rows, tile_cols, n_blocks, chunk_blocks, n_row_tiles, n_chunks, ldc;
     int chunk_major, threaded;
 } prefill_shape;
 
@@ -169,8 +169,9 @@ static prefill_shape make_shape(const g4_matrix *w, int64_t n_tokens, int mr, in
     s.tile_cols = tile_cols;
     s.n_blocks = (n_tokens + nr - 1) / nr;
     s.n_row_tiles = (s.rows + s.tile_rows - 1) / s.tile_rows;
-    s.n_chunks = (s.n_blocks + CHUNK_BLOCKS - 1) / CHUNK_BLOCKS;
-    s.ldc = CHUNK_BLOCKS * nr;
+    s.chunk_blocks = CHUNK_TOKENS / nr > 1 ? CHUNK_TOKENS / nr : 1;
+    s.n_chunks = (s.n_blocks + s.chunk_blocks - 1) / s.chunk_blocks;
+    s.ldc = s.chunk_blocks * nr;
     s.chunk_major = packed_bytes > PACKED_X_CACHED;
     s.threaded = s.n_row_tiles * s.n_chunks > 1 && s.rows * s.cols * n_tokens >= SERIAL_WORK;
     return s;
@@ -184,9 +185,9 @@ static void item_range(const prefill_shape *s, int64_t item, int64_t *r0, int64_
     const int64_t rt = s->chunk_major ? item % s->n_row_tiles : item / s->n_chunks;
     const int64_t chunk = s->chunk_major ? item / s->n_row_tiles : item % s->n_chunks;
     *r0 = rt * s->tile_rows;
-    *b0 = chunk * CHUNK_BLOCKS;
+    *b0 = chunk * s->chunk_blocks;
     *n_rows = s->rows - *r0 < s->tile_rows ? s->rows - *r0 : s->tile_rows;
-    *nb = s->n_blocks - *b0 < CHUNK_BLOCKS ? s->n_blocks - *b0 : CHUNK_BLOCKS;
+    *nb = s->n_blocks - *b0 < s->chunk_blocks ? s->n_blocks - *b0 : s->chunk_blocks;
 }
 
 static void store_item(const prefill_shape *s, float *out, const float *acc, int64_t r0, int64_t b0, int64_t n_rows,
