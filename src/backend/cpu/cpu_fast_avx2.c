@@ -201,6 +201,52 @@ static void q8_gemv(const cpu_q8_gemv_args *a, int64_t r0, int64_t r1) {
     else q8_tokens(a, r0, r1, 8);
 }
 
+static int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static float hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* cpu_quantize_token_q8 eight lanes at a time, 32 values a step (blocks are
+ * multiples of 32): the same operations on the same values (vcvtps2dq
+ * rounds to nearest even, as the reference does), so the same bytes. */
+static void quantize_q8(const float *x, int64_t cols, int block, int8_t *q, float *d, float *sum) {
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < cols / block; b++) {
+        const float *xb = x + b * block;
+        __m256 m = _mm256_setzero_ps();
+        /* |x| first: a NaN lane leaves m as it was, as in the reference */
+        for (int i = 0; i < block; i += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xb + i), sign), m);
+        const float amax = hmax(m);
+        const float scale = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const __m256 iv = _mm256_set1_ps(inv);
+        __m256i s = _mm256_setzero_si256();
+        for (int i = 0; i < block; i += 32) {
+            __m256i v[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * k), iv));
+                v[k] = _mm256_min_epi32(_mm256_max_epi32(v[k], lo), hi);
+                s = _mm256_add_epi32(s, v[k]);
+            }
+            const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+            _mm256_storeu_si256((__m256i *)(q + b * block + i), _mm256_permutevar8x32_epi32(bytes, order));
+        }
+        d[b] = scale;
+        sum[b] = scale * (float)hsum_i32(s);
+    }
+}
+
 /* The codes of W[r][c0 .. c0+nc) as bytes: 4-bit codes as they are, 8-bit
  * ones as q - 128 (signed; see dot32). */
 static void q8_codes(const g4_matrix *w, int64_t r, int64_t c0, int64_t nc, uint8_t *dst) {
@@ -417,7 +463,7 @@ static void attn_mix(const float *p, int nq, const float *const *rows, int n, in
 
 const cpu_fast_table cpu_fast_avx2 = {
     .isa = CPU_ISA_AVX2,
-    .quantize_q8 = cpu_quantize_token_q8,
+    .quantize_q8 = quantize_q8,
     .q8_gemv = q8_gemv,
     .q8_split_nibbles = 1,
     .q8_codes = q8_codes,
