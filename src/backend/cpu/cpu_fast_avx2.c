@@ -282,17 +282,45 @@ ALWAYS_INLINE void q8_block(const cpu_q8_tile *t, const int J, const int bits) {
             for (int j = 0; j < J; j++) isum[i][j] = _mm256_setzero_si256();
         const int8_t *xg = t->x + g * t->group * nb;
         const uint8_t *wg = t->w + g * t->group;
-        for (int64_t k4 = 0; k4 < t->group / 4; k4++) {
-            __m256i xv[2];
-#pragma GCC unroll 2
-            for (int j = 0; j < J; j++) xv[j] = _mm256_loadu_si256((const __m256i *)(xg + k4 * 4 * nb + 32 * j));
+        if (bits == 4) {
+            /* 4-bit codes: eight steps' pair sums add up in 16 bits
+             * (8 * 2 * 15 * 127 < 2^15) before one vpmaddwd widens them */
+            for (int64_t k0 = 0; k0 < t->group / 4; k0 += 8) {
+                __m256i pairs[Q8_MR][2];
 #pragma GCC unroll 4
-            for (int i = 0; i < Q8_MR; i++) {
-                const __m256i wv = _mm256_set1_epi32(load_i32(wg + i * t->ldw + 4 * k4));
+                for (int i = 0; i < Q8_MR; i++)
 #pragma GCC unroll 2
-                for (int j = 0; j < J; j++) isum[i][j] = _mm256_add_epi32(isum[i][j], dot32(wv, xv[j], bits));
+                    for (int j = 0; j < J; j++) pairs[i][j] = _mm256_setzero_si256();
+                for (int64_t k4 = k0; k4 < k0 + 8; k4++) {
+                    __m256i xv[2];
+#pragma GCC unroll 2
+                    for (int j = 0; j < J; j++) xv[j] = _mm256_loadu_si256((const __m256i *)(xg + k4 * 4 * nb + 32 * j));
+#pragma GCC unroll 4
+                    for (int i = 0; i < Q8_MR; i++) {
+                        const __m256i wv = _mm256_set1_epi32(load_i32(wg + i * t->ldw + 4 * k4));
+#pragma GCC unroll 2
+                        for (int j = 0; j < J; j++)
+                            pairs[i][j] = _mm256_add_epi16(pairs[i][j], _mm256_maddubs_epi16(wv, xv[j]));
+                    }
+                }
+#pragma GCC unroll 4
+                for (int i = 0; i < Q8_MR; i++)
+#pragma GCC unroll 2
+                    for (int j = 0; j < J; j++)
+                        isum[i][j] = _mm256_add_epi32(isum[i][j], _mm256_madd_epi16(pairs[i][j], _mm256_set1_epi16(1)));
             }
-        }
+        } else
+            for (int64_t k4 = 0; k4 < t->group / 4; k4++) {
+                __m256i xv[2];
+#pragma GCC unroll 2
+                for (int j = 0; j < J; j++) xv[j] = _mm256_loadu_si256((const __m256i *)(xg + k4 * 4 * nb + 32 * j));
+#pragma GCC unroll 4
+                for (int i = 0; i < Q8_MR; i++) {
+                    const __m256i wv = _mm256_set1_epi32(load_i32(wg + i * t->ldw + 4 * k4));
+#pragma GCC unroll 2
+                    for (int j = 0; j < J; j++) isum[i][j] = _mm256_add_epi32(isum[i][j], dot32(wv, xv[j], bits));
+                }
+            }
         __m256 dv[2], sv[2];
 #pragma GCC unroll 2
         for (int j = 0; j < J; j++) {
