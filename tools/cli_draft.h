@@ -9,10 +9,10 @@
 #include "model/assistant.h"
 #include "runtime/speculative.h"
 
-/* Drafts a round when --draft-max is not given: the best tokens/s of 1..4
+/* Drafts a round when --draft-max is not given: the best tokens/s of 1..4 (1)
  * on the bundled model and its drafter (bench/RESULTS.md, "Speculative
  * decoding (issue 29)"). */
-#define CLI_DRAFT_MAX_DEFAULT 2
+#define CLI_DRAFT_MAX_DEFAULT 1
 
 typedef struct {
     const char *dir; /* NULL: no drafting */
