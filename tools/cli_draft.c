@@ -28,7 +28,7 @@ int cli_draft_option(int argc, char **argv, int *i, cli_draft_options *o) {
 
 void cli_draft_usage(FILE *f) {
     fprintf(f,
-            "  --draft DIR       speculative decoding with this MTP drafter (gemma4_assistant); greedy only (--temp 0)\n"
+            "  --draft DIR       speculative decoding with this MTP drafter (gemma4_assistant)\n"
             "  --draft-max N     drafts a round, 1..%d (default %d)\n",
             G4_DRAFT_MAX, CLI_DRAFT_MAX_DEFAULT);
 }

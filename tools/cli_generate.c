@@ -154,14 +154,7 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
     soft.rows = rows;
     soft.embeds = p->media.n ? p->media.embeds + (size_t)first * c->model->config.text.hidden_size : NULL;
     g4_speculative *spec = NULL;
-    if (st == G4_OK && o->draft) {
-        if (!g4_sampler_is_greedy(sampler))
-            st = g4_fail(G4_ERR_UNSUPPORTED,
-                         "speculative decoding (--draft) is greedy only for now: add --temp 0 (this model samples "
-                         "at temperature %g by default)",
-                         o->sampling.temperature);
-        if (st == G4_OK) st = g4_speculative_create(s, o->draft, o->draft_max, &spec);
-    }
+    if (st == G4_OK && o->draft) st = g4_speculative_create(s, o->draft, o->draft_max, &spec);
     double t0 = g4_now_seconds();
     r->n_prompt = p->n_ids - from;
     /* each evaluation chooses its next token: from the row's largest logits

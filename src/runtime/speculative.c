@@ -15,6 +15,9 @@ struct g4_speculative {
     float *hidden;   /* host [draft_max + 1][hidden]: their final-normed states */
     float *next_hidden; /* host [hidden]: the state that chose the pending token */
     int have_hidden;
+    /* sampling: the sampler's kept tokens and probabilities of one row */
+    int32_t *cand_ids; /* [vocab] */
+    double *cand_probs; /* [vocab] */
     g4_speculative_stats stats;
 };
 
@@ -50,7 +53,11 @@ g4_status g4_speculative_create(g4_session *s, const g4_assistant *a, int draft_
     sp->logits = malloc((size_t)(draft_max + 1) * sp->vocab * sizeof *sp->logits);
     sp->hidden = malloc((size_t)(draft_max + 1) * sp->hidden_size * sizeof *sp->hidden);
     sp->next_hidden = malloc((size_t)sp->hidden_size * sizeof *sp->next_hidden);
-    g4_status st = sp->logits && sp->hidden && sp->next_hidden ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    sp->cand_ids = malloc((size_t)sp->vocab * sizeof *sp->cand_ids);
+    sp->cand_probs = malloc((size_t)sp->vocab * sizeof *sp->cand_probs);
+    g4_status st = sp->logits && sp->hidden && sp->next_hidden && sp->cand_ids && sp->cand_probs
+                       ? G4_OK
+                       : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == G4_OK) st = g4_drafter_scratch_create(a, &sp->scratch);
     if (st != G4_OK) {
         g4_speculative_free(sp);
@@ -66,6 +73,8 @@ void g4_speculative_free(g4_speculative *sp) {
     free(sp->logits);
     free(sp->hidden);
     free(sp->next_hidden);
+    free(sp->cand_ids);
+    free(sp->cand_probs);
     free(sp);
 }
 
@@ -73,18 +82,49 @@ const g4_speculative_stats *g4_speculative_get_stats(const g4_speculative *sp) {
 
 void g4_speculative_reset_stats(g4_speculative *sp) { memset(&sp->stats, 0, sizeof sp->stats); }
 
-static g4_status require_greedy(const g4_sampler *sampler) {
-    if (!g4_sampler_is_greedy(sampler))
-        return g4_fail(G4_ERR_UNSUPPORTED, "speculative decoding is greedy only for now (temperature 0)");
+/* Whether the target keeps draft d at a verified row, and if not the token
+ * it takes instead (*next). Greedy: d must be the sampler's choice. Sampling
+ * (the drafter proposes one token, a point mass q = [d]): d is kept with
+ * probability p(d), else the token is drawn from p without d, renormalised;
+ * so every emitted token has exactly the sampler's distribution p (the
+ * speculative sampling rule with min(1, p/q) and max(0, p - q)). */
+static g4_status keep_draft(g4_speculative *sp, g4_sampler *sampler, const float *logits, int32_t d, int *keep,
+                            int32_t *next) {
+    if (g4_sampler_is_greedy(sampler)) {
+        g4_sample sample;
+        g4_status st = g4_sampler_sample(sampler, logits, &sample);
+        if (st != G4_OK) return st;
+        *keep = sample.token == d;
+        *next = sample.token;
+        return G4_OK;
+    }
+    size_t n = 0;
+    g4_status st = g4_sampler_candidates(sampler, logits, sp->cand_ids, sp->cand_probs, &n);
+    if (st != G4_OK) return st;
+    double p_d = 0;
+    for (size_t i = 0; i < n; i++)
+        if (sp->cand_ids[i] == d) p_d = sp->cand_probs[i];
+    *keep = g4_sampler_next_double(sampler) < p_d;
+    *next = d;
+    if (*keep) return G4_OK;
+    /* the residual: p without d, drawn in ascending id order */
+    double u = g4_sampler_next_double(sampler) * (1.0 - p_d), acc = 0;
+    int32_t last = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (sp->cand_ids[i] == d || sp->cand_probs[i] <= 0) continue;
+        last = sp->cand_ids[i];
+        acc += sp->cand_probs[i];
+        if (u < acc) break;
+    }
+    if (last < 0) return g4_fail(G4_ERR_INTERNAL, "speculative sampling: no token left besides the rejected draft");
+    *next = last;
     return G4_OK;
 }
 
 g4_status g4_speculative_prefill(g4_speculative *sp, const int32_t *ids, int n, const g4_soft_tokens *soft,
                                  g4_sampler *sampler, int32_t *token) {
-    g4_status st = require_greedy(sampler);
-    if (st != G4_OK) return st;
     sp->have_hidden = 0;
-    st = g4_session_eval_hidden(sp->session, ids, n, soft, G4_LOGITS_LAST, sp->logits, sp->next_hidden);
+    g4_status st = g4_session_eval_hidden(sp->session, ids, n, soft, G4_LOGITS_LAST, sp->logits, sp->next_hidden);
     g4_sample sample;
     if (st == G4_OK) st = g4_sampler_sample(sampler, sp->logits, &sample);
     if (st != G4_OK) return st;
@@ -121,8 +161,6 @@ g4_status g4_speculative_verify(g4_speculative *sp, int32_t token, const int32_t
                                 g4_sampler *sampler, int32_t *out, int *n_out) {
     *n_out = 0;
     g4_session *s = sp->session;
-    g4_status st = require_greedy(sampler);
-    if (st != G4_OK) return st;
     const int p = g4_session_length(s);
     if (k < 0 || k > sp->draft_max)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "%d drafts to verify (0..%d)", k, sp->draft_max);
@@ -133,23 +171,28 @@ g4_status g4_speculative_verify(g4_speculative *sp, int32_t token, const int32_t
     row[0] = token;
     memcpy(row + 1, drafts, (size_t)k * sizeof *row);
     /* the target over [token, d_1..d_k] at p..p+k, one pass */
-    st = g4_session_eval_hidden(s, row, k + 1, NULL, G4_LOGITS_ALL, sp->logits, sp->hidden);
+    g4_status st = g4_session_eval_hidden(s, row, k + 1, NULL, G4_LOGITS_ALL, sp->logits, sp->hidden);
     if (st != G4_OK) return st;
-    /* each row chooses as plain decoding would, with the history so far */
+    /* each row decides with the sampler's history so far (accepted drafts
+     * included), as plain decoding would */
     int n = 0;
     int32_t next = -1;
     for (int i = 0; i <= k; i++) {
-        g4_sample sample;
-        st = g4_sampler_sample(sampler, sp->logits + (size_t)i * sp->vocab, &sample);
-        if (st != G4_OK) return st;
-        if (i < k && sample.token == row[i + 1]) {
-            st = g4_sampler_accept(sampler, sample.token);
+        const float *logits = sp->logits + (size_t)i * sp->vocab;
+        if (i == k) { /* every draft kept: the row after them, as usual */
+            g4_sample sample;
+            st = g4_sampler_sample(sampler, logits, &sample);
             if (st != G4_OK) return st;
-            out[n++] = sample.token;
-            continue;
+            next = sample.token;
+            break;
         }
-        next = sample.token;
-        break;
+        int keep = 0;
+        st = keep_draft(sp, sampler, logits, row[i + 1], &keep, &next);
+        if (st != G4_OK) return st;
+        if (!keep) break;
+        st = g4_sampler_accept(sampler, next);
+        if (st != G4_OK) return st;
+        out[n++] = next;
     }
     out[n] = next;
     *n_out = n + 1;
@@ -173,8 +216,7 @@ g4_status g4_speculative_step(g4_speculative *sp, int32_t token, g4_sampler *sam
                               int *n_out) {
     *n_out = 0;
     g4_session *s = sp->session;
-    g4_status st = require_greedy(sampler);
-    if (st != G4_OK) return st;
+    g4_status st = G4_OK;
     if (!sp->have_hidden)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "speculative step without a prefill: no hidden state to draft from");
     if (max_new < 1) return g4_fail(G4_ERR_INVALID_ARGUMENT, "a speculative step needs room for one token");

@@ -1,13 +1,18 @@
-/* Greedy speculative decoding with an MTP drafter (SPEC-gemma4-unified-
- * assistant B5, the clean algorithm): the drafter proposes up to k tokens
- * after the last chosen one, the target verifies all k+1 positions in one
- * pass, the longest prefix that the target's own choice agrees with is kept
- * with the target's next token, and the target's cache forgets the rest.
+/* Speculative decoding with an MTP drafter (SPEC-gemma4-unified-assistant
+ * B5, the clean algorithm): the drafter proposes up to k tokens after the
+ * last chosen one (its argmax, as transformers drafts), the target verifies
+ * all k+1 positions in one pass, the longest prefix the target keeps is
+ * emitted with the target's next token, and its cache forgets the rest.
  *
- * The tokens chosen are exactly those of plain decoding with the same
- * sampler, as long as it is greedy (temperature <= 0): each verified row is
- * given to the sampler in order, with the history it would have had (logit
- * bias, penalties and suppressed tokens included).
+ * Each verified row is given to the sampler in order, with the history it
+ * would have had (logit bias, penalties and suppressed tokens included).
+ * Greedy sampler (temperature <= 0): a draft is kept when it is the
+ * sampler's choice, so the tokens are exactly those of plain decoding.
+ * Sampling: a draft d is kept with probability p(d) under the sampler's
+ * distribution p, else the row's token is drawn from p without d: every
+ * token then has exactly the distribution of plain sampling (the random
+ * stream is used differently, so a seed gives other tokens than without
+ * drafting).
  *
  * Rolling back is a truncation of the sequence: full layers keep a slot per
  * position; sliding rings are sized by the session for a window plus a chunk,

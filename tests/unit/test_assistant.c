@@ -12,6 +12,9 @@
  *  - assisted greedy decoding equals transformers' plain greedy ids, on a
  *    session whose sliding rings wrap (rollbacks across the wrap), and the
  *    cache's visible window equals that of plain decoding;
+ *  - sampling: a verified draft is kept with the sampler's probability of it,
+ *    and the token emitted at a verified row has the sampler's distribution
+ *    (chi-squared over 4000 seeded rounds, a kept draft and an impossible one);
  *  - the bundled model with its trained drafter: assisted == plain greedy over
  *    80 tokens for a few prompts and draft lengths. */
 #include <cjson/cJSON.h>
@@ -385,6 +388,88 @@ static void assisted_equals_greedy(const char *name, const g4_model *target, con
     g4_session_destroy(s_plain);
 }
 
+/* Speculative sampling at one verified row: T seeded rounds of [t0, d] on
+ * the prompt; the first emitted token must follow the sampler's own
+ * distribution p of that row, and d be kept with probability p(d). */
+static void sampled_verification(const char *name, const g4_model *target, const g4_assistant *a,
+                                 const fixture_ref *ref) {
+    enum { T = 4000 };
+    const int V = target->config.text.vocab_size;
+    int32_t prompt[256];
+    const int P = jids(jget(ref->json, "prompt_ids"), prompt, 256);
+    const int32_t t0 = jint(ref->json, "t0");
+    g4_session *s = NULL;
+    g4_speculative *sp = NULL;
+    g4_sampler *sampler = NULL;
+    g4_sampler_params params;
+    g4_sampler_params_default(&params);
+    params.temperature = 1.0f;
+    params.top_k = 6;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int32_t *ids = malloc((size_t)V * sizeof *ids);
+    double *probs = malloc((size_t)V * sizeof *probs);
+    long *count = calloc((size_t)V, sizeof *count);
+    size_t n = 0;
+    g4_status st = g4_session_create(target, NULL, &s);
+    if (st == G4_OK) st = g4_speculative_create(s, a, 1, &sp);
+    if (st == G4_OK) st = g4_sampler_create(V, &params, &sampler);
+    int32_t first;
+    if (st == G4_OK) st = g4_speculative_prefill(sp, prompt, P, NULL, sampler, &first);
+    /* the row's distribution, from the same logits plain decoding would see */
+    if (st == G4_OK) st = g4_session_eval(s, &t0, 1, NULL, G4_LOGITS_LAST, logits);
+    g4_kv_seq_truncate(&s->seq, P);
+    if (st == G4_OK) st = g4_sampler_candidates(sampler, logits, ids, probs, &n);
+    CHECK(st == G4_OK && n == 6, "%s: sampling setup: %s (%zu candidates)", name, g4_error_message(), n);
+    /* the likeliest token as the draft, then one the sampler never draws */
+    int32_t drafts[2] = {ids[0], -1};
+    double p_draft = probs[0];
+    for (size_t i = 1; i < n; i++)
+        if (probs[i] > p_draft) drafts[0] = ids[i], p_draft = probs[i];
+    for (int32_t id = 0; id < V && drafts[1] < 0; id++) {
+        int kept = 0;
+        for (size_t i = 0; i < n; i++) kept |= ids[i] == id;
+        if (!kept) drafts[1] = id;
+    }
+    for (int c = 0; st == G4_OK && c < 2; c++) {
+        memset(count, 0, (size_t)V * sizeof *count);
+        long kept = 0;
+        for (int t = 0; st == G4_OK && t < T; t++) {
+            int32_t out[3];
+            int n_out = 0;
+            g4_sampler_reset(sampler, 1000 + (uint64_t)t);
+            st = g4_speculative_verify(sp, t0, &drafts[c], 1, sampler, out, &n_out);
+            if (st != G4_OK) break;
+            count[out[0]]++;
+            kept += n_out == 2;
+            g4_kv_seq_truncate(&s->seq, P);
+        }
+        CHECK(st == G4_OK, "%s: sampled verify: %s", name, g4_error_message());
+        double chi2 = 0;
+        long inside = 0;
+        for (size_t i = 0; i < n; i++) {
+            double e = T * probs[i];
+            chi2 += (count[ids[i]] - e) * (count[ids[i]] - e) / e;
+            inside += count[ids[i]];
+        }
+        const double p_keep = c == 0 ? p_draft : 0.0;
+        const double sigma = sqrt(T * p_keep * (1 - p_keep)) + 1e-9;
+        CHECK(inside == T, "%s: %ld of %d emitted tokens outside the sampler's kept set", name, T - inside, T);
+        /* 5 degrees of freedom: P(chi2 > 25) ~ 1.4e-4 */
+        CHECK(chi2 < 25, "%s: emitted tokens do not follow the sampler's distribution (chi2 %.1f)", name, chi2);
+        CHECK(fabs(kept - T * p_keep) <= 5 * sigma, "%s: draft kept %ld of %d times, p = %.3f", name, kept, T,
+              p_keep);
+        printf("%s: sampled verification, draft %s (p = %.3f): kept %ld of %d, chi2 %.2f over %zu tokens\n", name,
+               c == 0 ? "likeliest" : "impossible", p_keep, kept, T, chi2, n);
+    }
+    g4_sampler_free(sampler);
+    g4_speculative_free(sp);
+    g4_session_destroy(s);
+    free(logits);
+    free(ids);
+    free(probs);
+    free(count);
+}
+
 static void fixture_pair(g4_backend *be, const char *target_name, const char *drafter_name) {
     fixture_ref tref, ref;
     g4_model *target = NULL;
@@ -404,6 +489,7 @@ static void fixture_pair(g4_backend *be, const char *target_name, const char *dr
         replay_transformers_calls(drafter_name, target, a, &ref);
         first_round_and_forced_verify(drafter_name, target, a, &ref);
         assisted_equals_greedy(drafter_name, target, a, &ref);
+        if (!strcmp(drafter_name, "dense-assistant")) sampled_verification(drafter_name, target, a, &ref);
         fixture_ref_close(&ref);
     }
     g4_assistant_release(a);
