@@ -54,6 +54,17 @@ for prompt in ("And God said", "Who is the king of glory?"):
     check("draft 3:" in drafted.stderr and "accepted a round" in drafted.stderr and "by position" in drafted.stderr,
           "run --draft reports mean accepted length and per-position acceptance: %r" % drafted.stderr.strip())
 
+# chat: two turns (the second reuses the cache the first left after its rollbacks)
+turns = "Hello, who are you?\nTell me about the sea.\n"
+plain = subprocess.run([BIN, "chat", "-m", MODEL, "--temp", "0", "-n", "40"], input=turns, capture_output=True,
+                       text=True)
+drafted = subprocess.run([BIN, "chat", "-m", MODEL, "--temp", "0", "-n", "40", "--draft", DRAFTER, "--draft-max", "3"],
+                         input=turns, capture_output=True, text=True)
+check(plain.returncode == 0 and drafted.returncode == 0 and plain.stdout.strip(),
+      "chat --draft runs (%s)" % drafted.stderr[-300:])
+check(plain.stdout == drafted.stdout, "chat --draft prints what plain chat prints over two turns")
+check(drafted.stderr.count("draft 3:") == 2, "chat --draft reports the acceptance of each reply: %r" % drafted.stderr)
+
 # sampling through the drafter (the model's default temperature 0.8): runs, reproducible for a seed
 a = run("run", "-m", MODEL, "-p", "And God said", "-n", "32", "--seed", "7", "--draft", DRAFTER, "--draft-max", "2")
 b = run("run", "-m", MODEL, "-p", "And God said", "-n", "32", "--seed", "7", "--draft", DRAFTER, "--draft-max", "2")
