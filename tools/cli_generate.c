@@ -6,6 +6,7 @@
 
 #include "base/file.h"
 #include "cli_common.h"
+#include "cli_draft.h"
 
 void cli_sampling_usage(FILE *f) {
     fprintf(f, "  -n N              at most N new tokens (default 512)\n"
@@ -152,6 +153,8 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
     soft.n = p->media.n - first;
     soft.rows = rows;
     soft.embeds = p->media.n ? p->media.embeds + (size_t)first * c->model->config.text.hidden_size : NULL;
+    g4_speculative *spec = NULL;
+    if (st == G4_OK && o->draft) st = g4_speculative_create(s, o->draft, o->draft_max, &spec);
     double t0 = g4_now_seconds();
     r->n_prompt = p->n_ids - from;
     /* each evaluation chooses its next token: from the row's largest logits
@@ -159,15 +162,23 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
     g4_sample sample;
     if (st == G4_OK && r->n_prompt <= 0)
         st = g4_fail(G4_ERR_INVALID_ARGUMENT, "nothing to evaluate: the prompt is already in the session");
-    if (st == G4_OK)
+    if (st == G4_OK && spec)
+        st = g4_speculative_prefill(spec, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, sampler, &sample.token);
+    else if (st == G4_OK)
         st = g4_session_eval_sample(s, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, sampler, logits, &sample);
     r->prefill_seconds = g4_now_seconds() - t0;
+    /* the cache length plain decoding would have now: speculation runs ahead */
+    const int base_length = g4_session_length(s);
+    /* speculation: the tokens of the last round still to emit; all but its
+     * last were accepted by the sampler in the round */
+    int32_t queue[G4_DRAFT_MAX + 1];
+    int queued = 0, next_in_queue = 0, accepted_already = 0;
     text_router tr = {.in_reasoning = p->starts_in_reasoning, .show_reasoning = o->show_reasoning};
     const int32_t open_id = g4_tokenizer_token_id(c->tokenizer, "<|channel>");
     const int32_t close_id = g4_tokenizer_token_id(c->tokenizer, "<channel|>");
     t0 = g4_now_seconds();
     while (st == G4_OK && r->n_generated < o->max_tokens && !(interrupt && *interrupt)) {
-        st = g4_sampler_accept(sampler, sample.token);
+        if (!accepted_already) st = g4_sampler_accept(sampler, sample.token);
         if (st != G4_OK) break;
         int32_t tok = sample.token;
         int stop = 0;
@@ -187,8 +198,19 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
         } else if (g4_detokenizer_push(detok, tok, &text, &len) == G4_OK) {
             route_text(&tr, text, len);
         }
-        if (r->n_generated == o->max_tokens || g4_session_length(s) + 1 >= s->opt.n_ctx) break;
-        st = g4_session_eval_sample(s, &tok, 1, NULL, sampler, logits, &sample);
+        if (r->n_generated == o->max_tokens || base_length + r->n_generated >= s->opt.n_ctx) break;
+        if (!spec) {
+            st = g4_session_eval_sample(s, &tok, 1, NULL, sampler, logits, &sample);
+            continue;
+        }
+        if (next_in_queue == queued) {
+            st = g4_speculative_step(spec, tok, sampler, o->max_tokens - r->n_generated, queue, &queued);
+            next_in_queue = 0;
+        }
+        if (st == G4_OK) {
+            sample.token = queue[next_in_queue++];
+            accepted_already = next_in_queue < queued;
+        }
     }
     const char *text;
     size_t len;
@@ -197,6 +219,12 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
     r->interrupted = interrupt && *interrupt;
     fputc('\n', stdout);
     fflush(stdout);
+    if (spec) {
+        r->drafted = 1;
+        r->draft_max = o->draft_max;
+        r->draft_stats = *g4_speculative_get_stats(spec);
+        g4_speculative_free(spec);
+    }
     g4_detokenizer_free(detok);
     g4_sampler_free(sampler);
     free(rows);
@@ -205,7 +233,10 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
 }
 
 void cli_print_stats(const cli_generate_result *r) {
-    fprintf(stderr, "[prompt %d tokens, %.1f tok/s | %d tokens, %.1f tok/s%s]\n", r->n_prompt,
+    char draft[256] = "";
+    if (r->drafted) cli_format_draft_stats(&r->draft_stats, r->draft_max, draft, sizeof draft);
+    fprintf(stderr, "[prompt %d tokens, %.1f tok/s | %d tokens, %.1f tok/s%s%s]\n", r->n_prompt,
             r->prefill_seconds > 0 ? r->n_prompt / r->prefill_seconds : 0.0, r->n_generated,
-            r->decode_seconds > 0 ? r->n_generated / r->decode_seconds : 0.0, r->interrupted ? ", interrupted" : "");
+            r->decode_seconds > 0 ? r->n_generated / r->decode_seconds : 0.0, draft,
+            r->interrupted ? ", interrupted" : "");
 }

@@ -12,6 +12,7 @@
 #include "runtime/prompt.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 
 typedef struct {
     g4_sampler_params sampling;
@@ -19,6 +20,8 @@ typedef struct {
     int max_tokens;
     int show_reasoning; /* print the thought channel to stderr */
     int quiet_stats;    /* no timing line */
+    const g4_assistant *draft; /* speculative decoding with this drafter (greedy only), or NULL */
+    int draft_max;             /* drafts a round */
 } cli_generate_options;
 
 typedef struct {
@@ -28,6 +31,9 @@ typedef struct {
     int interrupted;        /* stopped by Ctrl-C */
     int hit_stop;           /* ended with a stop token */
     int32_t *ids;           /* generated ids (malloc'd) */
+    int drafted;            /* speculative decoding ran: */
+    int draft_max;
+    g4_speculative_stats draft_stats;
 } cli_generate_result;
 
 /* Parses the sampling/generation flags common to run and chat at argv[*i];
@@ -44,7 +50,8 @@ void cli_sampling_usage(FILE *f);
 g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int from, const cli_generate_options *o,
                        volatile sig_atomic_t *interrupt, cli_generate_result *r);
 
-/* "[prompt 42 tokens, 350.2 tok/s | 17 tokens, 25.3 tok/s]" to stderr. */
+/* "[prompt 42 tokens, 350.2 tok/s | 17 tokens, 25.3 tok/s]" to stderr, with the
+ * drafts' acceptance after speculative decoding. */
 void cli_print_stats(const cli_generate_result *r);
 
 #endif

@@ -11,7 +11,9 @@
 #include "base/file.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cpu/cpu_probe.h"
+#include "bench_draft.h"
 #include "cli_common.h"
+#include "cli_draft.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
 
@@ -23,6 +25,8 @@ static void usage(FILE *f) {
             "                    [-d 0]   (decode after this many tokens of context, prefilled untimed)\n"
             "                    [--ctx N]   (session positions; default max(p, d + n) + 8)\n"
             "                    [--streams 1,8,32]   (aggregate decode of concurrent streams, batched)\n"
+            "                    [--draft DIR [--draft-max N] [--draft-prompt TEXT]]   (greedy decoding of the\n"
+            "                    prompt with and without speculation by an MTP drafter: tg tokens/s of each)\n"
             "  NAME: e2b, e4b, 26b-a4b, 31b or 12b (full-size, random weights; real release configs)\n");
 }
 
@@ -107,6 +111,8 @@ int cmd_bench(int argc, char **argv) {
                *ctx_text = NULL;
     int json = 0;
     g4_precision precision = G4_PRECISION_FAST;
+    cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
+    const char *draft_prompt = "In the beginning God created the heaven and the earth.";
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) ||
@@ -117,7 +123,9 @@ int cmd_bench(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
             (r = cli_precision_option(argc, argv, &i, &precision)) ||
             (r = cli_option(argc, argv, &i, "--streams", &streams_text)) ||
-            (r = cli_option(argc, argv, &i, "-d", &depth_text)) || (r = cli_option(argc, argv, &i, "--ctx", &ctx_text))) {
+            (r = cli_option(argc, argv, &i, "-d", &depth_text)) || (r = cli_option(argc, argv, &i, "--ctx", &ctx_text)) ||
+            (r = cli_draft_option(argc, argv, &i, &draft)) ||
+            (r = cli_option(argc, argv, &i, "--draft-prompt", &draft_prompt))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--json")) {
             json = 1;
@@ -306,6 +314,7 @@ int cmd_bench(int argc, char **argv) {
                    model->path, streams[k], tps, tps / streams[k], base > 0 ? tps / base : 0.0);
     }
     free(streams);
+    if (rc == 0 && draft.dir) rc = bench_draft(model, &draft, draft_prompt, (int)(tg > 1 ? tg : 2), (int)reps, json);
     cli_close_model(be, model);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_draft.h"
 #include "cli_generate.h"
 #include "cli_media.h"
 #include "text/reply_decode.h"
@@ -30,6 +31,7 @@ static void usage(FILE *f) {
                "/reset starts over, /exit (or end of input) quits; Ctrl-C stops a reply.\n");
     fputs(cli_precision_help, f);
     cli_sampling_usage(f);
+    cli_draft_usage(f);
 }
 
 static char *read_line(int tty) {
@@ -70,6 +72,7 @@ int cmd_chat(int argc, char **argv) {
     g4_precision precision = G4_PRECISION_FAST;
     cli_generate_options go = {.max_tokens = 1024, .show_reasoning = 1};
     g4_sampler_params_default(&go.sampling);
+    cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--system", &system)) ||
@@ -78,7 +81,7 @@ int cmd_chat(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--ctx", &ctx_text))) {
             if (r < 0) return 2;
-        } else if ((r = cli_sampling_option(argc, argv, &i, &go))) {
+        } else if ((r = cli_sampling_option(argc, argv, &i, &go)) || (r = cli_draft_option(argc, argv, &i, &draft))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--think")) {
             think = 1;
@@ -106,10 +109,18 @@ int cmd_chat(int argc, char **argv) {
         return 1;
     }
     cli_sampling_resolve(&go, &c->generation);
+    g4_assistant *drafter = NULL;
+    if (draft.dir && cli_open_draft(&draft, c->model, &drafter) != 0) {
+        g4_context_close(c);
+        return 1;
+    }
+    go.draft = drafter;
+    go.draft_max = draft.draft_max;
     g4_session *s;
     g4_session_options so = {.n_ctx = (int)n_ctx};
     if (g4_session_create(c->model, &so, &s) != G4_OK) {
         fprintf(stderr, "gemma4 chat: %s\n", g4_error_message());
+        g4_assistant_release(drafter);
         g4_context_close(c);
         return 1;
     }
@@ -217,6 +228,7 @@ int cmd_chat(int argc, char **argv) {
     cli_media_free(&pending);
     cli_media_free(&all_media);
     g4_session_destroy(s);
+    g4_assistant_release(drafter);
     g4_context_close(c);
     return rc;
 }

@@ -5,24 +5,72 @@
 #include <stdlib.h>
 
 #include "cli_common.h"
+#include "cli_draft.h"
 #include "runtime/session.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 generate -m DIR --ids 2,17,33,... -n N [--ignore-eos] [--threads N]\n"
-               "                       [--device cpu|cuda|cuda:N] [--precision exact|fast]\n");
+               "                       [--device cpu|cuda|cuda:N] [--precision exact|fast]\n"
+               "                       [--draft DIR [--draft-max N]]\n");
+    cli_draft_usage(f);
+}
+
+static int is_eos(const g4_model *m, int32_t id) {
+    for (int k = 0; k < m->config.tokens.n_eos; k++)
+        if (id == m->config.tokens.eos_ids[k]) return 1;
+    return 0;
+}
+
+/* The same greedy ids through speculative decoding (argmax rows: a greedy
+ * sampler without processors); the drafts' acceptance to stderr. */
+static g4_status generate_drafted(g4_session *s, const g4_assistant *drafter, int draft_max, const int32_t *ids,
+                                  int n, int n_new, int ignore_eos, int32_t *out, int *n_out) {
+    *n_out = 0;
+    if (n_new == 0) return G4_OK;
+    g4_speculative *sp = NULL;
+    g4_sampler *sampler = NULL;
+    g4_sampler_params params;
+    g4_sampler_params_default(&params);
+    g4_status st = g4_speculative_create(s, drafter, draft_max, &sp);
+    if (st == G4_OK) st = g4_sampler_create(s->model->config.text.vocab_size, &params, &sampler);
+    int32_t tok = -1, round[G4_DRAFT_MAX + 1];
+    if (st == G4_OK) st = g4_speculative_prefill(sp, ids, n, NULL, sampler, &tok);
+    int done = 0;
+    if (st == G4_OK) {
+        out[(*n_out)++] = tok;
+        done = (is_eos(s->model, tok) && !ignore_eos) || *n_out == n_new;
+    }
+    while (st == G4_OK && !done) {
+        int k = 0;
+        st = g4_sampler_accept(sampler, tok);
+        if (st == G4_OK) st = g4_speculative_step(sp, tok, sampler, n_new - *n_out, round, &k);
+        for (int i = 0; st == G4_OK && i < k && !done; i++) {
+            out[(*n_out)++] = tok = round[i];
+            done = (is_eos(s->model, tok) && !ignore_eos) || *n_out == n_new;
+        }
+    }
+    if (sp) {
+        char line[256];
+        cli_format_draft_stats(g4_speculative_get_stats(sp), draft_max, line, sizeof line);
+        fprintf(stderr, "[%d tokens%s]\n", *n_out, line);
+    }
+    g4_sampler_free(sampler);
+    g4_speculative_free(sp);
+    return st;
 }
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *ids_text = NULL, *count_text = "16", *threads_text = NULL, *device = NULL;
     int ignore_eos = 0;
     g4_precision precision = G4_PRECISION_EXACT;
+    cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--ids", &ids_text)) ||
             (r = cli_option(argc, argv, &i, "-n", &count_text)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision))) {
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_draft_option(argc, argv, &i, &draft))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--ignore-eos")) {
             ignore_eos = 1;
@@ -57,6 +105,12 @@ int cmd_generate(int argc, char **argv) {
         return 1;
     }
     be->ops->set_precision(be, precision);
+    g4_assistant *drafter = NULL;
+    if (draft.dir && cli_open_draft(&draft, model, &drafter) != 0) {
+        free(ids);
+        cli_close_model(be, model);
+        return 1;
+    }
     g4_session_options opt = {.n_ctx = n + (int)n_new + 1};
     g4_session *s = NULL;
     int32_t *out = malloc((size_t)(n_new + 1) * sizeof *out);
@@ -66,17 +120,19 @@ int cmd_generate(int argc, char **argv) {
     float top_value;
     double lse;
     g4_status st = out ? g4_session_create(model, &opt, &s) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    if (st == G4_OK && n_new > 0) st = g4_session_eval_top(s, ids, n, NULL, 1, &next, &top_value, &lse);
-    while (st == G4_OK && n_out < n_new) {
-        if (isnan(lse)) {
-            st = g4_fail(G4_ERR_INTERNAL, "the logits hold NaN");
-            break;
+    if (st == G4_OK && drafter) {
+        st = generate_drafted(s, drafter, draft.draft_max, ids, n, (int)n_new, ignore_eos, out, &n_out);
+    } else {
+        if (st == G4_OK && n_new > 0) st = g4_session_eval_top(s, ids, n, NULL, 1, &next, &top_value, &lse);
+        while (st == G4_OK && n_out < n_new) {
+            if (isnan(lse)) {
+                st = g4_fail(G4_ERR_INTERNAL, "the logits hold NaN");
+                break;
+            }
+            out[n_out++] = next;
+            if ((is_eos(model, next) && !ignore_eos) || n_out == n_new) break;
+            st = g4_session_eval_top(s, &next, 1, NULL, 1, &next, &top_value, &lse);
         }
-        out[n_out++] = next;
-        int is_eos = 0;
-        for (int k = 0; k < model->config.tokens.n_eos; k++) is_eos |= next == model->config.tokens.eos_ids[k];
-        if ((is_eos && !ignore_eos) || n_out == n_new) break;
-        st = g4_session_eval_top(s, &next, 1, NULL, 1, &next, &top_value, &lse);
     }
     if (st == G4_OK) {
         for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
@@ -88,6 +144,7 @@ int cmd_generate(int argc, char **argv) {
     g4_session_destroy(s);
     free(out);
     free(ids);
+    g4_assistant_release(drafter);
     cli_close_model(be, model);
     return rc;
 }

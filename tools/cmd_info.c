@@ -4,15 +4,55 @@
 
 #include "base/file.h"
 #include "cli_common.h"
+#include "cli_draft.h"
+#include "io/config.h"
+#include "io/hub.h"
+
+/* gemma4 info -m DRAFTER: a drafter alone (no target to check it against). */
+static int describe_drafter_alone(const char *dir, const char *device) {
+    g4_backend *be;
+    if (cli_create_backend(device, 0, &be) != 0) return 1;
+    g4_assistant *a = NULL;
+    g4_status st = g4_assistant_load_dir(dir, be, &a);
+    int rc = 0;
+    if (st == G4_OK) {
+        char *text = g4_assistant_describe(a);
+        if (text) fputs(text, stdout);
+        free(text);
+        printf("  (run it with its target: gemma4 info -m TARGET --draft %s)\n", dir);
+    } else {
+        fprintf(stderr, "gemma4: cannot load drafter: %s\n", g4_error_message());
+        rc = 1;
+    }
+    g4_assistant_release(a);
+    g4_backend_destroy(be);
+    return rc;
+}
+
+/* Whether the folder holds an MTP drafter (its config says so). */
+static int is_drafter_dir(const char *path) {
+    char *dir = NULL;
+    g4_config c;
+    int drafter = 0;
+    if (g4_resolve_model_path(path, &dir) == G4_OK && g4_config_load(dir, &c) == G4_OK) {
+        drafter = c.assistant.present;
+        g4_config_free(&c);
+    }
+    free(dir);
+    g4_error_clear();
+    return drafter;
+}
 
 int cmd_info(int argc, char **argv) {
     const char *model_path = NULL, *device = NULL;
+    cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
     for (int i = 1; i < argc; i++) {
         int r;
-        if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--device", &device))) {
+        if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--device", &device)) ||
+            (r = cli_draft_option(argc, argv, &i, &draft))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
-            printf("usage: gemma4 info -m DIR [--device cpu|cuda|cuda:N]\n");
+            printf("usage: gemma4 info -m DIR [--device cpu|cuda|cuda:N] [--draft DRAFTER]\n");
             return 0;
         } else {
             fprintf(stderr, "gemma4 info: unknown argument '%s'\n", argv[i]);
@@ -23,12 +63,26 @@ int cmd_info(int argc, char **argv) {
         fprintf(stderr, "usage: gemma4 info -m DIR [--device cpu|cuda|cuda:N]\n");
         return 2;
     }
+    if (!draft.dir && is_drafter_dir(model_path)) return describe_drafter_alone(model_path, device);
     g4_backend *be;
     g4_model *model;
     if (cli_open_model_on(model_path, device, 0, &be, &model) != 0) return 1;
     char *text = g4_model_describe(model);
     if (text) fputs(text, stdout);
     free(text);
+    if (draft.dir) {
+        g4_assistant *a = NULL;
+        if (cli_open_draft(&draft, model, &a) != 0) {
+            cli_close_model(be, model);
+            return 1;
+        }
+        text = g4_assistant_describe(a);
+        if (text) fputs(text, stdout);
+        free(text);
+        printf("  attached: its sliding layers read the target's layer %d, its full layers layer %d\n",
+               a->target_layer[G4_LAYER_SLIDING], a->target_layer[G4_LAYER_FULL]);
+        g4_assistant_release(a);
+    }
     size_t anon, file;
     g4_current_rss_split(&anon, &file);
     printf("memory       peak RSS %.1f MiB after loading (now %.1f MiB private, %.1f MiB mapped from files)\n",

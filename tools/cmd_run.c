@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "cli_draft.h"
 #include "cli_generate.h"
 #include "cli_media.h"
 
@@ -22,6 +23,7 @@ static void usage(FILE *f) {
                "  --device cpu|cuda --threads N\n");
     fputs(cli_precision_help, f);
     cli_sampling_usage(f);
+    cli_draft_usage(f);
 }
 
 void cli_no_model_hint(void) {
@@ -41,6 +43,7 @@ int cmd_run(int argc, char **argv) {
     cli_generate_options go = {.max_tokens = 512, .show_reasoning = 1};
     g4_sampler_params_default(&go.sampling);
     cli_media media = {0};
+    cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "-p", &prompt)) ||
@@ -50,7 +53,7 @@ int cmd_run(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--ctx", &ctx_text)) || (r = cli_media_option(argc, argv, &i, &media))) {
             if (r < 0) goto usage_error;
-        } else if ((r = cli_sampling_option(argc, argv, &i, &go))) {
+        } else if ((r = cli_sampling_option(argc, argv, &i, &go)) || (r = cli_draft_option(argc, argv, &i, &draft))) {
             if (r < 0) goto usage_error;
         } else if (cli_flag(argv, i, "--think")) {
             think = 1;
@@ -88,6 +91,14 @@ int cmd_run(int argc, char **argv) {
         return 1;
     }
     cli_sampling_resolve(&go, &c->generation);
+    g4_assistant *drafter = NULL;
+    if (draft.dir && cli_open_draft(&draft, c->model, &drafter) != 0) {
+        g4_context_close(c);
+        cli_media_free(&media);
+        return 1;
+    }
+    go.draft = drafter;
+    go.draft_max = draft.draft_max;
     g4_prompt p = {0};
     if (raw) {
         size_t len = strlen(prompt);
@@ -127,6 +138,7 @@ int cmd_run(int argc, char **argv) {
     free(res.ids);
     g4_session_destroy(s);
     g4_prompt_free(c, &p);
+    g4_assistant_release(drafter);
     g4_context_close(c);
     cli_media_free(&media);
     return rc;

@@ -152,7 +152,8 @@ static g4_status check_per_layer_config(const cJSON *plc, int n_layers, const ch
     return G4_OK;
 }
 
-static g4_status parse_text(json_reader *r, const cJSON *t, g4_text_config *tc) {
+/* assistant: the text stack of an MTP drafter (all layers KV-shared with the target). */
+static g4_status parse_text(json_reader *r, const cJSON *t, int assistant, g4_text_config *tc) {
     const char *label = r->label;
     r->section = "text_config";
     tc->vocab_size = get_int(r, t, "vocab_size", 262144);
@@ -196,9 +197,22 @@ static g4_status parse_text(json_reader *r, const cJSON *t, g4_text_config *tc) 
     if (tc->hidden_size > 65536 || tc->head_dim > 4096 || tc->n_heads > 1024 || tc->vocab_size > (1 << 24) ||
         tc->intermediate_size > (1 << 20))
         return g4_fail(G4_ERR_FORMAT, "%s: text config sizes are implausibly large", label);
-    if (tc->n_kv_shared < 0 || tc->n_kv_shared >= L)
+    if (assistant) {
+        /* transformers' Gemma4AssistantConfig: 0 means all, and the
+         * architecture checks of validate_architecture */
+        if (tc->n_kv_shared == 0) tc->n_kv_shared = L;
+        if (tc->n_kv_shared != L)
+            return g4_fail(G4_ERR_FORMAT, "%s: an assistant's num_kv_shared_layers=%d must equal num_hidden_layers=%d",
+                           label, tc->n_kv_shared, L);
+        if (tc->ple_dim != 0 || tc->moe || double_wide)
+            return g4_fail(G4_ERR_FORMAT,
+                           "%s: an assistant has no per-layer inputs, MoE block or double-wide MLP "
+                           "(hidden_size_per_layer_input=%d, enable_moe_block=%d, use_double_wide_mlp=%d)",
+                           label, tc->ple_dim, tc->moe, double_wide);
+    } else if (tc->n_kv_shared < 0 || tc->n_kv_shared >= L) {
         return g4_fail(G4_ERR_FORMAT, "%s: num_kv_shared_layers=%d must be in [0, %d)", label,
                        tc->n_kv_shared, L);
+    }
     if (tc->sliding_window <= 0)
         return g4_fail(G4_ERR_FORMAT, "%s: sliding_window must be positive", label);
     if (tc->max_position <= 0)
@@ -292,7 +306,7 @@ static g4_status parse_text(json_reader *r, const cJSON *t, g4_text_config *tc) 
             return g4_fail(G4_ERR_UNSUPPORTED, "%s: partial rotary factor on default RoPE is not supported",
                            label);
         lc->kv_donor = -1;
-        if (tc->n_kv_shared > 0 && i >= first_shared) {
+        if (!assistant && tc->n_kv_shared > 0 && i >= first_shared) {
             for (int j = first_shared - 1; j >= 0; j--)
                 if (tc->layers[j].kind == lc->kind) {
                     lc->kv_donor = j;
@@ -523,6 +537,28 @@ static g4_status parse_tokens(json_reader *r, const cJSON *root, const cJSON *te
     return r->status;
 }
 
+/* The drafter's top-level fields (defaults as transformers' config classes). */
+static g4_status parse_assistant(json_reader *r, const cJSON *root, int default_backbone, g4_assistant_config *ac) {
+    r->section = "config";
+    ac->present = 1;
+    ac->backbone_hidden_size = get_int(r, root, "backbone_hidden_size", default_backbone);
+    ac->ordered_embeddings = get_bool(r, root, "use_ordered_embeddings", 0);
+    ac->n_centroids = get_int(r, root, "num_centroids", 2048);
+    ac->centroid_top_k = get_int(r, root, "centroid_intermediate_top_k", 32);
+    if (r->status != G4_OK) return r->status;
+    if (ac->backbone_hidden_size <= 0 || ac->backbone_hidden_size > 65536)
+        return g4_fail(G4_ERR_FORMAT, "%s: backbone_hidden_size=%d must be in [1, 65536]", r->label,
+                       ac->backbone_hidden_size);
+    if (ac->ordered_embeddings &&
+        (ac->n_centroids <= 0 || ac->centroid_top_k <= 0 || ac->centroid_top_k > ac->n_centroids ||
+         ac->centroid_top_k > G4_TOP_CENTROIDS_MAX))
+        return g4_fail(G4_ERR_FORMAT,
+                       "%s: use_ordered_embeddings needs num_centroids > 0 and 0 < centroid_intermediate_top_k <= "
+                       "min(num_centroids, %d) (have %d, %d)",
+                       r->label, G4_TOP_CENTROIDS_MAX, ac->n_centroids, ac->centroid_top_k);
+    return G4_OK;
+}
+
 g4_status g4_config_parse(const char *json, size_t len, const char *label, g4_config *out) {
     memset(out, 0, sizeof *out);
     cJSON *root = cJSON_ParseWithLength(json, len);
@@ -548,17 +584,27 @@ g4_status g4_config_parse(const char *json, size_t len, const char *label, g4_co
         }
     } else if (!strcmp(type, "gemma4_text") || !strcmp(type, "gemma4_unified_text")) {
         text = root;
+    } else if (!strcmp(type, "gemma4_assistant") || !strcmp(type, "gemma4_unified_assistant")) {
+        text = field(root, "text_config");
+        if (!text || !cJSON_IsObject(text)) {
+            st = g4_fail(G4_ERR_FORMAT, "%s: model_type %s needs a text_config object", label, type);
+            goto done;
+        }
+        st = parse_assistant(&r, root, !strcmp(type, "gemma4_assistant") ? 1536 : 3840, &out->assistant);
+        if (st != G4_OK) goto done;
     } else {
         st = g4_fail(G4_ERR_UNSUPPORTED,
                      "%s: model_type '%s' is not a Gemma 4 model (expected gemma4, gemma4_text, "
-                     "gemma4_unified or gemma4_unified_text)",
+                     "gemma4_unified, gemma4_unified_text, gemma4_assistant or gemma4_unified_assistant)",
                      label, type);
         goto done;
     }
-    out->unified = !strncmp(type, "gemma4_unified", 14);
-    st = parse_text(&r, text, &out->text);
+    out->unified = !strncmp(type, "gemma4_unified", 14) && !out->assistant.present;
+    st = parse_text(&r, text, out->assistant.present, &out->text);
     if (st != G4_OK) goto done;
-    if (out->unified) {
+    if (out->assistant.present) {
+        /* no towers of its own: the target embeds images and audio */
+    } else if (out->unified) {
         /* The 12B has no PLE and no MoE even if BC keys say otherwise. */
         out->text.ple_dim = 0;
         out->text.moe = 0;

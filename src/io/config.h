@@ -1,5 +1,6 @@
 /* config.json -> plain structs. Accepts `gemma4` (text under text_config,
  * with vision/audio configs), `gemma4_text`, and `gemma4_unified(_text)`;
+ * the MTP drafters `gemma4_assistant` and `gemma4_unified_assistant`;
  * both encodings of the global layers (per_layer_config, or
  * global_head_dim + num_global_key_value_heads); MLX `quantization` blocks.
  * The per-layer plan (head size, KV heads, KV donor, MLP width) is derived
@@ -11,6 +12,8 @@
 
 #define G4_MAX_EOS_IDS 8
 #define G4_MAX_SUPPRESS_IDS 64
+/* The most centroids a drafter's sparse LM head may keep (the backend's top_logits limit). */
+#define G4_TOP_CENTROIDS_MAX 1024
 
 typedef enum { G4_LAYER_SLIDING = 0, G4_LAYER_FULL = 1 } g4_layer_kind;
 
@@ -105,6 +108,17 @@ typedef struct {
     int audio_id, boa_id, eoa_id;
 } g4_token_ids;
 
+/* An MTP drafter's own fields (gemma4_assistant, gemma4_unified_assistant;
+ * SPEC-gemma4-unified-assistant B2). Its text config describes a stack whose
+ * every layer reads the target's K/V: n_kv_shared == n_layers there, and
+ * kv_donor stays -1 (the donors are the target's layers, chosen on attach). */
+typedef struct {
+    int present;
+    int backbone_hidden_size;  /* the target's hidden size */
+    int ordered_embeddings;    /* centroid LM head (use_ordered_embeddings) */
+    int n_centroids, centroid_top_k;
+} g4_assistant_config;
+
 typedef struct {
     char model_type[48]; /* top-level model_type */
     int unified;         /* gemma4_unified family */
@@ -115,6 +129,7 @@ typedef struct {
     g4_unified_config unified_mm;
     g4_token_ids tokens;
     g4_quant_config quant;
+    g4_assistant_config assistant;
 } g4_config;
 
 /* Parses config.json text. `label` names the source in errors. */

@@ -210,6 +210,11 @@ g4_status g4_model_load_dir(const char *dir, g4_backend *be, g4_model **out) {
     g4_status st = m->path ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == G4_OK && !g4_is_directory(dir)) st = g4_fail(G4_ERR_NOT_FOUND, "%s: not a model directory", dir);
     if (st == G4_OK) st = g4_config_load(dir, &m->config);
+    if (st == G4_OK && m->config.assistant.present)
+        st = g4_fail(G4_ERR_UNSUPPORTED,
+                     "%s: a %s is an MTP drafter, not a model of its own: load it beside its target "
+                     "(--draft %s)",
+                     dir, m->config.model_type, dir);
     if (st == G4_OK) st = g4_st_open(dir, &m->tensors);
     if (st == G4_OK) {
         m->text_prefix = detect_text_prefix(m->tensors);

@@ -543,6 +543,8 @@ g4_status g4_sampler_candidates(g4_sampler *s, const float *logits, int32_t *ids
  * HF), and a tie run that ends inside the list is seen whole. */
 #define TOP_K_EDGE_MARGIN 4
 
+int g4_sampler_is_greedy(const g4_sampler *s) { return s->p.temperature <= 0; }
+
 int g4_sampler_candidates_needed(const g4_sampler *s) {
     const g4_sampler_params *p = &s->p;
     /* Logit bias, penalties and suppressed tokens (steps 1-4) move logits

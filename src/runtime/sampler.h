@@ -110,6 +110,10 @@ g4_status g4_sampler_sample(g4_sampler *s, const float *logits, g4_sample *out);
  * entries. Does not advance the random stream. For tests and tools. */
 g4_status g4_sampler_candidates(g4_sampler *s, const float *logits, int32_t *ids, double *probs, size_t *n);
 
+/* 1 when the sampler decodes greedily (temperature <= 0): it then draws no
+ * random numbers and its choice is a function of the logits and history. */
+int g4_sampler_is_greedy(const g4_sampler *s);
+
 /* Choosing from the row's largest logits only (the backend's top_logits
  * op, so that a decode step copies k pairs to the host instead of the row).
  *

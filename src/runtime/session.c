@@ -95,7 +95,7 @@ typedef struct {
 } candidates_out;
 
 static g4_status eval(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, g4_logits_mode mode,
-                      float *logits, const candidates_out *cand) {
+                      float *logits, const candidates_out *cand, float *hidden) {
     const g4_model *m = s->model;
     const int V = m->config.text.vocab_size;
     const g4_token_ids *tk = &m->config.tokens;
@@ -172,11 +172,13 @@ static g4_status eval(g4_session *s, const int32_t *ids, int n, const g4_soft_to
             b.n_logit_rows = len;
             b.logit_rows = rows;
             b.logits = logits + (size_t)start * V;
+            if (hidden) b.hidden_out = hidden + (size_t)start * m->config.text.hidden_size;
         } else if (mode == G4_LOGITS_LAST && last_chunk) {
             rows[0] = len - 1;
             b.n_logit_rows = 1;
             b.logit_rows = rows;
             b.logits = logits;
+            b.hidden_out = hidden;
             if (cand) {
                 b.n_candidates = cand->k;
                 b.cand_ids = cand->ids;
@@ -200,7 +202,13 @@ static g4_status eval(g4_session *s, const int32_t *ids, int n, const g4_soft_to
 
 g4_status g4_session_eval(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, g4_logits_mode mode,
                           float *logits) {
-    return eval(s, ids, n, soft, mode, logits, NULL);
+    return eval(s, ids, n, soft, mode, logits, NULL, NULL);
+}
+
+g4_status g4_session_eval_hidden(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                                 g4_logits_mode mode, float *logits, float *hidden) {
+    if (mode == G4_LOGITS_NONE) return g4_fail(G4_ERR_INVALID_ARGUMENT, "hidden states come with logit rows");
+    return eval(s, ids, n, soft, mode, logits, NULL, hidden);
 }
 
 g4_status g4_session_eval_top(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, int k,
@@ -208,7 +216,7 @@ g4_status g4_session_eval_top(g4_session *s, const int32_t *ids, int n, const g4
     if (k <= 0 || k > G4_TOP_LOGITS_MAX_K)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "%d candidates asked (1..%d)", k, G4_TOP_LOGITS_MAX_K);
     candidates_out c = {k, cand_ids, cand_values, lse};
-    return eval(s, ids, n, soft, G4_LOGITS_LAST, NULL, &c);
+    return eval(s, ids, n, soft, G4_LOGITS_LAST, NULL, &c, NULL);
 }
 
 g4_status g4_session_last_logits(g4_session *s, float *logits) { return g4_text_scratch_logits(s->scratch, 0, logits); }

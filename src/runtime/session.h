@@ -61,6 +61,12 @@ int g4_session_length(const g4_session *s);
 g4_status g4_session_eval(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, g4_logits_mode mode,
                           float *logits);
 
+/* g4_session_eval that also returns the final-normed hidden states (host
+ * [rows][hidden_size]) of the rows `mode` asks for (LAST or ALL): what an
+ * MTP drafter takes from its target. */
+g4_status g4_session_eval_hidden(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                                 g4_logits_mode mode, float *logits, float *hidden);
+
 /* Like g4_session_eval with G4_LOGITS_LAST, but of the last row only the
  * k (1..G4_TOP_LOGITS_MAX_K) largest logits (host cand_ids[k],
  * cand_values[k], ordered by value descending, equal values by ascending

@@ -11,6 +11,7 @@
 
 #include "base/file.h"
 #include "io/safetensors.h"
+#include "model/assistant.h"
 #include "model/model.h"
 #include "runtime/session.h"
 #include "test_util.h"
@@ -129,6 +130,67 @@ static void expect_load_error(const char *what, const char *dir, const char *mus
         CHECK(strstr(msg, must_contain[i]) != NULL, "%s: message should mention '%s': %s", what, must_contain[i], msg);
 }
 
+static int drop_drafter_two(const char *name, g4_st_write_item *item, void *scratch) {
+    (void)item;
+    (void)scratch;
+    return strcmp(name, "pre_projection.weight") && strcmp(name, "model.layers.2.self_attn.q_norm.weight");
+}
+
+static int drafter_wrong_shapes(const char *name, g4_st_write_item *item, void *scratch) {
+    (void)scratch;
+    if (!strcmp(name, "masked_embedding.centroids.weight")) item->shape[0] /= 2; /* [32, 64] -> [16, 64] */
+    return strcmp(name, "masked_embedding.token_ordering") != 0;
+}
+
+/* A drafter load (and, with a target directory, the attach) must fail
+ * naming every item of must_contain. */
+static void expect_drafter_error(const char *what, const char *dir, const char *target_dir,
+                                 const char *must_contain[], int n_must) {
+    g4_backend *be;
+    g4_status st = g4_backend_cpu_create(0, &be);
+    g4_assistant *a = NULL;
+    g4_model *target = NULL;
+    if (st == G4_OK && target_dir) st = g4_model_load_dir(target_dir, be, &target);
+    CHECK(st == G4_OK, "%s: setup: %s", what, g4_error_message());
+    if (st == G4_OK) st = dir ? g4_assistant_load_dir(dir, be, &a) : G4_ERR_INTERNAL;
+    if (st == G4_OK && target) st = g4_assistant_attach(a, target);
+    CHECK(st != G4_OK, "%s: should fail", what);
+    const char *msg = g4_error_message();
+    printf("  %s -> %s\n", what, msg);
+    for (int i = 0; i < n_must; i++)
+        CHECK(strstr(msg, must_contain[i]) != NULL, "%s: message should mention '%s': %s", what, must_contain[i], msg);
+    g4_assistant_release(a);
+    g4_model_release(target);
+    g4_backend_destroy(be);
+}
+
+static void drafter_errors(void) {
+    char dense_a[1024], e2b_a[1024]; /* test_fixture's buffers are reused */
+    snprintf(dense_a, sizeof dense_a, "%s", test_fixture("dense-assistant"));
+    snprintf(e2b_a, sizeof e2b_a, "%s", test_fixture("e2b-assistant"));
+    const char *missing[] = {"2 problems", "pre_projection.weight", "[64, 256]", "model.layers.2.self_attn.q_norm.weight"};
+    expect_drafter_error("drafter without two tensors", make_variant(dense_a, "drafter-missing", drop_drafter_two, NULL, NULL),
+                         NULL, missing, 4);
+    const char *centroid[] = {"2 problems", "masked_embedding.centroids.weight", "[32, 64]",
+                              "masked_embedding.token_ordering"};
+    expect_drafter_error("centroid head without its ordering, centroids halved",
+                         make_variant(e2b_a, "drafter-centroids", drafter_wrong_shapes, NULL, NULL), NULL, centroid, 4);
+    const char *shared[] = {"num_kv_shared_layers=3", "must equal"};
+    expect_drafter_error("drafter with a layer of its own K/V",
+                         make_variant(dense_a, "drafter-shared", NULL, "\"num_kv_shared_layers\": 4",
+                                      "\"num_kv_shared_layers\": 3"),
+                         NULL, shared, 2);
+    const char *mismatch[] = {"does not fit", "layer 3 (full): 1 KV heads, the target's layer 2 has 2"};
+    expect_drafter_error("dense drafter on the e2b target", dense_a, test_fixture("e2b"), mismatch, 2);
+    const char *backbone[] = {"backbone_hidden_size 128, the target's hidden_size"};
+    expect_drafter_error("dense drafter on the realdims target", dense_a, test_fixture("realdims"), backbone, 1);
+    const char *target_only[] = {"not a drafter", "gemma4"};
+    expect_drafter_error("a target loaded as a drafter", test_fixture("dense"), NULL, target_only, 2);
+    /* and a drafter is no model of its own */
+    const char *as_model[] = {"MTP drafter", "--draft"};
+    expect_load_error("a drafter loaded as a model", dense_a, as_model, 2);
+}
+
 int main(void) {
     const char *dense = test_fixture("dense"), *mlx = test_fixture("dense-mlx8");
 
@@ -161,6 +223,8 @@ int main(void) {
 
     const char *bits9[] = {"9 bits"};
     expect_load_error("bits not supported", make_variant(mlx, "bits9", NULL, "\"bits\": 8", "\"bits\": 9"), bits9, 1);
+
+    drafter_errors();
 
     const char *nodir[] = {"not a model directory"};
     expect_load_error("missing directory", test_tmp_path("does-not-exist"), nodir, 1);
