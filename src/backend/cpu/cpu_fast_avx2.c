@@ -167,10 +167,13 @@ ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bi
                 hsum(total[i * T + t]) + (hsum(bias_total[i * T + t]) + bias_tail[i * T + t]);
 }
 
-/* One token: four rows at once (each x vector feeds four products, and four
- * independent sums); more tokens: a row at a time, up to 4 tokens a pass. */
+/* One token of 4-bit weights: two rows at once (each x vector feeds two
+ * products); 8-bit weights and more tokens: a row at a time (up to 4 tokens a
+ * pass), so that each thread reads one sequential stream. Four interleaved
+ * rows, measured on E2B mlx4/mlx8 decode (bench/RESULTS.md, issue 26), lost
+ * 20-30% to the memory system. */
 ALWAYS_INLINE void q8_rows(const cpu_q8_gemv_args *a, int64_t r0, int64_t r1, const int bits, const int T) {
-    const int R = T == 1 ? 4 : 1;
+    const int R = T == 1 && bits == 4 ? 2 : 1;
     const int split = bits == 4 && a->w->group_size % 64 == 0;
     int64_t r = r0;
     if (split) {
