@@ -595,8 +595,10 @@ def part_disconnect(s, client, model):
 
 def part_queue(root):
     model = os.path.join(root, "dense")
+    # exact path: the slower kernels keep the long streams below running past the 1 s grace (the fast CPU path
+    # writes 3000 tokens of this model in about a second)
     s = Server(model, "--max-seqs", "1", "--max-queue", "1", "--shutdown-grace", "1", "--idle-timeout", "2",
-               name="queue")
+               "--precision", "exact", name="queue")
     try:
         sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
         body = json.dumps({"prompt": "Hello", "max_tokens": 3000, "stream": True, "ignore_eos": True})
@@ -633,7 +635,7 @@ def part_queue(root):
 
         def long_stream():
             result["r"] = request(s.port, "POST", "/v1/completions",
-                                  {"prompt": "Hello", "max_tokens": 3000, "stream": True, "ignore_eos": True})
+                                  {"prompt": "Hello", "max_tokens": 4000, "stream": True, "ignore_eos": True})
 
         t = threading.Thread(target=long_stream)
         t.start()
