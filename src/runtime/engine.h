@@ -30,6 +30,7 @@ typedef struct {
     g4_sample sample;        /* the token and its log-probabilities */
     int is_stop_token;       /* the token is one of the stop ids (not content) */
     int n_prompt, n_generated;
+    int n_cached;            /* prompt tokens whose KV came from the prefix cache (0: all prefilled) */
     double prompt_seconds;   /* time from admission to the first token */
     g4_finish_reason finish; /* set on the last event of a request */
     const char *message;     /* with G4_FINISH_ERROR */
