@@ -35,6 +35,10 @@ static void usage(FILE *f) {
             "  --kv-blocks N           KV cache blocks of 16 positions in the shared pool\n"
             "                          (default max-seqs * ctx / 16: every sequence fits its whole context)\n"
             "  --max-queue N           requests waiting for admission before 503 (default 256)\n"
+            "  --no-prefix-cache       prefill every prompt whole (default: a prompt that starts like an earlier\n"
+            "                          prompt + reply reuses its KV; /metrics gemma4_prefix_cache_*)\n"
+            "  --cache-snapshots N     sliding-window snapshots the prefix cache keeps beyond the running\n"
+            "                          sequences (default 2 x max-seqs; each holds the window's KV)\n"
             "  --max-batch-tokens N    tokens per forward pass (default 512)\n"
             "  --max-body BYTES        request body limit (default 33554432)\n"
             "  --body-budget BYTES     request bodies held at once, all connections (default max(8 x max-body,\n"
@@ -104,16 +108,16 @@ static char *default_model_name(const char *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *device = NULL;
-    const char *v[21] = {0};
+    const char *v[22] = {0};
     enum { HOST, PORT, KEY, NAME, SEQS, CTX, BLOCKS, QUEUE, BATCH, BODY, MAXTOK, MAXPROMPT, IMAGES, AUDIO, MEDIA,
-           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET };
+           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET, SNAPSHOTS };
     static const char *const names[] = {"--host",       "--port",       "--api-key",         "--model-name",
                                         "--max-seqs",   "--ctx",        "--kv-blocks",       "--max-queue",
                                         "--max-batch-tokens", "--max-body", "--max-tokens",  "--max-prompt-tokens",
                                         "--max-images", "--max-audio",  "--allowed-media-dir", "--request-timeout",
                                         "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads",
-                                        "--body-budget"};
-    int quiet = 0, metrics_public = 0, no_special = 0;
+                                        "--body-budget", "--cache-snapshots"};
+    int quiet = 0, metrics_public = 0, no_special = 0, no_prefix_cache = 0;
     g4_precision precision = G4_PRECISION_FAST;
     for (int i = 1; i < argc; i++) {
         int r = 0;
@@ -135,6 +139,8 @@ int cmd_serve(int argc, char **argv) {
             metrics_public = 1;
         } else if (cli_flag(argv, i, "--no-special-in-content")) {
             no_special = 1;
+        } else if (cli_flag(argv, i, "--no-prefix-cache")) {
+            no_prefix_cache = 1;
         } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
             usage(stdout);
             return 0;
@@ -150,10 +156,10 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     long port = 8080, seqs = 0, ctx_len = 0, blocks = 0, queue = 0, batch = 0, body = 0, max_tok = 0, max_prompt = 0,
-         images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0, budget = 0;
+         images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0, budget = 0, snapshots = 0;
     long *nums[] = {NULL, &port, NULL, NULL, &seqs, &ctx_len, &blocks, &queue, &batch, &body, &max_tok, &max_prompt,
-                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget};
-    for (int k = 0; k < 21; k++)
+                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget, &snapshots};
+    for (int k = 0; k < 22; k++)
         if (nums[k] && parse_count(v[k], names[k], nums[k])) return 2;
     if (port > 65535) {
         fprintf(stderr, "gemma4 serve: --port must be in 0..65535\n");
@@ -199,7 +205,8 @@ int cmd_serve(int argc, char **argv) {
         if (name) sprintf(name, "synthetic-%s", synthetic);
     }
     g4_engine_options eo = {.max_seqs = (int)seqs, .n_ctx = (int)ctx_len, .kv_blocks = (int)blocks,
-                            .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads};
+                            .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads,
+                            .no_prefix_cache = no_prefix_cache, .cache_snapshots = (int)snapshots};
     g4_engine *engine = NULL;
     st = g4_engine_create(ctx->model, &eo, &engine);
     if (st == G4_OK) st = g4_engine_start(engine);

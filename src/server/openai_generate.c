@@ -33,6 +33,7 @@ typedef struct {
     int err_status;
     char err_message[300];
     int n_completion;
+    int n_cached; /* from the engine's events */
     double t_arrival, t_prev;
     /* the whole answer (non-streaming) */
     g4_strbuf content, reasoning;
@@ -183,7 +184,9 @@ static void finalize(generation *g) {
         chunk = new_chunk(g, &choice);
         cJSON_DeleteItemFromObject(chunk, "choices");
         cJSON_AddArrayToObject(chunk, "choices");
-        cJSON_ReplaceItemInObject(chunk, "usage", g4_oai_usage(g->n_prompt, g->n_completion));
+        cJSON *usage = g4_oai_usage(g->n_prompt, g->n_completion);
+        g4_oai_usage_add_cached(usage, g->n_cached);
+        cJSON_ReplaceItemInObject(chunk, "usage", usage);
         sse(g, chunk);
     }
     if (!g4_strbuf_append(&g->out, "data: [DONE]\n\n", 14)) g->oom = 1;
@@ -197,6 +200,7 @@ static void on_events(generation *g) {
     if (n_tokens) g4_metrics_tokens(g->srv->metrics, 0, n_tokens); /* as they come: rates stay current */
     for (int i = 0; i < n && !g->done; i++) {
         const g4_job_event *e = &ev[i];
+        g->n_cached = e->n_cached;
         if (e->has_token) {
             if (g->n_completion == 0) g4_metrics_first_token(g->srv->metrics, e->time - g->t_arrival);
             else g4_metrics_token_gap(g->srv->metrics, e->time - g->t_prev);
@@ -444,7 +448,9 @@ static void answer(generation *g, g4_http_reply *r) {
         cJSON_AddItemToObject(choice, "token_ids", cJSON_CreateIntArray(g->out_ids ? g->out_ids : (int32_t[]){0},
                                                                          g->n_out));
     }
-    cJSON_AddItemToObject(root, "usage", g4_oai_usage(g->n_prompt, g->n_completion));
+    cJSON *usage = g4_oai_usage(g->n_prompt, g->n_completion);
+    g4_oai_usage_add_cached(usage, g->n_cached);
+    cJSON_AddItemToObject(root, "usage", usage);
     g4_reply_json(r, 200, root);
 }
 

@@ -36,6 +36,11 @@ cJSON *g4_oai_usage(long prompt_tokens, long completion_tokens) {
     return u;
 }
 
+void g4_oai_usage_add_cached(cJSON *usage, long cached_tokens) {
+    cJSON *details = usage ? cJSON_AddObjectToObject(usage, "prompt_tokens_details") : NULL;
+    if (details) cJSON_AddNumberToObject(details, "cached_tokens", (double)cached_tokens);
+}
+
 char *g4_token_text(const g4_context *ctx, int32_t id) {
     char *text = NULL;
     size_t len;

@@ -219,20 +219,20 @@ static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x,
     }
 }
 
-/* Tokens in block b: nr, or nr/2 for a last block that needs no more
- * (full: always nr, so that every token goes through the same kernel). */
-static int block_width(int64_t b, int64_t n_tokens, int nr, int full) {
+/* Tokens in block b: nr, or nr/2 for a last block that needs no more.
+ * (Each token is a lane of the micro-kernels: the same sums in the same
+ * order in either width, so its result does not depend on the block.) */
+static int block_width(int64_t b, int64_t n_tokens, int nr) {
     const int64_t left = n_tokens - b * nr;
-    return left <= nr / 2 && !full ? nr / 2 : nr;
+    return left <= nr / 2 ? nr / 2 : nr;
 }
 
 /* Block b of width wb at xp + b*cols*nr: xp[.. + c*wb + j] = x[b*nr + j][c],
  * zero past the last token. Called inside a parallel region. */
-static void pack_tokens(float *xp, const float *x, int64_t n_tokens, int64_t cols, int nr, int64_t n_blocks,
-                        int full) {
+static void pack_tokens(float *xp, const float *x, int64_t n_tokens, int64_t cols, int nr, int64_t n_blocks) {
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < n_blocks; b++) {
-        const int wb = block_width(b, n_tokens, nr, full);
+        const int wb = block_width(b, n_tokens, nr);
         const int valid = (int)(n_tokens - b * nr < wb ? n_tokens - b * nr : wb);
         const float *xb = x + b * nr * cols;
         float *dst = xp + b * cols * nr;
@@ -262,7 +262,7 @@ static void tile_f64(const cpu_kernel_table *k, const float *tile, double *dtile
     }
     for (int64_t i = n_rows; i < padded; i++) memset(dtile + i * TILE_COLS, 0, (size_t)nc * sizeof *dtile);
     for (int64_t b = 0; b < nb; b++) {
-        const int wb = block_width(b0 + b, n_tokens, k->nr, 0);
+        const int wb = block_width(b0 + b, n_tokens, k->nr);
         const float *xb = xp + (b0 + b) * cols * k->nr + c0 * wb;
         for (int64_t i = 0; i < padded; i += k->f64_mr)
             for (int j = 0; j < wb; j += k->f64_nr)
@@ -274,8 +274,7 @@ static void tile_f64(const cpu_kernel_table *k, const float *tile, double *dtile
 /* precise: W tiles widened to float64 and float64 sums throughout (see
  * tile_f64); otherwise float32 throughout. */
 static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x, int64_t n_tokens,
-                           const g4_matrix *w, int precise, int invariant) {
-    const int full = invariant && !precise;
+                           const g4_matrix *w, int precise) {
     const int64_t rows = w->rows, cols = w->cols;
     const int mr = k->mr, nr = k->nr;
     const int64_t tile_rows = mr * (TILE_ROW_TARGET / mr);
@@ -305,7 +304,7 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
     float *xp = scratch;
 #pragma omp parallel if (threaded) num_threads(n_threads)
     {
-        pack_tokens(xp, x, n_tokens, cols, nr, n_blocks, full); /* ends with a barrier */
+        pack_tokens(xp, x, n_tokens, cols, nr, n_blocks); /* ends with a barrier */
         float *tile = scratch + xp_floats + (size_t)omp_get_thread_num() * per_thread;
         float *acc = tile + tile_floats;
         double *dacc = (double *)acc, *dtile = (double *)(acc + acc_floats);
@@ -330,7 +329,7 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
                 }
                 for (int64_t i = n_rows; i < padded_rows; i++) memset(tile + i * TILE_COLS, 0, (size_t)nc * sizeof *tile);
                 for (int64_t b = 0; b < nb; b++) {
-                    const int wb = block_width(b0 + b, n_tokens, nr, full);
+                    const int wb = block_width(b0 + b, n_tokens, nr);
                     const float *xb = xp + (b0 + b) * cols * nr + c0 * wb;
                     gemm_micro_fn micro = wb == nr ? k->gemm_micro : k->gemm_micro_half;
                     for (int64_t i = 0; i < padded_rows; i += mr)
@@ -359,7 +358,7 @@ static void matmul_entry(float *out, const float *x, int64_t n_tokens, const g4_
     }
     const cpu_kernel_table *k = cpu_kernels_for(cpu_isa_active());
     if (!precise && !invariant && n_tokens < k->prefill_min_tokens) matmul_decode(k, out, x, n_tokens, w);
-    else matmul_prefill(k, out, x, n_tokens, w, precise, invariant);
+    else matmul_prefill(k, out, x, n_tokens, w, precise);
 }
 
 void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {

@@ -16,7 +16,7 @@
 void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w);
 
 /* cpu_matmul computed the same way for every token, whatever the batch
- * around it (the prefill kernel on full token blocks, also for one token):
+ * around it (the prefill kernel, also for one token, never the decode one):
  * a row's result is bit-identical alone, in a decode batch or in any prefill
  * chunk. The exact path (G4_PRECISION_EXACT) uses it, so that the engine's
  * batching and its prefix cache change no bit; decode costs more compute
