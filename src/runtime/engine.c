@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "model/kv_cache.h"
 #include "model/text_decoder.h"
 #include "runtime/prefix_cache.h"
@@ -145,6 +146,10 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     e->next_id = 1;
     e->stats.kv_blocks_total = e->opt.kv_blocks;
     e->stats.prefix_cache = e->cache != NULL;
+    if (e->cache && snap)
+        g4_log(G4_LOG_INFO, "prefix cache: on, room for %d sliding-window snapshots of %d positions beyond the rings "
+               "(%.1f MiB)", e->opt.cache_snapshots, snap * bs,
+               (double)g4_prefix_snapshot_bytes(e->cache) * e->opt.cache_snapshots / (1024.0 * 1024.0));
     *out = e;
     return G4_OK;
 }

@@ -438,6 +438,8 @@ void g4_prefix_release(g4_prefix_cache *c, g4_kv_seq *s) {
 
 int g4_prefix_blocks_held(const g4_prefix_cache *c) { return c->n_held; }
 
+uint64_t g4_prefix_snapshot_bytes(const g4_prefix_cache *c) { return (uint64_t)c->snap_blocks * c->sliding_block_bytes; }
+
 void g4_prefix_count(g4_prefix_cache *c, int reused_positions) {
     if (reused_positions > 0) c->stats.hits++, c->stats.tokens_reused += (uint64_t)reused_positions;
     else c->stats.misses++;

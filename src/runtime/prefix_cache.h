@@ -99,6 +99,8 @@ void g4_prefix_snapshot(g4_prefix_cache *c, const g4_kv_seq *s, int length, cons
  * sequence holds them), the rest and the ring to the pool. */
 void g4_prefix_release(g4_prefix_cache *c, g4_kv_seq *s);
 
+/* KV bytes one window snapshot takes. */
+uint64_t g4_prefix_snapshot_bytes(const g4_prefix_cache *c);
 /* Full blocks that sequences hold (registered or not). */
 int g4_prefix_blocks_held(const g4_prefix_cache *c);
 void g4_prefix_get_stats(const g4_prefix_cache *c, g4_prefix_stats *out);
