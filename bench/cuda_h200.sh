@@ -72,6 +72,11 @@ if [ "$mode" != bench ] && [ "$mode" != extras ]; then
   grep -E "^  (gemv|gemm|attention|moe) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
   run_step test_cuda_fixtures 300 "$TESTS/test_cuda_fixtures"
   grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
+  # speculative decoding on the GPU (its CPU half runs too); needs models/tiny and models/tiny-assistant
+  if [ -x "$TESTS/test_assistant" ]; then
+    G4_SOURCE=$PWD run_step test_assistant 300 "$TESTS/test_assistant"
+    grep -E "^-- CUDA|transformers drafter calls|assisted|no CUDA" "$OUT/test_assistant.log" | tail -8 | tee -a "$summary"
+  fi
   if [ -z "${G4_SKIP_MEMCHECK:-}" ] && command -v compute-sanitizer > /dev/null; then
     run_step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS/test_cuda_fixtures" \
       ${MEMCHECK_FIXTURES:-dense moe-mlx4 e2b-mlx4}

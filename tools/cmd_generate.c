@@ -27,7 +27,7 @@ static g4_status generate_drafted(g4_session *s, const g4_assistant *drafter, in
                                   int n, int n_new, int ignore_eos, int32_t *out, int *n_out) {
     const g4_model *m = s->model;
     g4_speculative_stats stats;
-    g4_status st = g4_speculative_greedy(s, drafter, draft_max, ids, n, n_new, m->config.tokens.eos_ids,
+    g4_status st = g4_speculative_greedy(s, drafter, draft_max, -1, ids, n, n_new, m->config.tokens.eos_ids,
                                          ignore_eos ? 0 : m->config.tokens.n_eos, out, n_out, &stats, NULL);
     if (st == G4_OK && n_new > 0) {
         char line[256];

@@ -28,7 +28,9 @@
 #include "text/tokenizer.h"
 #include "test_util.h"
 
-static const double TOL = 1e-4;
+/* The spec's bound on the CPU; on CUDA the decode tolerance of
+ * test_cuda_fixtures (its float32 sums run in another order). */
+static double TOL = 1e-4;
 
 static const cJSON *jget(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
 
@@ -308,7 +310,7 @@ static int assisted_greedy(g4_session *s, const g4_assistant *a, int draft_max, 
     g4_session_reset(s);
     int got = 0;
     g4_speculative_stats run_stats;
-    g4_status st = g4_speculative_greedy(s, a, draft_max, prompt, P, n, NULL, 0, out, &got, &run_stats, NULL);
+    g4_status st = g4_speculative_greedy(s, a, draft_max, -1, prompt, P, n, NULL, 0, out, &got, &run_stats, NULL);
     CHECK(st == G4_OK, "assisted decoding: %s", g4_error_message());
     if (stats) *stats = run_stats;
     return st == G4_OK && got == n;
@@ -526,6 +528,72 @@ static void bundled_pair(g4_backend *be) {
     g4_model_release(m);
 }
 
+/* Every synthetic drafter's config parses and fits its synthetic target by
+ * the rules real drafters are held to (g4_assistant_attach), with the
+ * centroid head exactly where the target has per-layer inputs. */
+static void synthetic_drafters_fit(void) {
+    static const char *const presets[] = {"e2b", "e4b", "26b-a4b", "31b"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const char *json;
+        size_t len;
+        g4_model target = {.path = (char *)presets[i]}, drafter = {.path = "synthetic drafter"};
+        g4_status st = g4_model_preset_config(presets[i], "bf16", &json, &len);
+        if (st == G4_OK) st = g4_config_parse(json, len, presets[i], &target.config);
+        char *djson = st == G4_OK ? g4_assistant_synth_config(json, len) : NULL;
+        CHECK(djson, "%s: no synthetic drafter config", presets[i]);
+        if (djson) st = g4_config_parse(djson, strlen(djson), "synthetic drafter", &drafter.config);
+        CHECK(st == G4_OK, "%s: %s", presets[i], g4_error_message());
+        free(djson);
+        if (st != G4_OK) continue;
+        const g4_assistant_config *ac = &drafter.config.assistant;
+        g4_assistant a = {.model = &drafter, .backbone_hidden = ac->backbone_hidden_size,
+                          .ordered = ac->ordered_embeddings, .target_layer = {-1, -1}};
+        st = g4_assistant_attach(&a, &target);
+        CHECK(st == G4_OK, "%s: %s", presets[i], g4_error_message());
+        CHECK(a.ordered == (target.config.text.ple_dim > 0), "%s: centroid head %d", presets[i], a.ordered);
+        CHECK(drafter.config.text.n_layers == 4 && drafter.config.text.layers[3].kind == G4_LAYER_FULL,
+              "%s: drafter layers", presets[i]);
+        printf("synthetic %s drafter: reads target layers %d/%d, %s head\n", presets[i],
+               a.target_layer[G4_LAYER_SLIDING], a.target_layer[G4_LAYER_FULL], a.ordered ? "centroid" : "dense");
+        g4_config_free(&drafter.config);
+        g4_config_free(&target.config);
+    }
+}
+
+/* Forced acceptance (benchmarks): every round keeps exactly min(n, k) drafts,
+ * whatever the drafts are. */
+static void forced_acceptance(g4_backend *be) {
+    fixture_ref tref;
+    g4_model *target = NULL;
+    if (!fixture_model_open("dense", be, &tref, &target)) return;
+    g4_assistant *a = NULL;
+    g4_status st = g4_assistant_load_dir(test_fixture("dense-assistant"), be, &a);
+    if (st == G4_OK) st = g4_assistant_attach(a, target);
+    g4_session *s = NULL;
+    if (st == G4_OK) st = g4_session_create(target, NULL, &s);
+    CHECK(st == G4_OK, "forced acceptance setup: %s", g4_error_message());
+    const int32_t prompt[] = {2, 17, 99, 301, 5, 42};
+    for (int n = 0; st == G4_OK && n <= 3; n++) {
+        enum { N = 40, K = 3 };
+        int32_t out[N];
+        int got = 0;
+        g4_speculative_stats stats;
+        g4_session_reset(s);
+        st = g4_speculative_greedy(s, a, K, n, prompt, 6, N, NULL, 0, out, &got, &stats, NULL);
+        CHECK(st == G4_OK && got == N, "forced %d: %s", n, g4_error_message());
+        for (int i = 0; i < K; i++) {
+            const long want = i < n ? stats.drafted_at[i] : 0;
+            CHECK(stats.accepted_at[i] == want, "forced %d: position %d kept %ld of %ld drafts", n, i,
+                  stats.accepted_at[i], stats.drafted_at[i]);
+        }
+        CHECK(stats.rounds == (N - 1 + n) / (n + 1), "forced %d: %ld rounds for %d tokens", n, stats.rounds, N);
+    }
+    g4_session_destroy(s);
+    g4_assistant_release(a);
+    g4_model_release(target);
+    fixture_ref_close(&tref);
+}
+
 int main(void) {
     g4_backend *be = NULL;
     g4_status st = g4_backend_cpu_create(0, &be);
@@ -535,6 +603,22 @@ int main(void) {
     fixture_pair(be, "e2b", "e2b-assistant");
     fixture_pair(be, "unified", "unified-assistant");
     bundled_pair(be);
+    forced_acceptance(be);
+    synthetic_drafters_fit();
     g4_backend_destroy(be);
+    /* the same on a GPU where there is one (the CUDA build without a GPU, and
+     * the CPU-only build, stop here) */
+    be = NULL;
+    if (g4_backend_cuda_create(0, &be) == G4_OK) {
+        printf("-- CUDA --\n");
+        TOL = 5e-4;
+        fixture_pair(be, "dense", "dense-assistant");
+        fixture_pair(be, "e2b", "e2b-assistant");
+        fixture_pair(be, "unified", "unified-assistant");
+        bundled_pair(be);
+        g4_backend_destroy(be);
+    } else {
+        printf("no CUDA device: the CUDA half not run\n");
+    }
     return test_finish();
 }
