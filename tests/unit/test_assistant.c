@@ -54,10 +54,19 @@ static const float *tensor(const fixture_ref *r, const char *name, size_t want) 
     return t && n == want ? t : NULL;
 }
 
+/* A copy of host bytes in backend memory (the CUDA backend's ops read only
+ * device memory). */
+static void *on_backend(g4_backend *be, const void *host, size_t bytes) {
+    void *p = be->ops->alloc(be, bytes ? bytes : 4);
+    if (p && bytes) be->ops->to_device(be, p, host, bytes);
+    return p;
+}
+
 /* Writes K/V given as [Hkv][L][D] at positions 0..L-1 of a target layer. */
 static void store_kv(g4_backend *be, g4_kv_pool *pool, g4_kv_seq *seq, int layer, const float *k, const float *v,
                      int Hkv, int L, int D, int sliding) {
-    float *kt = malloc((size_t)L * Hkv * D * sizeof *kt), *vt = malloc((size_t)L * Hkv * D * sizeof *vt);
+    const size_t n = (size_t)L * Hkv * D;
+    float *kt = malloc(n * sizeof *kt), *vt = malloc(n * sizeof *vt);
     int32_t *pos = malloc((size_t)L * sizeof *pos), *sq = calloc((size_t)L, sizeof *sq);
     for (int t = 0; t < L; t++) {
         pos[t] = t;
@@ -66,10 +75,15 @@ static void store_kv(g4_backend *be, g4_kv_pool *pool, g4_kv_seq *seq, int layer
             memcpy(vt + ((size_t)t * Hkv + h) * D, v + ((size_t)h * L + t) * D, (size_t)D * sizeof *vt);
         }
     }
-    g4_attn_batch ab = {.n_tokens = L, .pos = pos, .seq = sq, .full_tables = seq->full_blocks,
-                        .full_table_stride = seq->cap_full, .sliding_tables = seq->ring,
+    void *bufs[] = {on_backend(be, kt, n * sizeof *kt), on_backend(be, vt, n * sizeof *vt),
+                    on_backend(be, pos, (size_t)L * sizeof *pos), on_backend(be, sq, (size_t)L * sizeof *sq),
+                    on_backend(be, seq->full_blocks, (size_t)seq->cap_full * sizeof(int32_t)),
+                    on_backend(be, seq->ring, (size_t)pool->ring_blocks * sizeof(int32_t))};
+    g4_attn_batch ab = {.n_tokens = L, .pos = bufs[2], .seq = bufs[3], .full_tables = bufs[4],
+                        .full_table_stride = seq->cap_full, .sliding_tables = bufs[5],
                         .ring_blocks = pool->ring_blocks, .block_size = pool->block_size};
-    be->ops->kv_store(be, pool->layer_kv[layer], kt, vt, &ab, sliding);
+    be->ops->kv_store(be, pool->layer_kv[layer], bufs[0], bufs[1], &ab, sliding);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->release(be, bufs[i]);
     free(kt);
     free(vt);
     free(pos);
