@@ -747,6 +747,12 @@ static const g4_api_writer responses_writer = {
     .free = free_state,
 };
 
+static double float_value(float f) {
+    char text[32];
+    snprintf(text, sizeof text, "%.7g", (double)f);
+    return strtod(text, NULL);
+}
+
 void g4_serve_responses(const g4_http_request *q, g4_http_reply *r) {
     g4_server *s = q->srv;
     g4_oai_error err;
@@ -775,11 +781,12 @@ void g4_serve_responses(const g4_http_request *q, g4_http_reply *r) {
         g4_reply_error(r, &err);
         return;
     }
-    /* the sampling values in effect, as the response object reports them */
+    /* the sampling values in effect, as the response object reports them
+     * (a float's shortest decimal: 0.95, not 0.949999988) */
     if (cJSON_IsNull(cJSON_GetObjectItem(st->echo, "temperature")))
-        cJSON_ReplaceItemInObject(st->echo, "temperature", cJSON_CreateNumber(req.sampling.temperature));
+        cJSON_ReplaceItemInObject(st->echo, "temperature", cJSON_CreateNumber(float_value(req.sampling.temperature)));
     if (cJSON_IsNull(cJSON_GetObjectItem(st->echo, "top_p")))
-        cJSON_ReplaceItemInObject(st->echo, "top_p", cJSON_CreateNumber(req.sampling.top_p));
+        cJSON_ReplaceItemInObject(st->echo, "top_p", cJSON_CreateNumber(float_value(req.sampling.top_p)));
     g4_serve_chat_with(q, &req, &responses_writer, st, r);
 }
 
