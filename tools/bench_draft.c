@@ -32,28 +32,8 @@ static g4_status plain_run(g4_session *s, const int32_t *prompt, int P, int tg, 
 static g4_status drafted_run(g4_session *s, const g4_assistant *a, int draft_max, const int32_t *prompt, int P,
                              int tg, int32_t *out, double *seconds, g4_speculative_stats *stats) {
     g4_session_reset(s);
-    g4_speculative *sp = NULL;
-    g4_sampler *sampler = NULL;
-    g4_sampler_params params;
-    g4_sampler_params_default(&params);
-    g4_status st = g4_speculative_create(s, a, draft_max, &sp);
-    if (st == G4_OK) st = g4_sampler_create(s->model->config.text.vocab_size, &params, &sampler);
-    int32_t tok = -1, round[G4_DRAFT_MAX + 1];
-    if (st == G4_OK) st = g4_speculative_prefill(sp, prompt, P, NULL, sampler, &tok);
-    double t0 = g4_now_seconds();
     int n = 0;
-    if (st == G4_OK) out[n++] = tok;
-    while (st == G4_OK && n < tg) {
-        int k = 0;
-        st = g4_sampler_accept(sampler, tok);
-        if (st == G4_OK) st = g4_speculative_step(sp, tok, sampler, tg - n, round, &k);
-        for (int i = 0; st == G4_OK && i < k && n < tg; i++) out[n++] = tok = round[i];
-    }
-    *seconds = g4_now_seconds() - t0;
-    if (sp) *stats = *g4_speculative_get_stats(sp);
-    g4_sampler_free(sampler);
-    g4_speculative_free(sp);
-    return st;
+    return g4_speculative_greedy(s, a, draft_max, prompt, P, tg, NULL, 0, out, &n, stats, seconds);
 }
 
 static void mean_sd(const double *v, int n, double *mean, double *sd) {

@@ -247,3 +247,45 @@ g4_status g4_speculative_step(g4_speculative *sp, int32_t token, g4_sampler *sam
     sp->stats.verify_seconds += g4_now_seconds() - t1;
     return st;
 }
+
+static int is_stop_id(int32_t id, const int32_t *stop_ids, int n_stop) {
+    for (int i = 0; i < n_stop; i++)
+        if (id == stop_ids[i]) return 1;
+    return 0;
+}
+
+g4_status g4_speculative_greedy(g4_session *s, const g4_assistant *a, int draft_max, const int32_t *prompt,
+                                int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, int32_t *out,
+                                int *n_out, g4_speculative_stats *stats, double *decode_seconds) {
+    *n_out = 0;
+    if (decode_seconds) *decode_seconds = 0;
+    if (max_new <= 0) return G4_OK;
+    g4_speculative *sp = NULL;
+    g4_sampler *sampler = NULL;
+    g4_sampler_params params;
+    g4_sampler_params_default(&params); /* temperature 0: the argmax, no processors */
+    g4_status st = g4_speculative_create(s, a, draft_max, &sp);
+    if (st == G4_OK) st = g4_sampler_create(s->model->config.text.vocab_size, &params, &sampler);
+    int32_t tok = -1, round[G4_DRAFT_MAX + 1];
+    if (st == G4_OK) st = g4_speculative_prefill(sp, prompt, n_prompt, NULL, sampler, &tok);
+    const double t0 = g4_now_seconds();
+    int done = 0;
+    if (st == G4_OK) {
+        out[(*n_out)++] = tok;
+        done = is_stop_id(tok, stop_ids, n_stop) || *n_out == max_new;
+    }
+    while (st == G4_OK && !done) {
+        int k = 0;
+        st = g4_sampler_accept(sampler, tok);
+        if (st == G4_OK) st = g4_speculative_step(sp, tok, sampler, max_new - *n_out, round, &k);
+        for (int i = 0; st == G4_OK && i < k && !done; i++) {
+            out[(*n_out)++] = tok = round[i];
+            done = is_stop_id(tok, stop_ids, n_stop) || *n_out == max_new;
+        }
+    }
+    if (decode_seconds) *decode_seconds = g4_now_seconds() - t0;
+    if (sp && stats) *stats = *g4_speculative_get_stats(sp);
+    g4_sampler_free(sampler);
+    g4_speculative_free(sp);
+    return st;
+}

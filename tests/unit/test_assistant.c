@@ -305,31 +305,12 @@ static int plain_greedy(g4_session *s, const int32_t *prompt, int P, int n, int3
 /* Assisted greedy decoding: n tokens after the prompt into out. */
 static int assisted_greedy(g4_session *s, const g4_assistant *a, int draft_max, const int32_t *prompt, int P, int n,
                            int32_t *out, g4_speculative_stats *stats) {
-    const int V = s->model->config.text.vocab_size;
     g4_session_reset(s);
-    g4_speculative *sp = NULL;
-    g4_sampler *sampler = NULL;
-    g4_sampler_params params;
-    g4_sampler_params_default(&params);
-    g4_status st = g4_speculative_create(s, a, draft_max, &sp);
-    if (st == G4_OK) st = g4_sampler_create(V, &params, &sampler);
-    if (st == G4_OK) st = g4_sampler_add_prompt(sampler, prompt, (size_t)P);
-    int32_t tok = -1;
-    if (st == G4_OK) st = g4_speculative_prefill(sp, prompt, P, NULL, sampler, &tok);
     int got = 0;
-    if (st == G4_OK) out[got++] = tok;
-    while (st == G4_OK && got < n) {
-        st = g4_sampler_accept(sampler, tok);
-        int32_t step[G4_DRAFT_MAX + 1];
-        int k = 0;
-        if (st == G4_OK) st = g4_speculative_step(sp, tok, sampler, n - got, step, &k);
-        for (int i = 0; st == G4_OK && i < k && got < n; i++) out[got++] = step[i];
-        if (k) tok = step[k - 1];
-    }
+    g4_speculative_stats run_stats;
+    g4_status st = g4_speculative_greedy(s, a, draft_max, prompt, P, n, NULL, 0, out, &got, &run_stats, NULL);
     CHECK(st == G4_OK, "assisted decoding: %s", g4_error_message());
-    if (sp && stats) *stats = *g4_speculative_get_stats(sp);
-    g4_sampler_free(sampler);
-    g4_speculative_free(sp);
+    if (stats) *stats = run_stats;
     return st == G4_OK && got == n;
 }
 
