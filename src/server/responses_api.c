@@ -258,14 +258,14 @@ static int translate_tools(const cJSON *tools, cJSON *chat, g4_oai_error *err) {
                                     i);
         if (!cJSON_IsString(name) || !name->valuestring[0])
             return g4_api_fail_item(err, "tools[%d].name", i, 0, "tools[%d] needs a name", i);
-        cJSON *fn = cJSON_CreateObject();
-        cJSON_AddStringToObject(fn, "name", name->valuestring);
-        const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
-        if (cJSON_IsString(desc)) cJSON_AddStringToObject(fn, "description", desc->valuestring);
         const cJSON *params = g4_api_field(t, "parameters");
         if (params && !cJSON_IsObject(params))
             return g4_api_fail_item(err, "tools[%d].parameters", i, 0, "tools[%d].parameters must be a JSON schema object",
                                     i);
+        cJSON *fn = cJSON_CreateObject();
+        cJSON_AddStringToObject(fn, "name", name->valuestring);
+        const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
+        if (cJSON_IsString(desc)) cJSON_AddStringToObject(fn, "description", desc->valuestring);
         if (params) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(params, 1));
         cJSON *tool = cJSON_CreateObject();
         cJSON_AddStringToObject(tool, "type", "function");
