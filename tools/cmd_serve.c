@@ -52,6 +52,7 @@ static void usage(FILE *f) {
             "  --threads N             CPU threads (default: all cores)\n"
             "  --device cpu|cuda       (default: cuda when present)\n"
             "  --precision fast|exact  products measured sufficient (default) or float32-accurate\n"
+            "  --kv-type f32|bf16|fp8  the KV cache's element type (default bf16; f32 with --precision exact)\n"
             "  --quiet                 no request log\n");
 }
 
@@ -115,13 +116,14 @@ int cmd_serve(int argc, char **argv) {
                                         "--body-budget"};
     int quiet = 0, metrics_public = 0, no_special = 0;
     g4_precision precision = G4_PRECISION_FAST;
+    g4_kv_type kv_type = G4_KV_AUTO;
     for (int i = 1; i < argc; i++) {
         int r = 0;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) ||
             (r = cli_option(argc, argv, &i, "--synthetic", &synthetic)) ||
             (r = cli_option(argc, argv, &i, "--format", &format)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision))) {
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type))) {
             if (r < 0) return 2;
             continue;
         }
@@ -199,7 +201,8 @@ int cmd_serve(int argc, char **argv) {
         if (name) sprintf(name, "synthetic-%s", synthetic);
     }
     g4_engine_options eo = {.max_seqs = (int)seqs, .n_ctx = (int)ctx_len, .kv_blocks = (int)blocks,
-                            .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads};
+                            .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads,
+                            .kv_type = g4_kv_type_resolve(kv_type, precision)};
     g4_engine *engine = NULL;
     st = g4_engine_create(ctx->model, &eo, &engine);
     if (st == G4_OK) st = g4_engine_start(engine);

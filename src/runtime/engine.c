@@ -88,7 +88,7 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
                         : e->opt.vision_mask == G4_VISION_MASK_ALL_LAYERS ? 2 : 1;
     int ring = g4_kv_ring_blocks(tc->sliding_window, e->opt.max_batch_tokens, bs);
     const int N = e->opt.max_batch_tokens, S = e->opt.max_seqs;
-    g4_status st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, ring * S, ring, &e->kv);
+    g4_status st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, ring * S, ring, e->opt.kv_type, &e->kv);
     if (st == G4_OK) st = g4_text_scratch_create(m, N, S, &e->scratch);
     if (st == G4_OK) {
         e->media_stage = m->backend->ops->alloc(m->backend, (size_t)N * tc->hidden_size * sizeof(float));

@@ -69,6 +69,7 @@ typedef struct {
     int max_queue;        /* waiting requests before submit refuses (0: 256) */
     int vision_mask;      /* g4_vision_mask of session.h */
     int threads;          /* OpenMP threads of the engine thread (0: the runtime's default) */
+    g4_kv_type kv_type;   /* element type of the KV cache (AUTO: F32) */
 } g4_engine_options;
 
 typedef struct {

@@ -98,7 +98,7 @@ static void replay_transformers_calls(const char *name, const g4_model *target, 
         }
         g4_kv_pool *pool = NULL;
         g4_kv_seq seq;
-        CHECK(g4_kv_pool_create(target, 16, 8, 8, 8, &pool) == G4_OK, "%s: pool: %s", name, g4_error_message());
+        CHECK(g4_kv_pool_create(target, 16, 8, 8, 8, G4_KV_F32, &pool) == G4_OK, "%s: pool: %s", name, g4_error_message());
         if (!pool) break;
         g4_kv_seq_init(pool, &seq);
         g4_kv_seq_reserve(pool, &seq, 128);

@@ -1027,7 +1027,7 @@ static void check_attention(const attn_case *ac) {
     shuffle(perm, n_blocks);
     for (int i = 0; i < S * stride; i++) full_tables[i] = perm[i % n_blocks];
     for (int i = 0; i < S * ring; i++) sliding_tables[i] = perm[i % n_blocks];
-    void *kc = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D), *kg = gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D);
+    void *kc = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, G4_KV_F32), *kg = gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, G4_KV_F32);
     CHECK(kc && kg, "%s: kv_alloc", ac->label);
     const size_t kv_row = (size_t)Hkv * D;
     const size_t cap = (size_t)max_len + (size_t)S * ac->chunk + S; /* positions a batch can hold */
@@ -1842,7 +1842,7 @@ static void run_top_logits(void *p) {
  * positions. */
 static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity) {
     const int bs = 16, blocks = capacity / bs;
-    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D);
+    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D, G4_KV_F32);
     int32_t *table = malloc((size_t)blocks * 4), pos = len - 1, seq = 0, range[4] = {0, len - 1, 0, len - 1};
     for (int i = 0; i < blocks; i++) table[i] = i;
     attn_arg a;
@@ -1893,7 +1893,7 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
 static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
     attn_tc_backends();
     const int bs = 16, blocks = (n + bs - 1) / bs;
-    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D), *kc = cpu->ops->kv_alloc(cpu, blocks, bs, Hkv, D);
+    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D, G4_KV_F32), *kc = cpu->ops->kv_alloc(cpu, blocks, bs, Hkv, D, G4_KV_F32);
     int32_t *table = malloc((size_t)blocks * 4), *pos = malloc((size_t)n * 4), *seq = calloc((size_t)n, 4);
     int32_t *range = malloc((size_t)n * 16);
     double pairs = 0;
@@ -2308,9 +2308,9 @@ static void check_qkv_prepare(const qkv_case *c) {
     shuffle(perm, n_blocks);
     for (int i = 0; i < S * stride_blocks; i++) full[i] = perm[i % n_blocks];
     for (int i = 0; i < S * ring; i++) slide[i] = perm[i % n_blocks];
-    void *kc = c->no_kv ? NULL : cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D);
-    void *kg = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D);
-    void *kg2 = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D); /* the unfused sequence's */
+    void *kc = c->no_kv ? NULL : cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, G4_KV_F32);
+    void *kg = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, G4_KV_F32);
+    void *kg2 = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, G4_KV_F32); /* the unfused sequence's */
     CHECK(c->no_kv || (kc && kg && kg2), "%s: kv_alloc", c->label);
     float *qn = rand_floats((size_t)D, 0.5f, 2.0f), *kn = rand_floats((size_t)D, 0.5f, 2.0f);
     float *dqn = up(qn, (size_t)D * 4), *dkn = up(kn, (size_t)D * 4);
@@ -2436,7 +2436,7 @@ static void test_failure_status(void) {
         return;
     }
     CHECK(be->ops->status && be->ops->status(be) == G4_OK, "a fresh CUDA backend reports no failure");
-    void *kv = be->ops->kv_alloc(be, 1, 16, 2, 64);
+    void *kv = be->ops->kv_alloc(be, 1, 16, 2, 64, G4_KV_F32);
     int32_t pos = 0, seq = 0, range[4] = {0, 0, 0, 0}, table = 0;
     g4_attn_batch b = {.n_tokens = 1, .pos = up(&pos, 4), .seq = up(&seq, 4), .kv_range = up(range, 16),
                        .full_tables = up(&table, 4), .full_table_stride = 1, .sliding_tables = up(&table, 4),
