@@ -8,6 +8,7 @@
 #include "base/file.h"
 #include "model/kv_cache.h"
 #include "model/text_decoder.h"
+#include "runtime/memory_plan.h"
 #include "runtime/session.h"
 
 typedef struct {
@@ -88,7 +89,8 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
                         : e->opt.vision_mask == G4_VISION_MASK_ALL_LAYERS ? 2 : 1;
     int ring = g4_kv_ring_blocks(tc->sliding_window, e->opt.max_batch_tokens, bs);
     const int N = e->opt.max_batch_tokens, S = e->opt.max_seqs;
-    g4_status st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, ring * S, ring, e->opt.kv_type, &e->kv);
+    g4_status st = g4_memory_check_kv(m, e->opt.kv_type, bs, e->opt.kv_blocks, (int64_t)ring * S, e->opt.n_ctx);
+    if (st == G4_OK) st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, ring * S, ring, e->opt.kv_type, &e->kv);
     if (st == G4_OK) st = g4_text_scratch_create(m, N, S, &e->scratch);
     if (st == G4_OK) {
         e->media_stage = m->backend->ops->alloc(m->backend, (size_t)N * tc->hidden_size * sizeof(float));
@@ -129,6 +131,11 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     pthread_cond_init(&e->wake, NULL);
     e->next_id = 1;
     e->stats.kv_blocks_total = e->opt.kv_blocks;
+    e->stats.kv_block_size = bs;
+    e->stats.kv_type = e->kv->type;
+    e->stats.kv_bytes = g4_kv_pool_bytes(e->kv, m);
+    e->stats.kv_full_bytes_per_token = g4_kv_bytes_per_position(m, e->kv->type, G4_LAYER_FULL);
+    e->stats.kv_sliding_bytes_per_token = g4_kv_bytes_per_position(m, e->kv->type, G4_LAYER_SLIDING);
     *out = e;
     return G4_OK;
 }

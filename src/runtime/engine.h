@@ -75,6 +75,11 @@ typedef struct {
 typedef struct {
     int running, waiting;
     int kv_blocks_total, kv_blocks_used;
+    int kv_block_size;
+    g4_kv_type kv_type;
+    uint64_t kv_bytes;                 /* the pool's K and V storage, rings included */
+    uint64_t kv_full_bytes_per_token;  /* of the full layers */
+    uint64_t kv_sliding_bytes_per_token;
     uint64_t steps, tokens_prefilled, tokens_generated;
 } g4_engine_stats;
 

@@ -1014,6 +1014,9 @@ static int attn_tc_eligible(int n_tokens, int G, int D) {
     return !(n_tokens <= 32 && G <= 32) && D >= 64 && D <= 512 && D % 16 == 0;
 }
 
+/* The KV cache type check_attention runs over (test_attention sets each). */
+static g4_kv_type attn_kv_type = G4_KV_F32;
+
 static void check_attention(const attn_case *ac) {
     const int Hq = ac->n_heads, Hkv = ac->n_kv, D = ac->head_dim, bs = ac->block_size, S = ac->n_seqs;
     int max_len = 0;
@@ -1027,8 +1030,9 @@ static void check_attention(const attn_case *ac) {
     shuffle(perm, n_blocks);
     for (int i = 0; i < S * stride; i++) full_tables[i] = perm[i % n_blocks];
     for (int i = 0; i < S * ring; i++) sliding_tables[i] = perm[i % n_blocks];
-    void *kc = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, G4_KV_F32), *kg = gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, G4_KV_F32);
-    CHECK(kc && kg, "%s: kv_alloc", ac->label);
+    void *kc = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, attn_kv_type);
+    void *kg = gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, attn_kv_type);
+    CHECK(kc && kg, "%s: kv_alloc %s", ac->label, g4_kv_type_name(attn_kv_type));
     const size_t kv_row = (size_t)Hkv * D;
     const size_t cap = (size_t)max_len + (size_t)S * ac->chunk + S; /* positions a batch can hold */
     int32_t *pos = malloc(cap * 4), *seq = malloc(cap * 4);
@@ -1080,6 +1084,18 @@ static void check_attention(const attn_case *ac) {
     void *bufs[5];
     upload_batch(&hb, &db, S, bufs);
     const size_t nq = (size_t)n * Hq * D;
+    {
+        /* both pools hold the same bits: kv_read of the queries' positions */
+        const size_t nr = (size_t)n * kv_row;
+        float *kc_r = malloc(nr * 4), *vc_r = malloc(nr * 4), *dk = poisoned(nr), *dv = poisoned(nr);
+        cpu->ops->kv_read(cpu, kc, kc_r, vc_r, &hb, ac->sliding);
+        gpu->ops->kv_read(gpu, kg, dk, dv, &db, ac->sliding);
+        float *kg_r = down(dk, nr), *vg_r = down(dv, nr);
+        CHECK(!memcmp(kc_r, kg_r, nr * 4) && !memcmp(vc_r, vg_r, nr * 4), "%s %s: stored K/V differ from the CPU's",
+              ac->label, g4_kv_type_name(attn_kv_type));
+        release(dk), release(dv);
+        free(kc_r), free(vc_r), free(kg_r), free(vg_r);
+    }
     float *q = rand_floats(nq, 0.01f, 2.0f), *want = malloc(nq * 4);
     const float scale = ac->head_dim == 72 ? 0.125f : 1.0f;
     cpu->ops->attention(cpu, want, q, kc, &hb, ac->sliding, Hq, scale);
@@ -1087,7 +1103,8 @@ static void check_attention(const attn_case *ac) {
     gpu->ops->attention(gpu, dout, dq, kg, &db, ac->sliding, Hq, scale);
     float *got = down(dout, nq);
     char what[160];
-    snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d", ac->label, n, Hq, Hkv, D);
+    snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, %s cache", ac->label, n, Hq, Hkv, D,
+             g4_kv_type_name(attn_kv_type));
     compare("attention", what, got, want, nq, TOL_REDUCE);
     /* decode cases again under the other decode settings */
     for (int v = 0; v < ATTN_DECODE_VARIANTS && !ac->prefill; v++) {
@@ -1182,7 +1199,13 @@ static void test_attention(void) {
         {"prefill chunks of 2 sequences, global 512", 8, 1, 512, 16, 0, 1 << 30, 2, {100, 60}, 2, 36, 0, 0},
     };
     attn_tc_backends();
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
+    /* every case over each KV type: the CPU's exact attention over the same
+     * stored values is the reference, at the float32 cache's tolerance */
+    for (int type = G4_KV_F32; type <= G4_KV_FP8; type++) {
+        attn_kv_type = (g4_kv_type)type;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
+    }
+    attn_kv_type = G4_KV_F32;
     attn_tc_destroy(); /* (each holds pinned staging buffers) */
 }
 
@@ -2297,6 +2320,16 @@ typedef struct {
  * still held after storing len positions of each sequence chunk by chunk.
  * The GPU's own unfused sequence is compared too (rmsnorm_rope, rmsnorm,
  * kv_store there). */
+/* The cache type check_qkv_prepare stores into (test_qkv_prepare sets
+ * each) and the tolerance of its cache comparison: the GPU's normalised
+ * values are within TOL_ELEMENTWISE of the CPU's, and a bf16 or fp8
+ * rounding they straddle moves a value by a step (rare: relative RMS well
+ * under these). */
+static g4_kv_type qkv_kv_type = G4_KV_F32;
+static double qkv_cache_tol(void) {
+    return qkv_kv_type == G4_KV_F32 ? TOL_ELEMENTWISE : qkv_kv_type == G4_KV_BF16 ? 1e-3 : 1e-2;
+}
+
 static void check_qkv_prepare(const qkv_case *c) {
     const int Hq = c->n_q, Hkv = c->n_kv, D = c->D, bs = c->block_size, S = c->n_seqs;
     const int stride_blocks = (c->len + bs - 1) / bs;
@@ -2308,9 +2341,9 @@ static void check_qkv_prepare(const qkv_case *c) {
     shuffle(perm, n_blocks);
     for (int i = 0; i < S * stride_blocks; i++) full[i] = perm[i % n_blocks];
     for (int i = 0; i < S * ring; i++) slide[i] = perm[i % n_blocks];
-    void *kc = c->no_kv ? NULL : cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, G4_KV_F32);
-    void *kg = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, G4_KV_F32);
-    void *kg2 = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, G4_KV_F32); /* the unfused sequence's */
+    void *kc = c->no_kv ? NULL : cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, qkv_kv_type);
+    void *kg = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, qkv_kv_type);
+    void *kg2 = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, qkv_kv_type); /* the unfused sequence's */
     CHECK(c->no_kv || (kc && kg && kg2), "%s: kv_alloc", c->label);
     float *qn = rand_floats((size_t)D, 0.5f, 2.0f), *kn = rand_floats((size_t)D, 0.5f, 2.0f);
     float *dqn = up(qn, (size_t)D * 4), *dkn = up(kn, (size_t)D * 4);
@@ -2391,10 +2424,10 @@ static void check_qkv_prepare(const qkv_case *c) {
         float *dk = poisoned(nkv), *dv = poisoned(nkv);
         gpu->ops->kv_read(gpu, kg, dk, dv, &db, c->sliding);
         float *gk = down(dk, nkv), *gv = down(dv, nkv);
-        snprintf(what, sizeof what, "%s: cache K, %d positions", c->label, n_read);
-        compare("qkv_prepare", what, gk, wk, nkv, TOL_ELEMENTWISE);
-        snprintf(what, sizeof what, "%s: cache V, %d positions", c->label, n_read);
-        compare("qkv_prepare", what, gv, wv, nkv, TOL_ELEMENTWISE);
+        snprintf(what, sizeof what, "%s: cache K (%s), %d positions", c->label, g4_kv_type_name(qkv_kv_type), n_read);
+        compare("qkv_prepare", what, gk, wk, nkv, qkv_cache_tol());
+        snprintf(what, sizeof what, "%s: cache V (%s), %d positions", c->label, g4_kv_type_name(qkv_kv_type), n_read);
+        compare("qkv_prepare", what, gv, wv, nkv, qkv_cache_tol());
         free(gk), free(gv);
         gpu->ops->kv_read(gpu, kg2, dk, dv, &db, c->sliding);
         gk = down(dk, nkv), gv = down(dv, nkv);
@@ -2423,7 +2456,11 @@ static void test_qkv_prepare(void) {
         {"odd head_dim 18, partial pairs", 4, 2, 18, 5, 500.0f, 0, 1, 12, 4, 2, 41, 3, 0},
         {"fixture-like 32", 2, 1, 32, 16, 10000.0f, 1, 0, 0, 16, 1, 25, 25, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_qkv_prepare(&cases[i]);
+    for (int type = G4_KV_F32; type <= G4_KV_FP8; type++) {
+        qkv_kv_type = (g4_kv_type)type;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_qkv_prepare(&cases[i]);
+    }
+    qkv_kv_type = G4_KV_F32;
 }
 
 /* A failed op (here attention with 3 query heads over 2 KV heads) is kept

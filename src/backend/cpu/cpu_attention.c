@@ -15,6 +15,7 @@ typedef struct {
     g4_kv_type type;
     void *k, *v;
     float *k_scale, *v_scale; /* FP8 only: [slots][n_kv_heads] */
+    size_t allocated;         /* bytes of the four arrays */
     int n_blocks, block_size, n_kv_heads, head_dim;
 } cpu_kv;
 
@@ -41,12 +42,15 @@ void *cpu_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads,
         free(c);
         return NULL;
     }
+    c->allocated = 2 * bytes + (type == G4_KV_FP8 ? 2 * (rows ? rows : 1) * sizeof *c->k_scale : 0);
     c->n_blocks = n_blocks;
     c->block_size = block_size;
     c->n_kv_heads = n_kv_heads;
     c->head_dim = head_dim;
     return c;
 }
+
+size_t cpu_kv_allocated_bytes(const void *kv) { return kv ? ((const cpu_kv *)kv)->allocated : 0; }
 
 void cpu_kv_free(g4_backend *be, void *kv) {
     (void)be;

@@ -13,6 +13,8 @@ void cpu_kv_read(g4_backend *be, const void *kv, float *k, float *v, const g4_at
 /* Stores one KV head's k and v rows ([head_dim] floats) of token t of b,
  * rounded to the pool's type (kv_store is this for every head). */
 void cpu_kv_put(void *kv, const g4_attn_batch *b, int t, int sliding, int head, const float *k, const float *v);
+/* Bytes the pool's arrays took (what calloc was asked for). */
+size_t cpu_kv_allocated_bytes(const void *kv);
 /* Bytes of one stored value of `type` (F32, BF16 or FP8). */
 size_t cpu_kv_value_bytes(g4_kv_type type);
 void cpu_attention(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b,
