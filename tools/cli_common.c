@@ -135,8 +135,9 @@ int cli_precision_option(int argc, char **argv, int *i, g4_precision *precision)
 }
 
 const char *const cli_kv_type_help =
-    "  --kv-type f32|bf16|fp8  the KV cache's element type: bf16 (the default with --precision fast), f32 (the\n"
-    "                          default with exact), fp8 (e4m3 with a scale per row: a quarter of f32's bytes)\n";
+    "  --kv-type f32|bf16|fp8  the KV cache's element type: bf16 (the default with --precision fast, unless\n"
+    "                          the weights are float32), f32 (the default with exact), fp8 (e4m3 with a scale\n"
+    "                          per row: a quarter of f32's bytes)\n";
 
 int cli_kv_type_option(int argc, char **argv, int *i, g4_kv_type *type) {
     const char *value = NULL;

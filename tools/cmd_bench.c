@@ -14,6 +14,7 @@
 #include "bench_draft.h"
 #include "cli_common.h"
 #include "cli_draft.h"
+#include "model/kv_cache.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
 
@@ -143,7 +144,6 @@ int cmd_bench(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    kv_type = g4_kv_type_resolve(kv_type, precision);
     long pp = cli_parse_count(pp_text, "-p"), tg = cli_parse_count(tg_text, "-n"), reps = cli_parse_count(reps_text, "-r");
     long threads = threads_text ? cli_parse_count(threads_text, "--threads") : 0;
     long depth = cli_parse_count(depth_text, "-d"), ctx = ctx_text ? cli_parse_count(ctx_text, "--ctx") : 0;
@@ -175,6 +175,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     t_load = g4_now_seconds() - t_load;
+    kv_type = g4_kv_type_resolve(kv_type, precision, model);
     size_t rss_loaded = g4_current_rss_bytes(), rss_peak_loading = g4_peak_rss_bytes();
     fprintf(stderr, "gemma4 bench: %s loaded in %.1f s; measuring machine limits...\n", model->path, t_load);
     /* GPU: device-to-device copy bandwidth and cuBLAS bf16 rate; CPU: memory
@@ -258,10 +259,11 @@ int cmd_bench(int argc, char **argv) {
                    "\"bandwidth_gbs\":%.2f,\"gflops\":%.1f,\"decode_bytes\":%.0f,\"peak_rss_gib\":%.3f,"
                    "\"load_s\":%.2f,\"backend\":\"%s\",\"device\":\"%s\",\"gpu_mem_gib\":%.3f,"
                    "\"rss_private_gib\":%.3f,\"rss_file_gib\":%.3f,\"kv_cache_bytes\":%.0f,\"depth\":%ld,"
-                   "\"n_ctx\":%d}\n",
+                   "\"n_ctx\":%d,\"kv_type\":\"%s\",\"kv_decode_bytes\":%.0f}\n",
                    model->path, fmt_name, threads, pp, p.mean, p.sd, pp_limit, tg, t.mean, t.sd, tg_limit, bandwidth,
                    gflops, weight_bytes + kv_bytes, rss, t_load, be->ops->name, g4_cuda_device_name(be), gpu_mem,
-                   (double)rss_anon / (1u << 30), (double)rss_file / (1u << 30), kv_alloc, depth, n_ctx);
+                   (double)rss_anon / (1u << 30), (double)rss_file / (1u << 30), kv_alloc, depth, n_ctx,
+                   g4_kv_type_name(kv_type), kv_bytes);
         } else {
             printf("| model | format | test | t/s | limit t/s | of limit |\n|---|---|---|---|---|---|\n");
             if (pp > 0)
@@ -269,9 +271,11 @@ int cmd_bench(int argc, char **argv) {
                        model->path, fmt_name, pp, p.mean, p.sd, pp_limit, flops_token / 1e9, gflops,
                        100 * p.mean / pp_limit);
             if (tg > 0)
-                printf("| %s | %s | tg%ld%s%.0ld | %.2f ± %.2f | %.2f (%.2f GB/token at %.1f GB/s) | %.1f%% |\n",
+                printf("| %s | %s | tg%ld%s%.0ld | %.2f ± %.2f | %.2f (%.2f GB/token: weights %.2f + %s KV %.2f, at "
+                       "%.1f GB/s) | %.1f%% |\n",
                        model->path, fmt_name, tg, depth ? " @ d" : "", depth, t.mean, t.sd, tg_limit,
-                       (weight_bytes + kv_bytes) / 1e9, bandwidth, 100 * t.mean / tg_limit);
+                       (weight_bytes + kv_bytes) / 1e9, weight_bytes / 1e9, g4_kv_type_name(kv_type), kv_bytes / 1e9,
+                       bandwidth, 100 * t.mean / tg_limit);
             printf("\npeak RSS %.2f GiB (%.2f GiB after loading), load %.1f s, %s backend, threads %s, "
                    "time to first token at pp%ld: %.1f ms\n",
                    rss, (double)rss_loaded / (1u << 30), t_load, be->ops->name, threads ? threads_text : "all", pp,

@@ -119,7 +119,7 @@ int cmd_chat(int argc, char **argv) {
     go.draft = drafter;
     go.draft_max = draft.draft_max;
     g4_session *s;
-    g4_session_options so = {.n_ctx = (int)n_ctx, .kv_type = g4_kv_type_resolve(kv_type, precision)};
+    g4_session_options so = {.n_ctx = (int)n_ctx, .kv_type = g4_kv_type_resolve(kv_type, precision, c->model)};
     if (g4_session_create(c->model, &so, &s) != G4_OK) {
         fprintf(stderr, "gemma4 chat: %s\n", g4_error_message());
         g4_assistant_release(drafter);

@@ -113,7 +113,7 @@ int cmd_generate(int argc, char **argv) {
         cli_close_model(be, model);
         return 1;
     }
-    g4_session_options opt = {.n_ctx = n + (int)n_new + 1, .kv_type = g4_kv_type_resolve(kv_type, precision)};
+    g4_session_options opt = {.n_ctx = n + (int)n_new + 1, .kv_type = g4_kv_type_resolve(kv_type, precision, model)};
     g4_session *s = NULL;
     int32_t *out = malloc((size_t)(n_new + 1) * sizeof *out);
     int n_out = 0, rc = 1;

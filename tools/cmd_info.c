@@ -100,7 +100,7 @@ int cmd_info(int argc, char **argv) {
         g4_assistant_release(a);
     }
     /* (the fast path's default type: info describes what run, chat and serve would use) */
-    cli_print_memory(stdout, model, g4_kv_type_resolve(kv_type, G4_PRECISION_FAST), (int)chunk, fraction);
+    cli_print_memory(stdout, model, g4_kv_type_resolve(kv_type, G4_PRECISION_FAST, model), (int)chunk, fraction);
     size_t anon, file;
     g4_current_rss_split(&anon, &file);
     printf("memory       peak RSS %.1f MiB after loading (now %.1f MiB private, %.1f MiB mapped from files)\n",

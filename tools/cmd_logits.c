@@ -120,7 +120,7 @@ int cmd_logits(int argc, char **argv) {
         soft = (g4_soft_tokens){prompt.media.n, prompt.media.rows, prompt.media.embeds};
     }
     const int V = model->config.text.vocab_size, d = model->config.text.hidden_size;
-    g4_session_options opt = {.n_ctx = n, .kv_type = g4_kv_type_resolve(kv_type, precision)};
+    g4_session_options opt = {.n_ctx = n, .kv_type = g4_kv_type_resolve(kv_type, precision, model)};
     if (mask_text && cli_parse_vision_mask(mask_text, &opt.vision_mask) != 0) {
         free(ids);
         cli_media_free(&media);

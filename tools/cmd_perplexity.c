@@ -253,7 +253,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (st == G4_OK && ctx > c->model->config.text.max_position)
         st = g4_fail(G4_ERR_INVALID_ARGUMENT, "--ctx %ld is past the model's %d positions", ctx,
                      c->model->config.text.max_position);
-    ppl_run run = {.ctx = (int)ctx, .stride = (int)stride, .kv_type = g4_kv_type_resolve(kv_type, precision), .vocab = st == G4_OK ? c->model->config.text.vocab_size : 0};
+    ppl_run run = {.ctx = (int)ctx, .stride = (int)stride, .kv_type = g4_kv_type_resolve(kv_type, precision, c->model), .vocab = st == G4_OK ? c->model->config.text.vocab_size : 0};
     const int keep = save_path || base_path;
     if (st == G4_OK) st = run_windows(c, ids, (int)n_ids, keep, &run);
     if (st == G4_OK && save_path) st = save_logits(save_path, &run);

@@ -125,7 +125,7 @@ int cmd_run(int argc, char **argv) {
     g4_session *s = NULL;
     cli_generate_result res = {0};
     if (st == G4_OK) {
-        g4_session_options so = {.n_ctx = (int)n_ctx, .kv_type = g4_kv_type_resolve(kv_type, precision)};
+        g4_session_options so = {.n_ctx = (int)n_ctx, .kv_type = g4_kv_type_resolve(kv_type, precision, c->model)};
         if (p.n_ids + 1 > so.n_ctx) so.n_ctx = p.n_ids + 1;
         st = g4_session_create(c->model, &so, &s);
     }

@@ -257,7 +257,7 @@ int cmd_serve(int argc, char **argv) {
     }
     g4_engine_options eo = {.max_seqs = (int)seqs, .n_ctx = (int)ctx_len, .kv_blocks = (int)blocks,
                             .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads,
-                            .kv_type = g4_kv_type_resolve(kv_type, precision)};
+                            .kv_type = g4_kv_type_resolve(kv_type, precision, ctx->model)};
     g4_memory_plan plan;
     g4_memory_plan_make(ctx->model, eo.kv_type, 16, eo.max_batch_tokens, eo.max_seqs ? eo.max_seqs : 32, &plan);
     const uint64_t mem_budget = g4_memory_budget(&plan, ctx->backend, fraction);

@@ -42,8 +42,8 @@ g4_status g4_open(const char *model, const g4_open_options *opt, g4_handle **out
                                          o.kv_type)
                                : g4_context_open(model, &co, &h->ctx);
     g4_engine_options eo = {.max_seqs = o.max_seqs, .n_ctx = o.n_ctx, .max_queue = o.max_queue, .threads = o.threads,
-                            .kv_type = g4_kv_type_resolve(kv_type < 0 ? G4_KV_AUTO : (g4_kv_type)kv_type,
-                                                          co.precision)};
+                            .kv_type = G4_KV_AUTO};
+    if (st == G4_OK) eo.kv_type = g4_kv_type_resolve((g4_kv_type)kv_type, co.precision, h->ctx->model);
     if (st == G4_OK) st = g4_engine_create(h->ctx->model, &eo, &h->engine);
     if (st == G4_OK) st = g4_engine_start(h->engine);
     if (st != G4_OK) {

@@ -57,9 +57,12 @@ int g4_kv_type_parse(const char *name) {
     return -1;
 }
 
-g4_kv_type g4_kv_type_resolve(g4_kv_type type, g4_precision precision) {
+g4_kv_type g4_kv_type_resolve(g4_kv_type type, g4_precision precision, const g4_model *m) {
     if (type != G4_KV_AUTO) return type;
-    return precision == G4_PRECISION_EXACT ? G4_KV_F32 : G4_KV_BF16;
+    if (precision == G4_PRECISION_EXACT) return G4_KV_F32;
+    uint64_t total = 0;
+    for (int f = 0; f < 5; f++) total += m->weight_bytes_by_format[f];
+    return 2 * m->weight_bytes_by_format[G4_WEIGHT_F32] > total ? G4_KV_F32 : G4_KV_BF16;
 }
 
 int g4_kv_blocks_for(const g4_kv_pool *p, int length) { return (length + p->block_size - 1) / p->block_size; }

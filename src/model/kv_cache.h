@@ -58,8 +58,10 @@ uint64_t g4_kv_pool_bytes(const g4_kv_pool *p, const g4_model *m);
 const char *g4_kv_type_name(g4_kv_type type);
 int g4_kv_type_parse(const char *name);
 /* What AUTO means: F32 on the exact path (the verification path); on the
- * fast path BF16 (CUDA and CPU alike: README, "Precision"). */
-g4_kv_type g4_kv_type_resolve(g4_kv_type type, g4_precision precision);
+ * fast path BF16 (CUDA and CPU alike: README, "Precision"), unless the
+ * model's weights are mostly float32 (the fixtures): the fast path keeps
+ * float32 products for those, and so keeps their cache float32 too. */
+g4_kv_type g4_kv_type_resolve(g4_kv_type type, g4_precision precision, const g4_model *m);
 /* Bytes one stored row of head_dim values of `type` takes (FP8: its scale too). */
 uint64_t g4_kv_row_bytes(g4_kv_type type, int head_dim);
 /* Bytes of K and V per position over the layers of one kind (sliding or
