@@ -35,7 +35,8 @@ for prec in ("exact", "fast"):
     base = os.path.join(TMP, prec + ".safetensors")
     ppl("--precision", prec, "--kv-type", "f32", "--save-logits", base)
     for kv, (kld_max, top1_min) in LIMITS.items():
-        r = ppl("--precision", prec, "--kv-type", kv, "--kl-divergence", base)
+        typed = os.path.join(TMP, "%s-%s.safetensors" % (prec, kv))
+        r = ppl("--precision", prec, "--kv-type", kv, "--kl-divergence", base, "--save-logits", typed)
         if r:
             print("%s path, %s cache against f32: mean KLD %.3g, max %.3g, top-1 %.4f, ppl %.4f" %
                   (prec, kv, r["kld_mean"], r["kld_max"], r["top1_agreement"], r["ppl"]))
@@ -43,8 +44,7 @@ for prec in ("exact", "fast"):
                   "%s path %s cache: KLD %.3g (max %.3g), top-1 %.4f (min %.3f)" %
                   (prec, kv, r["kld_mean"], kld_max, r["top1_agreement"], top1_min))
     # defaults: fast -> bf16, exact -> f32 (bit for bit: KL 0, top-1 1)
-    want = os.path.join(TMP, prec + "-typed.safetensors")
-    ppl("--precision", prec, "--kv-type", "bf16" if prec == "fast" else "f32", "--save-logits", want)
+    want = os.path.join(TMP, "fast-bf16.safetensors") if prec == "fast" else base
     r = ppl("--precision", prec, "--kl-divergence", want)
     if r:
         check(r["kld_max"] == 0 and r["top1_agreement"] == 1,

@@ -9,7 +9,7 @@
  * union of their key ranges (per run of one sequence) in tiles of 32 keys,
  * read through the block tables (kv_slot: rings work). Per tile:
  *  1. the tile's slots; 2. the peaks of |K| and |V| over the tile (one read
- *  of the float32 pool); 3. K as fp16 hi + lo in shared memory;
+ *  of the pool, converted from its type as read: kv_load4); 3. K as fp16 hi + lo in shared memory;
  *  4. S = Q K^T (mma m16n8k16, warps over 16-row x 8-key pieces) into shared
  *  memory as float32; 5. the online softmax in float32, TPR threads per row,
  *  each row masked to its own [lo, hi] (windows, causality, image blocks
