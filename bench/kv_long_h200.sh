@@ -5,8 +5,8 @@
 #  - decode at depth 0 / 8K / 32K / 128K (e2b bf16) and 31b mlx4 at 32K, each KV type
 #  - 31b bf16 prefill of a 32K prompt
 #  - the longest context per model for 1 and 16 sequences at each KV type
-#    (the server's own sizing from --gpu-memory 0.9: its start lines), and a
-#    decode at that depth for one sequence
+#    (gemma4 info --synthetic: the memory plan on the device), the server's
+#    sizing from --gpu-memory 0.9 (its start lines), and decode at 262K
 set -u
 OUT=${OUT:-$PWD/out}
 mode=${1:-all}
@@ -45,20 +45,18 @@ done
 bench "e2b-bf16-pp32k" --synthetic e2b --format bf16 -p 32768 -n 0 -r 1 --kv-type bf16
 bench "e2b-bf16-pp128k" --synthetic e2b --format bf16 -p 130000 -n 0 -r 1 --kv-type bf16
 
-# the longest context: the server's sizing (--ctx not given) for 1 and 16 sequences
+# the longest context of 1 and 16 sequences at each KV type: the memory plan on the device (weights uploaded)
 for cfg in e2b:bf16 e4b:bf16 26b-a4b:mlx4 31b:bf16 31b:mlx4; do
-  for kv in bf16 fp8 f32; do
-    for seqs in 1 16; do
-      log=$OUT/serve-${cfg/:/-}-$kv-$seqs.txt
-      timeout 300 $G serve --synthetic ${cfg%%:*} --format ${cfg##*:} --kv-type $kv --max-seqs $seqs --port 0 \
-        > "$log" 2>&1 &
-      pid=$!
-      for _ in $(seq 1 280); do grep -q "KV cache" "$log" 2>/dev/null && break; grep -q "error\|cannot" "$log" && break; sleep 1; done
-      kill $pid 2>/dev/null; wait $pid 2>/dev/null
-      note "serve $cfg $kv x$seqs: $(grep -E 'listening|KV cache|error' "$log" | sed 's/gemma4 serve: //' | tr '\n' ' ')"
-    done
-  done
+  timeout 300 $G info --synthetic ${cfg%%:*} --format ${cfg##*:} --device cuda > "$OUT/info-${cfg/:/-}.txt" 2>&1
+  note "info $cfg: $(grep -E '^kv |within' "$OUT/info-${cfg/:/-}.txt" | tr -s ' ' | tr '\n' ' ')"
 done
+# the server's own sizing from --gpu-memory 0.9 (its start lines), 31b mlx4 with 16 sequences
+log=$OUT/serve-31b-mlx4.txt
+timeout 300 $G serve --synthetic 31b --format mlx4 --max-seqs 16 --port 0 > "$log" 2>&1 &
+pid=$!
+for _ in $(seq 1 280); do grep -q "KV cache\|error\|cannot" "$log" 2>/dev/null && break; sleep 1; done
+kill $pid 2>/dev/null; wait $pid 2>/dev/null
+note "serve 31b mlx4 x16: $(grep -E 'listening|KV cache|error' "$log" | sed 's/gemma4 serve: //' | tr '\n' ' ')"
 # decode at the whole window, one sequence (31b bf16: 256K positions; e2b: 128K)
 bench "31b-bf16-tg-d262000-bf16" --synthetic 31b --format bf16 -p 0 -n 16 -d 262000 -r 1 --kv-type bf16
 bench "26b-a4b-mlx4-tg-d262000-fp8" --synthetic 26b-a4b --format mlx4 -p 0 -n 16 -d 262000 -r 1 --kv-type fp8
