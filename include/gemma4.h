@@ -58,6 +58,7 @@ typedef struct {
     int n_ctx;          /* positions per request, prompt included (0: min(model, 4096)) */
     int max_queue;      /* requests waiting for room before submit fails with G4_ERR_LIMIT (0: 256) */
     int exact;          /* 1: float32-accurate products (verification); 0: the measured fast default */
+    const char *kv_type; /* KV cache element type: "f32", "bf16", "fp8", or NULL / "auto": bf16 (f32 with exact) */
 } g4_open_options;
 
 /* `model`: a model folder (config.json, weights, tokenizer.json) or an

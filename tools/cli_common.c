@@ -134,6 +134,24 @@ int cli_precision_option(int argc, char **argv, int *i, g4_precision *precision)
     return 1;
 }
 
+const char *const cli_kv_type_help =
+    "  --kv-type f32|bf16|fp8  the KV cache's element type: bf16 (the default with --precision fast, unless\n"
+    "                          the weights are float32), f32 (the default with exact), fp8 (e4m3 with a scale\n"
+    "                          per row: a quarter of f32's bytes)\n";
+
+int cli_kv_type_option(int argc, char **argv, int *i, g4_kv_type *type) {
+    const char *value = NULL;
+    const int r = cli_option(argc, argv, i, "--kv-type", &value);
+    if (r <= 0) return r;
+    const int t = g4_kv_type_parse(value);
+    if (t < 0) {
+        fprintf(stderr, "gemma4: --kv-type must be f32, bf16, fp8 or auto, got '%s'\n", value);
+        return -1;
+    }
+    *type = (g4_kv_type)t;
+    return 1;
+}
+
 int cli_parse_vision_mask(const char *text, g4_vision_mask *mask) {
     if (!strcmp(text, "default"))
         *mask = G4_VISION_MASK_DEFAULT;

@@ -39,6 +39,10 @@ int cli_parse_vision_mask(const char *text, g4_vision_mask *mask);
  * when argv[*i] is that option, -1 after an error message, 0 otherwise. */
 int cli_precision_option(int argc, char **argv, int *i, g4_precision *precision);
 extern const char *const cli_precision_help;
+/* --kv-type f32|bf16|fp8|auto (see g4_kv_type): as cli_precision_option.
+ * AUTO is resolved with the precision (g4_kv_type_resolve). */
+int cli_kv_type_option(int argc, char **argv, int *i, g4_kv_type *type);
+extern const char *const cli_kv_type_help;
 
 /* Prints "gemma4 <cmd>: <message>" for the last library error. */
 void cli_report_error(const char *cmd, g4_status st);

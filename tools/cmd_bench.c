@@ -14,6 +14,7 @@
 #include "bench_draft.h"
 #include "cli_common.h"
 #include "cli_draft.h"
+#include "model/kv_cache.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
 
@@ -21,7 +22,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: gemma4 bench (-m DIR | --synthetic NAME) [--format bf16|mlx4|mlx8|mxfp4]\n"
             "                    [-p 512] [-n 128] [-r 3] [--threads N] [--device cpu|cuda|cuda:N] [--json]\n"
-            "                    [--precision fast|exact]\n"
+            "                    [--precision fast|exact] [--kv-type f32|bf16|fp8]\n"
             "                    [-d 0]   (decode after this many tokens of context, prefilled untimed)\n"
             "                    [--ctx N]   (session positions; default max(p, d + n) + 8)\n"
             "                    [--streams 1,8,32]   (aggregate decode of concurrent streams, batched)\n"
@@ -67,9 +68,9 @@ static void on_stream_token(void *user, const g4_token_event *ev) {
  * prompt of prompt_len tokens and tg generated tokens (stop tokens ignored).
  * Decode time runs from the moment every stream has its first token (all
  * prefills done) to the end. */
-static g4_status bench_streams(const g4_model *m, int n, int prompt_len, int tg, double *decode_tps) {
+static g4_status bench_streams(const g4_model *m, g4_kv_type kv_type, int n, int prompt_len, int tg, double *decode_tps) {
     const int V = m->config.text.vocab_size;
-    g4_engine_options opt = {.max_seqs = n, .n_ctx = prompt_len + tg + 8,
+    g4_engine_options opt = {.max_seqs = n, .n_ctx = prompt_len + tg + 8, .kv_type = kv_type,
                              .max_batch_tokens = n * prompt_len > 512 ? n * prompt_len : 512};
     g4_engine *e;
     g4_status st = g4_engine_create(m, &opt, &e);
@@ -113,6 +114,7 @@ int cmd_bench(int argc, char **argv) {
                *ctx_text = NULL;
     int json = 0;
     g4_precision precision = G4_PRECISION_FAST;
+    g4_kv_type kv_type = G4_KV_AUTO;
     cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
     const char *draft_prompt = "In the beginning God created the heaven and the earth.", *force_accept = NULL;
     for (int i = 1; i < argc; i++) {
@@ -123,7 +125,7 @@ int cmd_bench(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "-n", &tg_text)) || (r = cli_option(argc, argv, &i, "-r", &reps_text)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type)) ||
             (r = cli_option(argc, argv, &i, "--streams", &streams_text)) ||
             (r = cli_option(argc, argv, &i, "-d", &depth_text)) || (r = cli_option(argc, argv, &i, "--ctx", &ctx_text)) ||
             (r = cli_draft_option(argc, argv, &i, &draft)) ||
@@ -176,6 +178,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     t_load = g4_now_seconds() - t_load;
+    kv_type = g4_kv_type_resolve(kv_type, precision, model);
     size_t rss_loaded = g4_current_rss_bytes(), rss_peak_loading = g4_peak_rss_bytes();
     fprintf(stderr, "gemma4 bench: %s loaded in %.1f s; measuring machine limits...\n", model->path, t_load);
     /* GPU: device-to-device copy bandwidth and cuBLAS bf16 rate; CPU: memory
@@ -187,7 +190,7 @@ int cmd_bench(int argc, char **argv) {
 
     const int V = model->config.text.vocab_size;
     const int n_ctx = (int)(ctx_text ? ctx : ctx_needed);
-    g4_session_options opt = {.n_ctx = n_ctx};
+    g4_session_options opt = {.n_ctx = n_ctx, .kv_type = kv_type};
     g4_session *s = NULL;
     float *logits = malloc((size_t)V * sizeof *logits);
     const long n_ids = pp > depth ? pp : depth;
@@ -240,12 +243,12 @@ int cmd_bench(int argc, char **argv) {
     }
     size_t rss_anon, rss_file; /* while the session still holds its KV cache */
     g4_current_rss_split(&rss_anon, &rss_file);
-    double kv_alloc = s ? (double)g4_kv_pool_bytes(s->kv, model, 4) : 0; /* float32 K and V on the CPU */
+    double kv_alloc = s ? (double)g4_kv_pool_bytes(s->kv, model) : 0;
     int rc = 1;
     if (st == G4_OK) {
         stats p = summarize(pp_rate, (int)reps), t = summarize(tg_rate, (int)reps);
         double weight_bytes = (double)g4_model_decode_weight_bytes(model);
-        double kv_bytes = (double)g4_model_decode_kv_bytes(model, (int)(depth + tg / 2), 4);
+        double kv_bytes = (double)g4_model_decode_kv_bytes(model, (int)(depth + tg / 2), kv_type);
         double tg_limit = bandwidth * 1e9 / (weight_bytes + kv_bytes);
         double flops_token = g4_model_flops_per_token(model);
         double pp_limit = gflops * 1e9 / flops_token;
@@ -259,10 +262,11 @@ int cmd_bench(int argc, char **argv) {
                    "\"bandwidth_gbs\":%.2f,\"gflops\":%.1f,\"decode_bytes\":%.0f,\"peak_rss_gib\":%.3f,"
                    "\"load_s\":%.2f,\"backend\":\"%s\",\"device\":\"%s\",\"gpu_mem_gib\":%.3f,"
                    "\"rss_private_gib\":%.3f,\"rss_file_gib\":%.3f,\"kv_cache_bytes\":%.0f,\"depth\":%ld,"
-                   "\"n_ctx\":%d}\n",
+                   "\"n_ctx\":%d,\"kv_type\":\"%s\",\"kv_decode_bytes\":%.0f}\n",
                    model->path, fmt_name, threads, pp, p.mean, p.sd, pp_limit, tg, t.mean, t.sd, tg_limit, bandwidth,
                    gflops, weight_bytes + kv_bytes, rss, t_load, be->ops->name, g4_cuda_device_name(be), gpu_mem,
-                   (double)rss_anon / (1u << 30), (double)rss_file / (1u << 30), kv_alloc, depth, n_ctx);
+                   (double)rss_anon / (1u << 30), (double)rss_file / (1u << 30), kv_alloc, depth, n_ctx,
+                   g4_kv_type_name(kv_type), kv_bytes);
         } else {
             printf("| model | format | test | t/s | limit t/s | of limit |\n|---|---|---|---|---|---|\n");
             if (pp > 0)
@@ -270,9 +274,11 @@ int cmd_bench(int argc, char **argv) {
                        model->path, fmt_name, pp, p.mean, p.sd, pp_limit, flops_token / 1e9, gflops,
                        100 * p.mean / pp_limit);
             if (tg > 0)
-                printf("| %s | %s | tg%ld%s%.0ld | %.2f ± %.2f | %.2f (%.2f GB/token at %.1f GB/s) | %.1f%% |\n",
+                printf("| %s | %s | tg%ld%s%.0ld | %.2f ± %.2f | %.2f (%.2f GB/token: weights %.2f + %s KV %.2f, at "
+                       "%.1f GB/s) | %.1f%% |\n",
                        model->path, fmt_name, tg, depth ? " @ d" : "", depth, t.mean, t.sd, tg_limit,
-                       (weight_bytes + kv_bytes) / 1e9, bandwidth, 100 * t.mean / tg_limit);
+                       (weight_bytes + kv_bytes) / 1e9, weight_bytes / 1e9, g4_kv_type_name(kv_type), kv_bytes / 1e9,
+                       bandwidth, 100 * t.mean / tg_limit);
             printf("\npeak RSS %.2f GiB (%.2f GiB after loading), load %.1f s, %s backend, threads %s, "
                    "time to first token at pp%ld: %.1f ms\n",
                    rss, (double)rss_loaded / (1u << 30), t_load, be->ops->name, threads ? threads_text : "all", pp,
@@ -301,7 +307,7 @@ int cmd_bench(int argc, char **argv) {
     for (int k = n_streams > 0 && streams[0] != 1 ? -1 : 0; rc == 0 && k < n_streams; k++) {
         const int n = k < 0 ? 1 : streams[k];
         double tps = 0;
-        g4_status sst = bench_streams(model, n, 16, (int)(tg > 1 ? tg : 2), &tps);
+        g4_status sst = bench_streams(model, kv_type, n, 16, (int)(tg > 1 ? tg : 2), &tps);
         if (sst != G4_OK) {
             cli_report_error("bench --streams", sst);
             rc = 1;

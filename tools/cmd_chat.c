@@ -30,6 +30,7 @@ static void usage(FILE *f) {
                "In the chat: /image FILE and /audio FILE attach media to your next message, /think on|off,\n"
                "/reset starts over, /exit (or end of input) quits; Ctrl-C stops a reply.\n");
     fputs(cli_precision_help, f);
+    fputs(cli_kv_type_help, f);
     cli_sampling_usage(f);
     cli_draft_usage(f);
 }
@@ -70,6 +71,7 @@ int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *system = NULL, *device = NULL, *threads_text = NULL, *ctx_text = NULL;
     int think = 0;
     g4_precision precision = G4_PRECISION_FAST;
+    g4_kv_type kv_type = G4_KV_AUTO;
     cli_generate_options go = {.max_tokens = 1024, .show_reasoning = 1};
     g4_sampler_params_default(&go.sampling);
     cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
@@ -77,7 +79,7 @@ int cmd_chat(int argc, char **argv) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--system", &system)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--ctx", &ctx_text))) {
             if (r < 0) return 2;
@@ -117,7 +119,7 @@ int cmd_chat(int argc, char **argv) {
     go.draft = drafter;
     go.draft_max = draft.draft_max;
     g4_session *s;
-    g4_session_options so = {.n_ctx = (int)n_ctx};
+    g4_session_options so = {.n_ctx = (int)n_ctx, .kv_type = g4_kv_type_resolve(kv_type, precision, c->model)};
     if (g4_session_create(c->model, &so, &s) != G4_OK) {
         fprintf(stderr, "gemma4 chat: %s\n", g4_error_message());
         g4_assistant_release(drafter);

@@ -11,6 +11,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 generate -m DIR --ids 2,17,33,... -n N [--ignore-eos] [--threads N]\n"
                "                       [--device cpu|cuda|cuda:N] [--precision exact|fast]\n"
+               "                       [--kv-type f32|bf16|fp8]\n"
                "                       [--draft DIR [--draft-max N]]\n");
     cli_draft_usage(f);
 }
@@ -41,6 +42,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *ids_text = NULL, *count_text = "16", *threads_text = NULL, *device = NULL;
     int ignore_eos = 0;
     g4_precision precision = G4_PRECISION_EXACT;
+    g4_kv_type kv_type = G4_KV_AUTO;
     cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
     for (int i = 1; i < argc; i++) {
         int r;
@@ -48,7 +50,7 @@ int cmd_generate(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "-n", &count_text)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_draft_option(argc, argv, &i, &draft))) {
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type)) || (r = cli_draft_option(argc, argv, &i, &draft))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--ignore-eos")) {
             ignore_eos = 1;
@@ -89,7 +91,7 @@ int cmd_generate(int argc, char **argv) {
         cli_close_model(be, model);
         return 1;
     }
-    g4_session_options opt = {.n_ctx = n + (int)n_new + 1};
+    g4_session_options opt = {.n_ctx = n + (int)n_new + 1, .kv_type = g4_kv_type_resolve(kv_type, precision, model)};
     g4_session *s = NULL;
     int32_t *out = malloc((size_t)(n_new + 1) * sizeof *out);
     int n_out = 0, rc = 1;

@@ -39,7 +39,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 logits -m DIR --ids 2,17,33,... -o OUT.safetensors [--decode] [--hidden]\n"
                "                     [--image FILE]... [--audio FILE]... [--image-tokens N] [--threads N]\n"
                "                     [--vision-mask default|all-layers|causal] [--device cpu|cuda|cuda:N]\n"
-               "                     [--precision exact|fast]\n"
+               "                     [--precision exact|fast] [--kv-type f32|bf16|fp8]\n"
                "  Images and audio replace the placeholder ids of --ids (the processor's expanded\n"
                "  input_ids: <|image|> x soft tokens inside <|image>...<image|>) in order.\n");
 }
@@ -49,6 +49,7 @@ int cmd_logits(int argc, char **argv) {
                *device = NULL;
     int decode = 0, hidden = 0;
     g4_precision precision = G4_PRECISION_EXACT;
+    g4_kv_type kv_type = G4_KV_AUTO;
     cli_media media = {0};
     for (int i = 1; i < argc; i++) {
         int r;
@@ -57,7 +58,7 @@ int cmd_logits(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--vision-mask", &mask_text)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type)) ||
             (r = cli_media_option(argc, argv, &i, &media))) {
             if (r < 0) {
                 cli_media_free(&media);
@@ -119,7 +120,7 @@ int cmd_logits(int argc, char **argv) {
         soft = (g4_soft_tokens){prompt.media.n, prompt.media.rows, prompt.media.embeds};
     }
     const int V = model->config.text.vocab_size, d = model->config.text.hidden_size;
-    g4_session_options opt = {.n_ctx = n};
+    g4_session_options opt = {.n_ctx = n, .kv_type = g4_kv_type_resolve(kv_type, precision, model)};
     if (mask_text && cli_parse_vision_mask(mask_text, &opt.vision_mask) != 0) {
         free(ids);
         cli_media_free(&media);

@@ -23,6 +23,7 @@
 
 typedef struct {
     int ctx, stride;
+    g4_kv_type kv_type;
     int32_t *scored_ids; /* [n] the token each scored row predicts */
     float *logits;       /* [n][vocab] when saved or compared, else NULL */
     double *nll;         /* [n] */
@@ -32,13 +33,14 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 perplexity -m MODEL -f TEXT [--ctx 512] [--stride N] [--save-logits OUT.safetensors]\n"
                "                         [--kl-divergence BASE.safetensors] [--device cpu|cuda] [--threads N]\n"
-               "                         [--precision fast|exact] [--json]\n"
+               "                         [--precision fast|exact] [--kv-type f32|bf16|fp8] [--json]\n"
                "  --ctx N         positions per window, <bos> included (default 512)\n"
                "  --stride N      tokens between window starts (default ctx - 1: disjoint windows)\n"
                "  --save-logits F the float32 logits of every scored token, as a baseline for --kl-divergence\n"
                "  --kl-divergence F  compare with a baseline saved from the same text, ctx and stride: mean KL\n"
                "                  divergence (baseline || this run), top-1 agreement and the worst token\n");
     fputs(cli_precision_help, f);
+    fputs(cli_kv_type_help, f);
 }
 
 /* log(sum exp(row)) in double, and the row's argmax: log p(v) = row[v] - that. */
@@ -72,7 +74,7 @@ static g4_status grow(ppl_run *r, int need, int keep_logits) {
 /* Evaluates every window and records each scored token's negative log-likelihood. */
 static g4_status run_windows(g4_context *c, const int32_t *t, int n_t, int keep_logits, ppl_run *r) {
     const int V = r->vocab, bos = c->model->config.tokens.bos_id;
-    g4_session_options so = {.n_ctx = r->ctx};
+    g4_session_options so = {.n_ctx = r->ctx, .kv_type = r->kv_type};
     g4_session *s = NULL;
     int32_t *input = malloc((size_t)r->ctx * sizeof *input);
     float *logits = malloc((size_t)r->ctx * V * sizeof *logits);
@@ -196,6 +198,7 @@ int cmd_perplexity(int argc, char **argv) {
                *base_path = NULL, *device = NULL, *threads_text = NULL;
     int json = 0;
     g4_precision precision = G4_PRECISION_FAST;
+    g4_kv_type kv_type = G4_KV_AUTO;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "-f", &text_path)) ||
@@ -205,7 +208,7 @@ int cmd_perplexity(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--kl-divergence", &base_path)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision))) {
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--json")) {
             json = 1;
@@ -250,7 +253,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (st == G4_OK && ctx > c->model->config.text.max_position)
         st = g4_fail(G4_ERR_INVALID_ARGUMENT, "--ctx %ld is past the model's %d positions", ctx,
                      c->model->config.text.max_position);
-    ppl_run run = {.ctx = (int)ctx, .stride = (int)stride, .vocab = st == G4_OK ? c->model->config.text.vocab_size : 0};
+    ppl_run run = {.ctx = (int)ctx, .stride = (int)stride, .kv_type = g4_kv_type_resolve(kv_type, precision, c->model), .vocab = st == G4_OK ? c->model->config.text.vocab_size : 0};
     const int keep = save_path || base_path;
     if (st == G4_OK) st = run_windows(c, ids, (int)n_ids, keep, &run);
     if (st == G4_OK && save_path) st = save_logits(save_path, &run);

@@ -22,6 +22,7 @@ static void usage(FILE *f) {
                "  --ctx N           context length (default 4096)\n"
                "  --device cpu|cuda --threads N\n");
     fputs(cli_precision_help, f);
+    fputs(cli_kv_type_help, f);
     cli_sampling_usage(f);
     cli_draft_usage(f);
 }
@@ -40,6 +41,7 @@ int cmd_run(int argc, char **argv) {
                *ctx_text = NULL;
     int think = 0, raw = 0;
     g4_precision precision = G4_PRECISION_FAST;
+    g4_kv_type kv_type = G4_KV_AUTO;
     cli_generate_options go = {.max_tokens = 512, .show_reasoning = 1};
     g4_sampler_params_default(&go.sampling);
     cli_media media = {0};
@@ -49,7 +51,7 @@ int cmd_run(int argc, char **argv) {
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "-p", &prompt)) ||
             (r = cli_option(argc, argv, &i, "--system", &system)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--ctx", &ctx_text)) || (r = cli_media_option(argc, argv, &i, &media))) {
             if (r < 0) goto usage_error;
@@ -123,7 +125,7 @@ int cmd_run(int argc, char **argv) {
     g4_session *s = NULL;
     cli_generate_result res = {0};
     if (st == G4_OK) {
-        g4_session_options so = {.n_ctx = (int)n_ctx};
+        g4_session_options so = {.n_ctx = (int)n_ctx, .kv_type = g4_kv_type_resolve(kv_type, precision, c->model)};
         if (p.n_ids + 1 > so.n_ctx) so.n_ctx = p.n_ids + 1;
         st = g4_session_create(c->model, &so, &s);
     }

@@ -10,7 +10,10 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "backend/cuda/cuda_backend.h"
 #include "cli_common.h"
+#include "model/kv_cache.h"
+#include "runtime/memory_plan.h"
 #include "runtime/context.h"
 #include "runtime/engine.h"
 #include "server/server.h"
@@ -33,9 +36,12 @@ static void usage(FILE *f) {
             "                          (default: it becomes the control token, as in transformers and vLLM)\n"
             "  --model-name NAME       model id in /v1/models (default: the model folder's name)\n"
             "  --max-seqs N            sequences decoded together (default 32)\n"
-            "  --ctx N                 positions per sequence (default min(model, 4096))\n"
-            "  --kv-blocks N           KV cache blocks of 16 positions in the shared pool\n"
-            "                          (default max-seqs * ctx / 16: every sequence fits its whole context)\n"
+            "  --ctx N                 positions per sequence (default: CUDA the model's whole window, or\n"
+            "                          as much of it as one sequence gets in the pool; CPU min(model, 4096))\n"
+            "  --kv-blocks N           KV cache blocks of 16 positions in the shared pool (default: CUDA as\n"
+            "                          many as --gpu-memory leaves after the weights, working memory and\n"
+            "                          rings, up to max-seqs * ctx / 16; CPU max-seqs * ctx / 16)\n"
+            "  --gpu-memory F          fraction of the device's memory the server may take (default 0.9)\n"
             "  --max-queue N           requests waiting for admission before 503 (default 256)\n"
             "  --no-prefix-cache       prefill every prompt whole (default: a prompt that starts like an earlier\n"
             "                          prompt + reply reuses its KV; /metrics gemma4_prefix_cache_*)\n"
@@ -60,7 +66,51 @@ static void usage(FILE *f) {
             "  --threads N             CPU threads (default: all cores)\n"
             "  --device cpu|cuda       (default: cuda when present)\n"
             "  --precision fast|exact  products measured sufficient (default) or float32-accurate\n"
+            "  --kv-type f32|bf16|fp8  the KV cache's element type (default bf16; f32 with --precision exact)\n"
             "  --quiet                 no request log\n");
+}
+
+/* The pool from the memory budget (CUDA, --kv-blocks not given): every
+ * full-layer block the budget leaves after the weights, working memory,
+ * backend work buffers and max-seqs rings, at most max-seqs whole contexts;
+ * without --ctx the context is the model's window, or what one sequence can
+ * have of the pool. */
+static g4_status size_pool_from_memory(const g4_model *m, const g4_memory_plan *plan, uint64_t budget,
+                                       g4_engine_options *eo) {
+    const int S = eo->max_seqs ? eo->max_seqs : 32, max_pos = m->config.text.max_position;
+    const int64_t fit = g4_memory_plan_full_blocks(plan, budget, S);
+    int n_ctx = eo->n_ctx ? (eo->n_ctx < max_pos ? eo->n_ctx : max_pos) : max_pos;
+    if (!eo->n_ctx && fit * plan->block_size < n_ctx) n_ctx = (int)(fit * plan->block_size);
+    const int64_t per_seq = (n_ctx + plan->block_size - 1) / plan->block_size;
+    if (fit < 1 || fit < per_seq)
+        return g4_fail(G4_ERR_LIMIT,
+                       "the %s KV cache of one %d-position sequence needs %.2f GiB beside %.2f GiB of weights, "
+                       "working memory and %d sliding rings, and --gpu-memory leaves %.2f GiB in all; lower --ctx "
+                       "or --max-seqs, use --kv-type fp8, or raise --gpu-memory",
+                       g4_kv_type_name(plan->kv_type), n_ctx, (double)g4_memory_plan_seq_bytes(plan, n_ctx) / (1 << 30),
+                       (double)(plan->weight_bytes + plan->scratch_bytes + plan->reserve_bytes) / (1 << 30), S,
+                       (double)budget / (1 << 30));
+    eo->n_ctx = n_ctx;
+    eo->kv_blocks = (int)(fit < (int64_t)S * per_seq ? fit : (int64_t)S * per_seq);
+    return G4_OK;
+}
+
+/* The start line's memory account: what the pool holds and what it allows. */
+static void print_kv_line(g4_engine *engine, const g4_memory_plan *plan, uint64_t budget) {
+    g4_engine_stats es;
+    g4_engine_get_stats(engine, &es);
+    const int S = plan->max_seqs, n_ctx = g4_engine_n_ctx(engine);
+    printf("gemma4 serve: KV cache %s: %llu B/token on full layers, %llu B/token on sliding ones (rings of %d "
+           "positions, %.2f MiB per sequence); pool %.2f GiB: %d blocks of %d = %lld positions, %d sequences of "
+           "%d at once",
+           g4_kv_type_name(es.kv_type), (unsigned long long)es.kv_full_bytes_per_token,
+           (unsigned long long)es.kv_sliding_bytes_per_token, plan->ring_tokens, (double)plan->ring_bytes / (1 << 20),
+           (double)es.kv_bytes / (1 << 30), es.kv_blocks_total, es.kv_block_size,
+           (long long)es.kv_blocks_total * es.kv_block_size, S,
+           (int)(es.kv_blocks_total / S * es.kv_block_size < n_ctx ? es.kv_blocks_total / S * es.kv_block_size : n_ctx));
+    if (budget) printf("; %.2f GiB budget (weights %.2f GiB)", (double)budget / (1 << 30),
+                       (double)plan->weight_bytes / (1 << 30));
+    printf("\n");
 }
 
 static int parse_count(const char *text, const char *name, long *out) {
@@ -112,7 +162,7 @@ static char *default_model_name(const char *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *device = NULL;
-    const char *v[24] = {0};
+    const char *v[24] = {0}, *fraction_text = NULL;
     enum { HOST, PORT, KEY, NAME, SEQS, CTX, BLOCKS, QUEUE, BATCH, BODY, MAXTOK, MAXPROMPT, IMAGES, AUDIO, MEDIA,
            REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET, STORE_MIB, STORE_N, SNAPSHOTS };
     static const char *const names[] = {"--host",       "--port",       "--api-key",         "--model-name",
@@ -124,13 +174,15 @@ int cmd_serve(int argc, char **argv) {
                                         "--cache-snapshots"};
     int quiet = 0, metrics_public = 0, no_special = 0, no_prefix_cache = 0;
     g4_precision precision = G4_PRECISION_FAST;
+    g4_kv_type kv_type = G4_KV_AUTO;
     for (int i = 1; i < argc; i++) {
         int r = 0;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) ||
             (r = cli_option(argc, argv, &i, "--synthetic", &synthetic)) ||
             (r = cli_option(argc, argv, &i, "--format", &format)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision))) {
+            (r = cli_option(argc, argv, &i, "--gpu-memory", &fraction_text)) ||
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type))) {
             if (r < 0) return 2;
             continue;
         }
@@ -168,6 +220,11 @@ int cmd_serve(int argc, char **argv) {
                     &snapshots};
     for (int k = 0; k < 24; k++)
         if (nums[k] && parse_count(v[k], names[k], nums[k])) return 2;
+    double fraction = 0.9;
+    if (fraction_text && (sscanf(fraction_text, "%lf", &fraction) != 1 || !(fraction > 0 && fraction <= 1))) {
+        fprintf(stderr, "gemma4 serve: --gpu-memory must be a fraction in (0, 1], got '%s'\n", fraction_text);
+        return 2;
+    }
     if (store_mib > (1L << 20)) {
         fprintf(stderr, "gemma4 serve: --responses-store is in MiB, at most 1048576\n");
         return 2;
@@ -217,9 +274,28 @@ int cmd_serve(int argc, char **argv) {
     }
     g4_engine_options eo = {.max_seqs = (int)seqs, .n_ctx = (int)ctx_len, .kv_blocks = (int)blocks,
                             .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads,
-                            .no_prefix_cache = no_prefix_cache, .cache_snapshots = (int)snapshots};
+                            .no_prefix_cache = no_prefix_cache, .cache_snapshots = (int)snapshots,
+                            .kv_type = g4_kv_type_resolve(kv_type, precision, ctx->model)};
+    g4_memory_plan plan;
+    g4_memory_plan_make(ctx->model, eo.kv_type, 16, eo.max_batch_tokens, eo.max_seqs ? eo.max_seqs : 32, &plan);
+    uint64_t mem_budget = g4_memory_budget(&plan, ctx->backend, fraction);
+    if (mem_budget && !no_prefix_cache) {
+        /* the prefix cache's window snapshots come out of the same budget: by
+         * default 2 x max-seqs of them, but at most a quarter of what the
+         * weights and working memory leave (one 31B bf16 window is ~0.8 GiB) */
+        const uint64_t snap = plan.snapshot_bytes;
+        const uint64_t fixed = plan.weight_bytes + plan.scratch_bytes + plan.reserve_bytes;
+        if (snap && !snapshots) {
+            const uint64_t room = mem_budget > fixed ? (mem_budget - fixed) / 4 / snap : 0;
+            const int S = eo.max_seqs ? eo.max_seqs : 32;
+            eo.cache_snapshots = room < (uint64_t)(2 * S) ? (room > 0 ? (int)room : 1) : 2 * S;
+        }
+        const uint64_t snap_bytes = snap * (uint64_t)(eo.cache_snapshots ? eo.cache_snapshots : 2 * (eo.max_seqs ? eo.max_seqs : 32));
+        mem_budget = mem_budget > snap_bytes ? mem_budget - snap_bytes : 0;
+    }
+    if (g4_backend_is_cuda(ctx->backend) && !blocks) st = size_pool_from_memory(ctx->model, &plan, mem_budget, &eo);
     g4_engine *engine = NULL;
-    st = g4_engine_create(ctx->model, &eo, &engine);
+    if (st == G4_OK) st = g4_engine_create(ctx->model, &eo, &engine);
     if (st == G4_OK) st = g4_engine_start(engine);
     g4_server *srv = NULL;
     g4_server_options so = {.host = v[HOST],
@@ -252,6 +328,7 @@ int cmd_serve(int argc, char **argv) {
     }
     printf("gemma4 serve: listening on http://%s:%d (model %s, context %d, %s)\n", v[HOST] ? v[HOST] : "127.0.0.1",
            g4_server_port(srv), name, g4_engine_n_ctx(engine), ctx->tokenizer ? "tokenizer" : "no tokenizer: ids only");
+    print_kv_line(engine, &plan, mem_budget);
     fflush(stdout);
 
     int sig = 0;

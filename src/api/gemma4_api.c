@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "model/kv_cache.h"
 #include "runtime/context.h"
 #include "runtime/engine.h"
 #include "runtime/prompt.h"
@@ -36,8 +37,13 @@ g4_status g4_open(const char *model, const g4_open_options *opt, g4_handle **out
     if (!h) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     g4_context_options co = {.device = o.device, .threads = o.threads, .require_tokenizer = 1,
                              .precision = o.exact ? G4_PRECISION_EXACT : G4_PRECISION_FAST};
-    g4_status st = g4_context_open(model, &co, &h->ctx);
-    g4_engine_options eo = {.max_seqs = o.max_seqs, .n_ctx = o.n_ctx, .max_queue = o.max_queue, .threads = o.threads};
+    const int kv_type = o.kv_type ? g4_kv_type_parse(o.kv_type) : G4_KV_AUTO;
+    g4_status st = kv_type < 0 ? g4_fail(G4_ERR_INVALID_ARGUMENT, "kv_type must be f32, bf16, fp8 or auto, got '%s'",
+                                         o.kv_type)
+                               : g4_context_open(model, &co, &h->ctx);
+    g4_engine_options eo = {.max_seqs = o.max_seqs, .n_ctx = o.n_ctx, .max_queue = o.max_queue, .threads = o.threads,
+                            .kv_type = G4_KV_AUTO};
+    if (st == G4_OK) eo.kv_type = g4_kv_type_resolve((g4_kv_type)kv_type, co.precision, h->ctx->model);
     if (st == G4_OK) st = g4_engine_create(h->ctx->model, &eo, &h->engine);
     if (st == G4_OK) st = g4_engine_start(h->engine);
     if (st != G4_OK) {

@@ -39,6 +39,15 @@ typedef struct {
 
 typedef struct g4_backend g4_backend;
 
+/* The element type of a KV cache pool. F32: the verification path's. BF16:
+ * K and V rounded to bf16 (half the bytes). FP8: fp8 e4m3 (tensor/fp8.h)
+ * with one float32 scale per stored row of head_dim values (slot, KV head),
+ * the row's peak / 448, so a row uses the whole e4m3 range whatever its
+ * magnitude (a quarter of the bytes plus 4 per row). AUTO is for option
+ * structs (the caller's default); kv_alloc never sees it. Attention reads
+ * each type where it lies (no conversion pass). */
+typedef enum { G4_KV_AUTO = 0, G4_KV_F32, G4_KV_BF16, G4_KV_FP8 } g4_kv_type;
+
 /* How the products are computed. EXACT: about float32 accuracy everywhere —
  * the verification path, which the fixture tests use and a new backend starts
  * in. FAST: the precision a trained model needs, measured by KL divergence
@@ -225,8 +234,10 @@ typedef struct {
                        int vocab, int k);
 
     /* KV cache: a pool of n_blocks * block_size slots of [n_kv_heads][head_dim]
-     * for K and the same for V. Opaque to the model. */
-    void *(*kv_alloc)(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim);
+     * for K and the same for V, in `type` (F32, BF16 or FP8; NULL for AUTO or
+     * out of memory). Opaque to the model; kv_store and qkv_prepare round
+     * what they write to the type, kv_read returns the stored values. */
+    void *(*kv_alloc)(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim, g4_kv_type type);
     void (*kv_free)(g4_backend *be, void *kv);
     /* Writes k[t], v[t] ([n_tokens][n_kv_heads][head_dim]) at each token's slot. */
     void (*kv_store)(g4_backend *be, void *kv, const float *k, const float *v, const g4_attn_batch *b,

@@ -9,28 +9,77 @@ int g4_kv_ring_blocks(int window, int chunk, int block_size) {
     return (span + block_size - 1) / block_size + 1;
 }
 
-uint64_t g4_kv_pool_bytes(const g4_kv_pool *p, const g4_model *m, int bytes_per_value) {
+uint64_t g4_kv_row_bytes(g4_kv_type type, int head_dim) {
+    switch (type) {
+    case G4_KV_BF16: return 2 * (uint64_t)head_dim;
+    case G4_KV_FP8: return (uint64_t)head_dim + 4;
+    default: return 4 * (uint64_t)head_dim;
+    }
+}
+
+uint64_t g4_kv_pool_bytes(const g4_kv_pool *p, const g4_model *m) {
     uint64_t total = 0;
     for (int i = 0; i < p->n_layers; i++) {
         const g4_layer_config *lc = &m->config.text.layers[i];
         if (!p->layer_kv[i]) continue;
         int blocks = lc->kind == G4_LAYER_SLIDING ? p->n_sliding_blocks : p->n_full_blocks;
-        total += (uint64_t)blocks * p->block_size * lc->n_kv_heads * lc->head_dim * 2 * (uint64_t)bytes_per_value;
+        total += (uint64_t)blocks * p->block_size * lc->n_kv_heads * 2 * g4_kv_row_bytes(p->type, lc->head_dim);
     }
     return total;
+}
+
+uint64_t g4_kv_bytes_per_position(const g4_model *m, g4_kv_type type, g4_layer_kind kind) {
+    const g4_text_config *tc = &m->config.text;
+    uint64_t total = 0;
+    for (int i = 0; i < tc->n_layers; i++) {
+        const g4_layer_config *lc = &tc->layers[i];
+        if (lc->kv_donor >= 0 || lc->kind != kind) continue;
+        total += (uint64_t)lc->n_kv_heads * 2 * g4_kv_row_bytes(type, lc->head_dim);
+    }
+    return total;
+}
+
+const char *g4_kv_type_name(g4_kv_type type) {
+    switch (type) {
+    case G4_KV_F32: return "f32";
+    case G4_KV_BF16: return "bf16";
+    case G4_KV_FP8: return "fp8";
+    default: return "auto";
+    }
+}
+
+int g4_kv_type_parse(const char *name) {
+    if (!name) return -1;
+    if (!strcmp(name, "f32")) return G4_KV_F32;
+    if (!strcmp(name, "bf16")) return G4_KV_BF16;
+    if (!strcmp(name, "fp8")) return G4_KV_FP8;
+    if (!strcmp(name, "auto")) return G4_KV_AUTO;
+    return -1;
+}
+
+g4_kv_type g4_kv_type_resolve(g4_kv_type type, g4_precision precision, const g4_model *m) {
+    if (type != G4_KV_AUTO) return type;
+    if (precision == G4_PRECISION_EXACT) return G4_KV_F32;
+    uint64_t total = 0;
+    for (int f = 0; f < 5; f++) total += m->weight_bytes_by_format[f];
+    return 2 * m->weight_bytes_by_format[G4_WEIGHT_F32] > total ? G4_KV_F32 : G4_KV_BF16;
 }
 
 int g4_kv_blocks_for(const g4_kv_pool *p, int length) { return (length + p->block_size - 1) / p->block_size; }
 
 g4_status g4_kv_pool_create(const g4_model *m, int block_size, int n_full_blocks, int n_sliding_blocks,
-                            int ring_blocks, g4_kv_pool **out) {
+                            int ring_blocks, g4_kv_type type, g4_kv_pool **out) {
     *out = NULL;
+    if (type == G4_KV_AUTO) type = G4_KV_F32;
+    if (type != G4_KV_F32 && type != G4_KV_BF16 && type != G4_KV_FP8)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "unknown KV cache type %d", (int)type);
     const g4_text_config *tc = &m->config.text;
     if (block_size <= 0 || n_full_blocks < 0 || n_sliding_blocks < 0 || ring_blocks <= 0)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "invalid KV cache geometry");
     g4_kv_pool *p = calloc(1, sizeof *p);
     if (!p) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     p->be = m->backend;
+    p->type = type;
     p->block_size = block_size;
     p->n_layers = tc->n_layers;
     p->n_full_blocks = n_full_blocks;
@@ -52,11 +101,12 @@ g4_status g4_kv_pool_create(const g4_model *m, int block_size, int n_full_blocks
         const g4_layer_config *lc = &tc->layers[i];
         if (lc->kv_donor >= 0) continue;
         int blocks = lc->kind == G4_LAYER_SLIDING ? n_sliding_blocks : n_full_blocks;
-        p->layer_kv[i] = p->be->ops->kv_alloc(p->be, blocks, block_size, lc->n_kv_heads, lc->head_dim);
+        p->layer_kv[i] = p->be->ops->kv_alloc(p->be, blocks, block_size, lc->n_kv_heads, lc->head_dim, type);
         if (!p->layer_kv[i]) {
             g4_kv_pool_free(p);
-            return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory allocating the KV cache (%d blocks of %d positions)",
-                           blocks, block_size);
+            return g4_fail(G4_ERR_OUT_OF_MEMORY,
+                           "out of memory allocating the %s KV cache (%d blocks of %d positions, layer %d)",
+                           g4_kv_type_name(type), blocks, block_size, i);
         }
     }
     *out = p;

@@ -113,9 +113,10 @@ char *g4_model_describe(const g4_model *m);
 
 /* Bytes of weights a single decode step reads (the LM head and every
  * projection; MoE: only top_k of the experts; embedding rows counted as one
- * row), and the KV-cache bytes it reads at context length ctx. */
+ * row), and the KV-cache bytes it reads at context length ctx with a cache of
+ * `type` (kv_cache.h g4_kv_row_bytes: what the pool stores per row). */
 uint64_t g4_model_decode_weight_bytes(const g4_model *m);
-uint64_t g4_model_decode_kv_bytes(const g4_model *m, int ctx, int kv_bytes_per_value);
+uint64_t g4_model_decode_kv_bytes(const g4_model *m, int ctx, g4_kv_type type);
 /* FLOPs per prompt token of a prefill (matrices only, MoE: top_k; the LM
  * head, needed for the last row only, excluded). */
 double g4_model_flops_per_token(const g4_model *m);

@@ -1,6 +1,7 @@
 /* What a token costs: bytes read by a decode step and FLOPs of a prefill
  * token, for the limits `gemma4 bench` prints beside measured speed. */
 #include "model/model.h"
+#include "model/kv_cache.h"
 
 static uint64_t matrix_bytes(const g4_matrix *m) { return m->data ? g4_matrix_bytes(m) : 0; }
 
@@ -33,13 +34,13 @@ uint64_t g4_model_decode_weight_bytes(const g4_model *m) {
     return total;
 }
 
-uint64_t g4_model_decode_kv_bytes(const g4_model *m, int ctx, int kv_bytes_per_value) {
+uint64_t g4_model_decode_kv_bytes(const g4_model *m, int ctx, g4_kv_type type) {
     const g4_text_config *tc = &m->config.text;
     uint64_t total = 0;
     for (int i = 0; i < tc->n_layers; i++) {
         const g4_layer_config *lc = &tc->layers[i];
         int visible = lc->kind == G4_LAYER_SLIDING && ctx > tc->sliding_window ? tc->sliding_window : ctx;
-        total += (uint64_t)visible * lc->n_kv_heads * lc->head_dim * 2 * (uint64_t)kv_bytes_per_value;
+        total += (uint64_t)visible * lc->n_kv_heads * 2 * g4_kv_row_bytes(type, lc->head_dim);
     }
     return total;
 }

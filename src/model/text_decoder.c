@@ -22,6 +22,8 @@ enum {
 /* Backend buffers for one batch; sized once for `cap` rows. */
 struct g4_text_scratch {
     g4_backend *be;
+    int counting;       /* 1: sizes are only added up (g4_text_scratch_bytes_for) */
+    size_t device_bytes; /* backend memory of the arrays below */
     int cap, cap_logits, vocab, last_logit_rows;
     int32_t *ids, *ple_ids, *pos, *seq, *kv_range, *mm_rows, *logit_rows;
     int32_t *full_tables, *sliding_tables;
@@ -43,20 +45,17 @@ struct g4_text_scratch {
 static size_t candidate_bytes(size_t rows, size_t k) { return rows * (sizeof(double) + k * 8); }
 
 static void *scratch_alloc(g4_text_scratch *s, size_t bytes, int *ok) {
-    void *p = s->be->ops->alloc(s->be, bytes ? bytes : 4);
+    bytes = bytes ? bytes : 4;
+    s->device_bytes += bytes;
+    if (s->counting) return NULL;
+    void *p = s->be->ops->alloc(s->be, bytes);
     if (!p) *ok = 0;
     return p;
 }
 
-g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logit_rows, g4_text_scratch **out) {
-    *out = NULL;
+/* Every backend array of the scratch, allocated (or, counting, added up). */
+static void scratch_arrays(g4_text_scratch *s, const g4_model *m, int max_tokens, int max_logit_rows, int *ok_out) {
     const g4_text_config *tc = &m->config.text;
-    g4_text_scratch *s = calloc(1, sizeof *s);
-    if (!s) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    s->be = m->backend;
-    s->cap = max_tokens;
-    s->cap_logits = max_logit_rows;
-    s->vocab = tc->vocab_size;
     int dmax = 0, kvmax = 0, wmax = 0;
     size_t qkv_width = 0;
     for (int i = 0; i < tc->n_layers; i++) {
@@ -105,6 +104,30 @@ g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logi
     s->hsel = scratch_alloc(s, R * d * 4, &ok);
     s->logits = scratch_alloc(s, R * (size_t)tc->vocab_size * 4, &ok);
     s->cand = scratch_alloc(s, candidate_bytes(R, G4_TOP_LOGITS_MAX_K), &ok);
+    *ok_out = ok;
+}
+
+size_t g4_text_scratch_bytes_for(const g4_model *m, int max_tokens, int max_logit_rows) {
+    g4_text_scratch s = {.counting = 1};
+    int ok;
+    scratch_arrays(&s, m, max_tokens, max_logit_rows, &ok);
+    return s.device_bytes;
+}
+
+size_t g4_text_scratch_bytes(const g4_text_scratch *s) { return s->device_bytes; }
+
+g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logit_rows, g4_text_scratch **out) {
+    *out = NULL;
+    const g4_text_config *tc = &m->config.text;
+    g4_text_scratch *s = calloc(1, sizeof *s);
+    if (!s) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    s->be = m->backend;
+    s->cap = max_tokens;
+    s->cap_logits = max_logit_rows;
+    s->vocab = tc->vocab_size;
+    int ok = 1;
+    scratch_arrays(s, m, max_tokens, max_logit_rows, &ok);
+    const size_t N = (size_t)max_tokens, R = (size_t)max_logit_rows;
     s->cand_host = malloc(candidate_bytes(R, G4_TOP_LOGITS_MAX_K));
     s->host_ids = malloc(N * 3 * sizeof *s->host_ids);
     if (!ok || !s->host_ids || !s->cand_host) {

@@ -56,6 +56,11 @@ typedef struct g4_text_scratch g4_text_scratch;
 g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logit_rows, g4_text_scratch **out);
 void g4_text_scratch_free(g4_text_scratch *s);
 int g4_text_scratch_capacity(const g4_text_scratch *s);
+/* Backend bytes the scratch allocated, and what g4_text_scratch_create
+ * would allocate for that shape (the same list of arrays). The block
+ * tables it grows later are small and not counted. */
+size_t g4_text_scratch_bytes(const g4_text_scratch *s);
+size_t g4_text_scratch_bytes_for(const g4_model *m, int max_tokens, int max_logit_rows);
 
 /* Row `row` of the logits of the last g4_text_forward on this scratch
  * (host [vocab]), also when it asked for candidates only: what a sampler

@@ -280,7 +280,7 @@ g4_status g4_vision_encode(const g4_model *m, const float *pixel_values, const i
         if (!*ibufs[i]) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the vision tower");
     }
     if (st == G4_OK) {
-        s.kv = be->ops->kv_alloc(be, 1, n, H, Dh);
+        s.kv = be->ops->kv_alloc(be, 1, n, H, Dh, G4_KV_F32);
         if (!s.kv) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the vision tower's attention");
     }
     float *out = NULL;

@@ -10,6 +10,7 @@
 #include "model/kv_cache.h"
 #include "model/text_decoder.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/memory_plan.h"
 #include "runtime/session.h"
 
 typedef struct {
@@ -103,7 +104,9 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     /* sliding blocks beyond the rings hold the prefix cache's window snapshots */
     int snap = e->opt.no_prefix_cache ? 0 : g4_prefix_snapshot_blocks(m, bs);
     if (e->opt.cache_snapshots <= 0) e->opt.cache_snapshots = 2 * S;
-    g4_status st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, ring * S + snap * e->opt.cache_snapshots, ring, &e->kv);
+    const int sliding_blocks = ring * S + snap * e->opt.cache_snapshots;
+    g4_status st = g4_memory_check_kv(m, e->opt.kv_type, bs, e->opt.kv_blocks, sliding_blocks, e->opt.n_ctx);
+    if (st == G4_OK) st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, sliding_blocks, ring, e->opt.kv_type, &e->kv);
     if (st == G4_OK && !e->opt.no_prefix_cache) st = g4_prefix_cache_create(m, e->kv, &e->cache);
     if (st == G4_OK) st = g4_text_scratch_create(m, N, S, &e->scratch);
     if (st == G4_OK) {
@@ -150,6 +153,11 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         g4_log(G4_LOG_INFO, "prefix cache: on, room for %d sliding-window snapshots of %d positions beyond the rings "
                "(%.1f MiB)", e->opt.cache_snapshots, snap * bs,
                (double)g4_prefix_snapshot_bytes(e->cache) * e->opt.cache_snapshots / (1024.0 * 1024.0));
+    e->stats.kv_block_size = bs;
+    e->stats.kv_type = e->kv->type;
+    e->stats.kv_bytes = g4_kv_pool_bytes(e->kv, m);
+    e->stats.kv_full_bytes_per_token = g4_kv_bytes_per_position(m, e->kv->type, G4_LAYER_FULL);
+    e->stats.kv_sliding_bytes_per_token = g4_kv_bytes_per_position(m, e->kv->type, G4_LAYER_SLIDING);
     *out = e;
     return G4_OK;
 }

@@ -75,6 +75,7 @@ typedef struct {
     int max_queue;        /* waiting requests before submit refuses (0: 256) */
     int vision_mask;      /* g4_vision_mask of session.h */
     int threads;          /* OpenMP threads of the engine thread (0: the runtime's default) */
+    g4_kv_type kv_type;   /* element type of the KV cache (AUTO: F32) */
     int no_prefix_cache;  /* 1: every prompt is prefilled whole (no reuse of cached KV) */
     int cache_snapshots;  /* sliding-window snapshots kept beyond the running sequences' rings
                              (0: 2 x max_seqs; ignored without the prefix cache) */
@@ -83,6 +84,11 @@ typedef struct {
 typedef struct {
     int running, waiting;
     int kv_blocks_total, kv_blocks_used; /* used: held by sequences (idle cached blocks are free room) */
+    int kv_block_size;
+    g4_kv_type kv_type;
+    uint64_t kv_bytes;                 /* the pool's K and V storage, rings included */
+    uint64_t kv_full_bytes_per_token;  /* of the full layers */
+    uint64_t kv_sliding_bytes_per_token;
     uint64_t steps, tokens_prefilled, tokens_generated;
     /* the prefix cache (all 0 without it) */
     int prefix_cache;                    /* 1 when on */

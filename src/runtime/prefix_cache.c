@@ -51,17 +51,11 @@ int g4_prefix_snapshot_blocks(const g4_model *m, int block_size) {
     return (tc->sliding_window + block_size - 1) / block_size;
 }
 
-/* KV bytes one block of each kind takes over all layers with storage. The
- * pool stores float32 values. */
-static uint64_t block_bytes(const g4_model *m, int block_size, int sliding) {
-    const g4_text_config *tc = &m->config.text;
-    uint64_t total = 0;
-    for (int i = 0; i < tc->n_layers; i++) {
-        const g4_layer_config *lc = &tc->layers[i];
-        if (lc->kv_donor >= 0 || (lc->kind == G4_LAYER_SLIDING) != sliding) continue;
-        total += (uint64_t)block_size * lc->n_kv_heads * lc->head_dim * 2 * sizeof(float);
-    }
-    return total;
+/* KV bytes one block of each kind takes over all layers with storage, at
+ * the pool's element type. */
+static uint64_t block_bytes(const g4_model *m, const g4_kv_pool *pool, int sliding) {
+    return (uint64_t)pool->block_size *
+           g4_kv_bytes_per_position(m, pool->type, sliding ? G4_LAYER_SLIDING : G4_LAYER_FULL);
 }
 
 g4_status g4_prefix_cache_create(const g4_model *m, g4_kv_pool *pool, g4_prefix_cache **out) {
@@ -90,8 +84,8 @@ g4_status g4_prefix_cache_create(const g4_model *m, g4_kv_pool *pool, g4_prefix_
     for (uint32_t i = 0; i < size; i++) c->table[i] = -1;
     for (int i = 0; i < nb; i++) c->nodes[i].prev = c->nodes[i].next = c->nodes[i].snapshot = -1;
     for (int i = 0; i < c->max_snaps; i++) c->snaps[i].owner = -1;
-    c->full_block_bytes = block_bytes(m, pool->block_size, 0);
-    c->sliding_block_bytes = block_bytes(m, pool->block_size, 1);
+    c->full_block_bytes = block_bytes(m, pool, 0);
+    c->sliding_block_bytes = block_bytes(m, pool, 1);
     *out = c;
     return G4_OK;
 }

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/memory_plan.h"
+
 g4_status g4_session_create(const g4_model *m, const g4_session_options *opt, g4_session **out) {
     *out = NULL;
     const g4_text_config *tc = &m->config.text;
@@ -25,7 +27,8 @@ g4_status g4_session_create(const g4_model *m, const g4_session_options *opt, g4
     /* a context shorter than window + chunk fits whole: no slot is reused,
      * and the sliding layers need no more blocks than the full ones */
     if (ring > full_blocks) ring = full_blocks;
-    g4_status st = g4_kv_pool_create(m, bs, full_blocks, ring, ring, &s->kv);
+    g4_status st = g4_memory_check_kv(m, s->opt.kv_type, bs, full_blocks, ring, s->opt.n_ctx);
+    if (st == G4_OK) st = g4_kv_pool_create(m, bs, full_blocks, ring, ring, s->opt.kv_type, &s->kv);
     if (st == G4_OK) st = g4_kv_seq_init(s->kv, &s->seq);
     if (st == G4_OK) st = g4_text_scratch_create(m, s->opt.chunk, s->opt.chunk, &s->scratch);
     if (st != G4_OK) {

@@ -29,6 +29,7 @@ typedef struct {
     int chunk;        /* prefill chunk (0: 512) */
     int block_size;   /* KV block size (0: 16) */
     g4_vision_mask vision_mask;
+    g4_kv_type kv_type; /* element type of the KV cache (AUTO: F32) */
 } g4_session_options;
 
 /* Soft tokens to place into the prompt: rows are indices into the ids of one

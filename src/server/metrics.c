@@ -151,6 +151,16 @@ char *g4_metrics_render(g4_metrics *m, const g4_engine_stats *e, size_t *len) {
         ok &= gauge(&b, "gemma4_kv_cache_blocks_used", "KV cache blocks reserved by admitted sequences.", e->kv_blocks_used);
         ok &= gauge(&b, "gemma4_kv_cache_blocks_total", "KV cache blocks in the pool.", e->kv_blocks_total);
         ok &= gauge(&b, "gemma4_kv_cache_usage_ratio", "Fraction of the KV cache pool in use.", ratio);
+        ok &= gauge(&b, "gemma4_kv_cache_bytes", "Bytes of the KV cache pool (K and V, full and sliding layers).",
+                    (double)e->kv_bytes);
+        ok &= gauge(&b, "gemma4_kv_cache_block_size", "Positions per KV cache block.", e->kv_block_size);
+        ok &= gauge(&b, "gemma4_kv_cache_full_bytes_per_token",
+                    "KV bytes one position takes over the full-attention layers.", (double)e->kv_full_bytes_per_token);
+        ok &= gauge(&b, "gemma4_kv_cache_sliding_bytes_per_token",
+                    "KV bytes one position takes over the sliding-window layers (within a sequence's ring).",
+                    (double)e->kv_sliding_bytes_per_token);
+        ok &= gauge(&b, "gemma4_kv_cache_element_bits", "Bits per stored K or V value (32 f32, 16 bf16, 8 fp8).",
+                    e->kv_type == G4_KV_BF16 ? 16 : e->kv_type == G4_KV_FP8 ? 8 : 32);
         ok &= counter(&b, "gemma4_engine_steps_total", "Batched forward passes.", e->steps);
         ok &= counter(&b, "gemma4_engine_prefill_tokens_total", "Prompt tokens run through the model.", e->tokens_prefilled);
         ok &= gauge(&b, "gemma4_prefix_cache_enabled", "1 when prompts reuse cached KV (serve --no-prefix-cache: 0).",

@@ -40,6 +40,26 @@ check(deep.get("tg_tps", 0) > 0 and deep.get("pp_tps", 0) > 0, "depth run measur
 check(deep.get("decode_bytes", 0) > flat.get("decode_bytes", 0),
       "decode bytes grow with the depth's KV reads (%s > %s)" % (deep.get("decode_bytes"), flat.get("decode_bytes")))
 
+# the KV type: the default on the fast path is bf16; the KV bytes a step reads at depth d are the
+# visible positions' bytes of each layer (full layers: every position; sliding: the window) at the
+# type's row size (fp8: head_dim + a 4-byte scale per row), checked against the model's config
+cfg = json.load(open(os.path.join(MODEL, "config.json")))["text_config"]
+def kv_bytes(ctx, value_bytes, scale_bytes):
+    total = 0
+    for i, kind in enumerate(cfg["layer_types"]):
+        d = cfg.get("per_layer_config", {}).get(str(i), {}).get("head_dim", cfg["head_dim"])
+        visible = min(ctx, cfg["sliding_window"]) if kind == "sliding_attention" else ctx
+        total += visible * cfg["num_key_value_heads"] * 2 * (d * value_bytes + scale_bytes)
+    return total
+check(deep.get("kv_type") == "bf16", "bench's default KV type on the fast path is bf16 (got %s)" % deep.get("kv_type"))
+typed = {t: bench("-p", "8", "-n", "4", "-d", "40", "--kv-type", t) for t in ("f32", "fp8")}
+check(typed["f32"].get("kv_type") == "f32" and typed["fp8"].get("kv_type") == "fp8", "--kv-type reported")
+k32, k16, k8 = typed["f32"].get("kv_decode_bytes"), deep.get("kv_decode_bytes"), typed["fp8"].get("kv_decode_bytes")
+print("KV bytes per decode step at depth 42: f32 %s, bf16 %s, fp8 %s" % (k32, k16, k8))
+check(k32 == 2 * k16 and k8 is not None and k8 < k16, "KV decode bytes halve at bf16 and shrink at fp8")
+check(k32 == kv_bytes(42, 4, 0) and k8 == kv_bytes(42, 1, 4),
+      "KV decode bytes from the config: f32 %s = %s, fp8 %s = %s" % (k32, kv_bytes(42, 4, 0), k8, kv_bytes(42, 1, 4)))
+
 # decode alone (-p 0): the warm-up must not read an unset prompt id (it did: "token id -1489201393 ... outside
 # the vocabulary"); under ASan that read is also an error
 decode_only = bench("-p", "0", "-n", "4")

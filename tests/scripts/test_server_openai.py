@@ -94,7 +94,9 @@ RUNNING = []
 class Server:
     def __init__(self, model, *args, name="server"):
         self.log = open(os.path.join(TMP, "test_server_openai.%s.log" % name), "w+")
-        cmd = [BIN, "serve", "-m", model, "--port", "0", "--threads", "1", *args]
+        # a float32 KV cache: the references (transformers, `gemma4 generate`, one request alone) are
+        # float32, and bf16's rounding flips the random fixtures' greedy ids (test_kv_types.c)
+        cmd = [BIN, "serve", "-m", model, "--port", "0", "--threads", "1", "--kv-type", "f32", *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"http://[^:]+:(\d+)", line)
@@ -544,6 +546,10 @@ def part_metrics(s, client, model):
     check(values["gemma4_generation_tokens_total"] > 0 and values["gemma4_prompt_tokens_total"] > 0, "token counters")
     check(values.get('gemma4_requests_total{endpoint="completions",code="200"}', 0) > 0, "request counter")
     check(values["gemma4_kv_cache_blocks_total"] > 0 and values["gemma4_kv_cache_usage_ratio"] == 0, "KV gauges")
+    # the pool's bytes: every full-layer block at the per-token cost, plus the sliding rings
+    check(values["gemma4_kv_cache_element_bits"] == 32 and values["gemma4_kv_cache_block_size"] == 16 and
+          values["gemma4_kv_cache_bytes"] >= values["gemma4_kv_cache_blocks_total"] * 16 *
+          values["gemma4_kv_cache_full_bytes_per_token"] > 0, "KV bytes gauges")
 
 
 def part_batching(s, client, model):

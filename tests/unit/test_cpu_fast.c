@@ -28,6 +28,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_fast.h"
 #include "backend/cpu/cpu_isa.h"
+#include "model/kv_cache.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "tensor/dtype.h"
 #include "tensor/matrix.h"
@@ -40,6 +41,8 @@
 #define Q8_RMS_TOL 4.5e-2   /* true product, int8 activations */
 #define GELU_TOL 2e-6      /* fast GELU, relative */
 #define ATTENTION_TOL 3e-6  /* fast attention against the exact one, absolute (outputs within [-1, 1]) */
+#define KV_BF16_TOL 1e-2    /* attention over a bf16 cache against float32 K and V, absolute */
+#define KV_FP8_TOL 6e-2     /* the same over fp8 e4m3 with row scales */
 
 static const int token_counts[] = {1, 2, 5, 8, 9, 15, 16, 17, 33, 70};
 enum { MAX_TOKENS = 70 };
@@ -316,7 +319,7 @@ static void test_other_formats_exact(void) {
  * layers, a window of 40 in sliding ones. Group sizes 8 (E2B), 2, 12 (more
  * than the kernels take at once) and 3; head sizes that the SIMD kernels take
  * (multiples of 16) and one they do not (24). */
-static double worst_attention_seen, worst_gelu_seen;
+static double worst_attention_seen, worst_gelu_seen, worst_kv_type_seen[4];
 static void test_attention(void) {
     enum { N = 97, BS = 16, BLOCKS = 8, WINDOW = 40 };
     const int shapes[][3] = {{8, 1, 256}, {4, 2, 32}, {12, 1, 64}, {3, 1, 24}, {2, 2, 512}}; /* heads, kv heads, D */
@@ -343,28 +346,51 @@ static void test_attention(void) {
         float *o1 = malloc((size_t)N * H * D * sizeof *o1), *o2 = malloc((size_t)N * H * D * sizeof *o2);
         for (size_t i = 0; i < (size_t)N * Hkv * D; i++) k[i] = rng_uniform(-1, 1), v[i] = rng_uniform(-1, 1);
         for (size_t i = 0; i < (size_t)N * H * D; i++) q[i] = rng_uniform(-1, 1);
-        void *kv = exact->ops->kv_alloc(exact, BLOCKS, BS, Hkv, D);
-        exact->ops->kv_store(exact, kv, k, v, &b, 0);
-        for (int sliding = 0; sliding < 2; sliding++) {
-            const float scale = 1.0f / sqrtf((float)D) * 3.0f; /* sharp enough that the softmax matters */
-            exact->ops->attention(exact, o1, q, kv, &b, sliding, H, scale);
-            for (int level = CPU_ISA_SCALAR; level <= (int)cpu_isa_supported(); level++) {
-                cpu_isa_force((cpu_isa)level);
-                for (size_t i = 0; i < (size_t)N * H * D; i++) o2[i] = NAN;
-                fast->ops->attention(fast, o2, q, kv, &b, sliding, H, scale);
-                double worst = 0;
+        float *o0 = malloc((size_t)N * H * D * sizeof *o0);
+        /* the exact path over float32 K and V, the reference of the typed caches */
+        void *kv32 = exact->ops->kv_alloc(exact, BLOCKS, BS, Hkv, D, G4_KV_F32);
+        exact->ops->kv_store(exact, kv32, k, v, &b, 0);
+        for (int type = G4_KV_F32; type <= G4_KV_FP8; type++) {
+            void *kv = exact->ops->kv_alloc(exact, BLOCKS, BS, Hkv, D, (g4_kv_type)type);
+            CHECK(kv, "kv_alloc %s", g4_kv_type_name((g4_kv_type)type));
+            exact->ops->kv_store(exact, kv, k, v, &b, 0);
+            for (int sliding = 0; sliding < 2; sliding++) {
+                const float scale = 1.0f / sqrtf((float)D) * 3.0f; /* sharp enough that the softmax matters */
+                exact->ops->attention(exact, o0, q, kv32, &b, sliding, H, scale);
+                exact->ops->attention(exact, o1, q, kv, &b, sliding, H, scale);
+                /* the stored type's rounding against float32 K and V (bf16: 2^-9 relative per value, fp8
+                 * e4m3: 2^-4 of the row's peak at worst, mostly less) */
+                double type_worst = 0;
                 for (size_t i = 0; i < (size_t)N * H * D; i++) {
-                    const double e = isnan(o2[i]) ? INFINITY : fabs((double)o2[i] - o1[i]);
-                    if (!(e <= worst)) worst = e;
+                    const double e = fabs((double)o1[i] - o0[i]);
+                    if (!(e <= type_worst)) type_worst = isnan(e) ? INFINITY : e;
                 }
-                if (worst > worst_attention_seen) worst_attention_seen = worst;
-                /* outputs are averages of values in [-1, 1] */
-                CHECK(worst <= ATTENTION_TOL, "attention %dx%d/%d %s %s: worst error %.3g", H, D, Hkv,
-                      sliding ? "sliding" : "full", cpu_isa_name(), worst);
+                const double type_tol = type == G4_KV_F32 ? 0 : type == G4_KV_BF16 ? KV_BF16_TOL : KV_FP8_TOL;
+                CHECK(type_worst <= type_tol, "attention %dx%d/%d %s over a %s cache against f32: worst %.3g > %.3g",
+                      H, D, Hkv, sliding ? "sliding" : "full", g4_kv_type_name((g4_kv_type)type), type_worst,
+                      type_tol);
+                if (type_worst > worst_kv_type_seen[type]) worst_kv_type_seen[type] = type_worst;
+                /* the fast kernels read the stored type as the exact path does */
+                for (int level = CPU_ISA_SCALAR; level <= (int)cpu_isa_supported(); level++) {
+                    cpu_isa_force((cpu_isa)level);
+                    for (size_t i = 0; i < (size_t)N * H * D; i++) o2[i] = NAN;
+                    fast->ops->attention(fast, o2, q, kv, &b, sliding, H, scale);
+                    double worst = 0;
+                    for (size_t i = 0; i < (size_t)N * H * D; i++) {
+                        const double e = isnan(o2[i]) ? INFINITY : fabs((double)o2[i] - o1[i]);
+                        if (!(e <= worst)) worst = e;
+                    }
+                    if (worst > worst_attention_seen) worst_attention_seen = worst;
+                    /* outputs are averages of values in [-1, 1] */
+                    CHECK(worst <= ATTENTION_TOL, "attention %dx%d/%d %s %s over %s: worst error %.3g", H, D, Hkv,
+                          sliding ? "sliding" : "full", cpu_isa_name(), g4_kv_type_name((g4_kv_type)type), worst);
+                }
+                cpu_isa_force(cpu_isa_supported());
             }
-            cpu_isa_force(cpu_isa_supported());
+            exact->ops->kv_free(exact, kv);
         }
-        exact->ops->kv_free(exact, kv);
+        exact->ops->kv_free(exact, kv32);
+        free(o0);
         free(k), free(v), free(q), free(o1), free(o2);
     }
     g4_backend_destroy(fast);

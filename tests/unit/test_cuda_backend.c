@@ -1014,6 +1014,9 @@ static int attn_tc_eligible(int n_tokens, int G, int D) {
     return !(n_tokens <= 32 && G <= 32) && D >= 64 && D <= 512 && D % 16 == 0;
 }
 
+/* The KV cache type check_attention runs over (test_attention sets each). */
+static g4_kv_type attn_kv_type = G4_KV_F32;
+
 static void check_attention(const attn_case *ac) {
     const int Hq = ac->n_heads, Hkv = ac->n_kv, D = ac->head_dim, bs = ac->block_size, S = ac->n_seqs;
     int max_len = 0;
@@ -1027,8 +1030,9 @@ static void check_attention(const attn_case *ac) {
     shuffle(perm, n_blocks);
     for (int i = 0; i < S * stride; i++) full_tables[i] = perm[i % n_blocks];
     for (int i = 0; i < S * ring; i++) sliding_tables[i] = perm[i % n_blocks];
-    void *kc = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D), *kg = gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D);
-    CHECK(kc && kg, "%s: kv_alloc", ac->label);
+    void *kc = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, attn_kv_type);
+    void *kg = gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, attn_kv_type);
+    CHECK(kc && kg, "%s: kv_alloc %s", ac->label, g4_kv_type_name(attn_kv_type));
     const size_t kv_row = (size_t)Hkv * D;
     const size_t cap = (size_t)max_len + (size_t)S * ac->chunk + S; /* positions a batch can hold */
     int32_t *pos = malloc(cap * 4), *seq = malloc(cap * 4);
@@ -1080,6 +1084,18 @@ static void check_attention(const attn_case *ac) {
     void *bufs[5];
     upload_batch(&hb, &db, S, bufs);
     const size_t nq = (size_t)n * Hq * D;
+    {
+        /* both pools hold the same bits: kv_read of the queries' positions */
+        const size_t nr = (size_t)n * kv_row;
+        float *kc_r = malloc(nr * 4), *vc_r = malloc(nr * 4), *dk = poisoned(nr), *dv = poisoned(nr);
+        cpu->ops->kv_read(cpu, kc, kc_r, vc_r, &hb, ac->sliding);
+        gpu->ops->kv_read(gpu, kg, dk, dv, &db, ac->sliding);
+        float *kg_r = down(dk, nr), *vg_r = down(dv, nr);
+        CHECK(!memcmp(kc_r, kg_r, nr * 4) && !memcmp(vc_r, vg_r, nr * 4), "%s %s: stored K/V differ from the CPU's",
+              ac->label, g4_kv_type_name(attn_kv_type));
+        release(dk), release(dv);
+        free(kc_r), free(vc_r), free(kg_r), free(vg_r);
+    }
     float *q = rand_floats(nq, 0.01f, 2.0f), *want = malloc(nq * 4);
     const float scale = ac->head_dim == 72 ? 0.125f : 1.0f;
     cpu->ops->attention(cpu, want, q, kc, &hb, ac->sliding, Hq, scale);
@@ -1087,7 +1103,8 @@ static void check_attention(const attn_case *ac) {
     gpu->ops->attention(gpu, dout, dq, kg, &db, ac->sliding, Hq, scale);
     float *got = down(dout, nq);
     char what[160];
-    snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d", ac->label, n, Hq, Hkv, D);
+    snprintf(what, sizeof what, "%s: %d x %d/%d heads x %d, %s cache", ac->label, n, Hq, Hkv, D,
+             g4_kv_type_name(attn_kv_type));
     compare("attention", what, got, want, nq, TOL_REDUCE);
     /* decode cases again under the other decode settings */
     for (int v = 0; v < ATTN_DECODE_VARIANTS && !ac->prefill; v++) {
@@ -1138,11 +1155,13 @@ static void check_attention(const attn_case *ac) {
 }
 
 /* kv_copy_blocks (the prefix cache's window snapshots): whole blocks, K and
- * V, bit for bit as on the CPU and as the copies they are; runs of
- * consecutive blocks and single ones, every other block untouched. */
+ * V (and fp8's row scales), each a copy of its source bit for bit on either
+ * backend; runs of consecutive blocks and single ones, every other block
+ * untouched; at every KV type. The CUDA pool equals the CPU's where their
+ * stores round alike (f32, bf16). */
 static void test_kv_copy_blocks(void) {
     enum { NB = 12, BS = 4, HKV = 2, D = 64, N = NB * BS };
-    const size_t row = (size_t)HKV * D;
+    const size_t row = (size_t)HKV * D, bytes = (size_t)N * row * 4;
     int32_t table[NB], pos[N], seq[N], ranges[4 * N];
     for (int b = 0; b < NB; b++) table[b] = b;
     for (int t = 0; t < N; t++) pos[t] = t, seq[t] = 0, ranges[4 * t] = ranges[4 * t + 1] = ranges[4 * t + 2] = ranges[4 * t + 3] = 0;
@@ -1151,37 +1170,49 @@ static void test_kv_copy_blocks(void) {
     g4_attn_batch db;
     void *bufs[5];
     upload_batch(&hb, &db, 1, bufs);
-    void *kc = cpu->ops->kv_alloc(cpu, NB, BS, HKV, D), *kg = gpu->ops->kv_alloc(gpu, NB, BS, HKV, D);
-    float *k = rand_floats((size_t)N * row, 0.01f, 2.0f), *v = rand_floats((size_t)N * row, 0.01f, 2.0f);
-    float *dk = up(k, (size_t)N * row * 4), *dv = up(v, (size_t)N * row * 4);
-    cpu->ops->kv_store(cpu, kc, k, v, &hb, 0);
-    gpu->ops->kv_store(gpu, kg, dk, dv, &db, 0);
     const int32_t src[] = {0, 1, 2, 7, 5}, dst[] = {8, 9, 10, 3, 11};
     const int n = (int)(sizeof src / sizeof *src);
-    cpu->ops->kv_copy_blocks(cpu, kc, src, dst, n);
-    gpu->ops->kv_copy_blocks(gpu, kg, src, dst, n);
-    float *ck = malloc((size_t)N * row * 4), *cv = malloc((size_t)N * row * 4);
-    cpu->ops->kv_read(cpu, kc, ck, cv, &hb, 0);
-    gpu->ops->kv_read(gpu, kg, dk, dv, &db, 0);
-    float *gk = down(dk, (size_t)N * row), *gv = down(dv, (size_t)N * row);
-    int same = !memcmp(ck, gk, (size_t)N * row * 4) && !memcmp(cv, gv, (size_t)N * row * 4);
-    /* what each block should hold: its source's values, or its own */
-    int right = 1;
-    for (int b = 0; b < NB; b++) {
-        int from = b;
-        for (int i = 0; i < n; i++)
-            if (dst[i] == b) from = src[i];
-        const size_t off = (size_t)b * BS * row, src_off = (size_t)from * BS * row, len = (size_t)BS * row * 4;
-        right &= !memcmp(gk + off, k + src_off, len) && !memcmp(gv + off, v + src_off, len);
+    const g4_kv_type types[] = {G4_KV_F32, G4_KV_BF16, G4_KV_FP8};
+    for (int ti = 0; ti < 3; ti++) {
+        const g4_kv_type type = types[ti];
+        void *kc = cpu->ops->kv_alloc(cpu, NB, BS, HKV, D, type), *kg = gpu->ops->kv_alloc(gpu, NB, BS, HKV, D, type);
+        float *k = rand_floats((size_t)N * row, 0.01f, 2.0f), *v = rand_floats((size_t)N * row, 0.01f, 2.0f);
+        float *dk = up(k, bytes), *dv = up(v, bytes);
+        cpu->ops->kv_store(cpu, kc, k, v, &hb, 0);
+        gpu->ops->kv_store(gpu, kg, dk, dv, &db, 0);
+        /* what each pool holds before the copies, as read back */
+        float *ck0 = malloc(bytes), *cv0 = malloc(bytes);
+        cpu->ops->kv_read(cpu, kc, ck0, cv0, &hb, 0);
+        gpu->ops->kv_read(gpu, kg, dk, dv, &db, 0);
+        float *gk0 = down(dk, (size_t)N * row), *gv0 = down(dv, (size_t)N * row);
+        cpu->ops->kv_copy_blocks(cpu, kc, src, dst, n);
+        gpu->ops->kv_copy_blocks(gpu, kg, src, dst, n);
+        float *ck = malloc(bytes), *cv = malloc(bytes);
+        cpu->ops->kv_read(cpu, kc, ck, cv, &hb, 0);
+        gpu->ops->kv_read(gpu, kg, dk, dv, &db, 0);
+        float *gk = down(dk, (size_t)N * row), *gv = down(dv, (size_t)N * row);
+        const int same = !memcmp(ck, gk, bytes) && !memcmp(cv, gv, bytes);
+        /* each block holds its source's values (as stored), or its own */
+        int right = 1;
+        for (int b = 0; b < NB; b++) {
+            int from = b;
+            for (int i = 0; i < n; i++)
+                if (dst[i] == b) from = src[i];
+            const size_t off = (size_t)b * BS * row, src_off = (size_t)from * BS * row, len = (size_t)BS * row * 4;
+            right &= !memcmp(gk + off, gk0 + src_off, len) && !memcmp(gv + off, gv0 + src_off, len);
+            right &= !memcmp(ck + off, ck0 + src_off, len) && !memcmp(cv + off, cv0 + src_off, len);
+        }
+        const char *name = type == G4_KV_F32 ? "f32" : type == G4_KV_BF16 ? "bf16" : "fp8";
+        printf("  kv_copy_blocks %s, %d blocks (3 consecutive, 2 single): %s, CUDA %s the CPU\n", name, n,
+               right ? "exact copies" : "WRONG", same ? "equals" : "differs from");
+        CHECK(right, "kv_copy_blocks %s: a block does not hold its source's K and V", name);
+        if (type != G4_KV_FP8) CHECK(same, "kv_copy_blocks %s: CUDA pool differs from the CPU's", name);
+        free(k), free(v), free(ck), free(cv), free(gk), free(gv), free(ck0), free(cv0), free(gk0), free(gv0);
+        release(dk), release(dv);
+        cpu->ops->kv_free(cpu, kc);
+        gpu->ops->kv_free(gpu, kg);
     }
-    printf("  kv_copy_blocks %d blocks (3 consecutive, 2 single): %s\n", n, same && right ? "exact" : "WRONG");
-    CHECK(same, "kv_copy_blocks: CUDA pool differs from the CPU's");
-    CHECK(right, "kv_copy_blocks: a block does not hold its source's K and V");
-    free(k), free(v), free(ck), free(cv), free(gk), free(gv);
-    release(dk), release(dv);
     for (int i = 0; i < 5; i++) release(bufs[i]);
-    cpu->ops->kv_free(cpu, kc);
-    gpu->ops->kv_free(gpu, kg);
 }
 
 static void test_attention(void) {
@@ -1229,7 +1260,13 @@ static void test_attention(void) {
         {"prefill chunks of 2 sequences, global 512", 8, 1, 512, 16, 0, 1 << 30, 2, {100, 60}, 2, 36, 0, 0},
     };
     attn_tc_backends();
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
+    /* every case over each KV type: the CPU's exact attention over the same
+     * stored values is the reference, at the float32 cache's tolerance */
+    for (int type = G4_KV_F32; type <= G4_KV_FP8; type++) {
+        attn_kv_type = (g4_kv_type)type;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
+    }
+    attn_kv_type = G4_KV_F32;
     attn_tc_destroy(); /* (each holds pinned staging buffers) */
 }
 
@@ -1889,7 +1926,7 @@ static void run_top_logits(void *p) {
  * positions. */
 static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity) {
     const int bs = 16, blocks = capacity / bs;
-    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D);
+    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D, G4_KV_F32);
     int32_t *table = malloc((size_t)blocks * 4), pos = len - 1, seq = 0, range[4] = {0, len - 1, 0, len - 1};
     for (int i = 0; i < blocks; i++) table[i] = i;
     attn_arg a;
@@ -1940,7 +1977,7 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
 static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
     attn_tc_backends();
     const int bs = 16, blocks = (n + bs - 1) / bs;
-    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D), *kc = cpu->ops->kv_alloc(cpu, blocks, bs, Hkv, D);
+    void *kv = gpu->ops->kv_alloc(gpu, blocks, bs, Hkv, D, G4_KV_F32), *kc = cpu->ops->kv_alloc(cpu, blocks, bs, Hkv, D, G4_KV_F32);
     int32_t *table = malloc((size_t)blocks * 4), *pos = malloc((size_t)n * 4), *seq = calloc((size_t)n, 4);
     int32_t *range = malloc((size_t)n * 16);
     double pairs = 0;
@@ -2344,6 +2381,16 @@ typedef struct {
  * still held after storing len positions of each sequence chunk by chunk.
  * The GPU's own unfused sequence is compared too (rmsnorm_rope, rmsnorm,
  * kv_store there). */
+/* The cache type check_qkv_prepare stores into (test_qkv_prepare sets
+ * each) and the tolerance of its cache comparison: the GPU's normalised
+ * values are within TOL_ELEMENTWISE of the CPU's, and a bf16 or fp8
+ * rounding they straddle moves a value by a step (rare: relative RMS well
+ * under these). */
+static g4_kv_type qkv_kv_type = G4_KV_F32;
+static double qkv_cache_tol(void) {
+    return qkv_kv_type == G4_KV_F32 ? TOL_ELEMENTWISE : qkv_kv_type == G4_KV_BF16 ? 1e-3 : 1e-2;
+}
+
 static void check_qkv_prepare(const qkv_case *c) {
     const int Hq = c->n_q, Hkv = c->n_kv, D = c->D, bs = c->block_size, S = c->n_seqs;
     const int stride_blocks = (c->len + bs - 1) / bs;
@@ -2355,9 +2402,9 @@ static void check_qkv_prepare(const qkv_case *c) {
     shuffle(perm, n_blocks);
     for (int i = 0; i < S * stride_blocks; i++) full[i] = perm[i % n_blocks];
     for (int i = 0; i < S * ring; i++) slide[i] = perm[i % n_blocks];
-    void *kc = c->no_kv ? NULL : cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D);
-    void *kg = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D);
-    void *kg2 = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D); /* the unfused sequence's */
+    void *kc = c->no_kv ? NULL : cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, qkv_kv_type);
+    void *kg = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, qkv_kv_type);
+    void *kg2 = c->no_kv ? NULL : gpu->ops->kv_alloc(gpu, n_blocks, bs, Hkv, D, qkv_kv_type); /* the unfused sequence's */
     CHECK(c->no_kv || (kc && kg && kg2), "%s: kv_alloc", c->label);
     float *qn = rand_floats((size_t)D, 0.5f, 2.0f), *kn = rand_floats((size_t)D, 0.5f, 2.0f);
     float *dqn = up(qn, (size_t)D * 4), *dkn = up(kn, (size_t)D * 4);
@@ -2438,10 +2485,10 @@ static void check_qkv_prepare(const qkv_case *c) {
         float *dk = poisoned(nkv), *dv = poisoned(nkv);
         gpu->ops->kv_read(gpu, kg, dk, dv, &db, c->sliding);
         float *gk = down(dk, nkv), *gv = down(dv, nkv);
-        snprintf(what, sizeof what, "%s: cache K, %d positions", c->label, n_read);
-        compare("qkv_prepare", what, gk, wk, nkv, TOL_ELEMENTWISE);
-        snprintf(what, sizeof what, "%s: cache V, %d positions", c->label, n_read);
-        compare("qkv_prepare", what, gv, wv, nkv, TOL_ELEMENTWISE);
+        snprintf(what, sizeof what, "%s: cache K (%s), %d positions", c->label, g4_kv_type_name(qkv_kv_type), n_read);
+        compare("qkv_prepare", what, gk, wk, nkv, qkv_cache_tol());
+        snprintf(what, sizeof what, "%s: cache V (%s), %d positions", c->label, g4_kv_type_name(qkv_kv_type), n_read);
+        compare("qkv_prepare", what, gv, wv, nkv, qkv_cache_tol());
         free(gk), free(gv);
         gpu->ops->kv_read(gpu, kg2, dk, dv, &db, c->sliding);
         gk = down(dk, nkv), gv = down(dv, nkv);
@@ -2470,7 +2517,11 @@ static void test_qkv_prepare(void) {
         {"odd head_dim 18, partial pairs", 4, 2, 18, 5, 500.0f, 0, 1, 12, 4, 2, 41, 3, 0},
         {"fixture-like 32", 2, 1, 32, 16, 10000.0f, 1, 0, 0, 16, 1, 25, 25, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_qkv_prepare(&cases[i]);
+    for (int type = G4_KV_F32; type <= G4_KV_FP8; type++) {
+        qkv_kv_type = (g4_kv_type)type;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_qkv_prepare(&cases[i]);
+    }
+    qkv_kv_type = G4_KV_F32;
 }
 
 /* A failed op (here attention with 3 query heads over 2 KV heads) is kept
@@ -2483,7 +2534,7 @@ static void test_failure_status(void) {
         return;
     }
     CHECK(be->ops->status && be->ops->status(be) == G4_OK, "a fresh CUDA backend reports no failure");
-    void *kv = be->ops->kv_alloc(be, 1, 16, 2, 64);
+    void *kv = be->ops->kv_alloc(be, 1, 16, 2, 64, G4_KV_F32);
     int32_t pos = 0, seq = 0, range[4] = {0, 0, 0, 0}, table = 0;
     g4_attn_batch b = {.n_tokens = 1, .pos = up(&pos, 4), .seq = up(&seq, 4), .kv_range = up(range, 16),
                        .full_tables = up(&table, 4), .full_table_stride = 1, .sliding_tables = up(&table, 4),

@@ -116,7 +116,14 @@ static void greedy_alone(const g4_model *m, const int32_t *prompt, int n, const 
 int main(void) {
     const char *dir = make_model_dir();
     g4_handle *h;
-    g4_open_options oo = {.max_seqs = 4, .n_ctx = 256};
+    /* a float32 cache: the greedy loop it is compared with is the exact path's (bf16's rounding flips the
+     * random fixture's greedy ids, test_kv_types.c) */
+    g4_open_options oo = {.max_seqs = 4, .n_ctx = 256, .kv_type = "f32"};
+    g4_open_options bad = {.kv_type = "fp4"};
+    g4_handle *hb = NULL;
+    CHECK(g4_open(make_model_dir(), &bad, &hb) == G4_ERR_INVALID_ARGUMENT && !hb &&
+              strstr(g4_error_message(), "kv_type must be"),
+          "kv_type \"fp4\" refused: %s", g4_error_message());
     g4_status st = g4_open(dir, &oo, &h);
     CHECK(st == G4_OK, "g4_open: %s", g4_error_message());
     if (st != G4_OK) return test_finish();

@@ -90,7 +90,7 @@ static void check_case(const qkv_case *c) {
     for (int i = 0; i < S * stride_blocks; i++) full[i] = perm[i % n_blocks];
     for (int i = 0; i < S * ring; i++) slide[i] = perm[i % n_blocks];
     free(perm);
-    void *kv_a = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D), *kv_b = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D);
+    void *kv_a = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, G4_KV_F32), *kv_b = cpu->ops->kv_alloc(cpu, n_blocks, bs, Hkv, D, G4_KV_F32);
     float *qn = rand_floats((size_t)D, 0.5f, 2.0f), *kn = rand_floats((size_t)D, 0.5f, 2.0f);
     const g4_qkv_params p = {.n_q_heads = Hq, .n_kv_heads = Hkv, .head_dim = D, .k_eq_v = c->k_eq_v,
                              .q_norm = c->no_norm_w ? NULL : qn, .k_norm = c->no_norm_w ? NULL : kn,

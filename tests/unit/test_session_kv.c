@@ -27,7 +27,7 @@ static float *run(const g4_model *m, int n_ctx, uint64_t *kv_bytes, int *ring) {
         free(logits);
         return NULL;
     }
-    *kv_bytes = g4_kv_pool_bytes(s->kv, m, 4);
+    *kv_bytes = g4_kv_pool_bytes(s->kv, m);
     *ring = s->kv->ring_blocks;
     int32_t ids[N_POS];
     for (int i = 0; i < N_POS; i++) ids[i] = (i * 37 + 5) % (V - 4) + 2;

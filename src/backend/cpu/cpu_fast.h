@@ -102,6 +102,18 @@ typedef struct {
     void (*softmax_rows)(float *p, int nq, int n);
     /* out[i * out_stride + d] = sum_j p[i * n + j] * rows[j][d], d < D */
     void (*attn_mix)(const float *p, int nq, const float *const *rows, int n, int D, float *out, int64_t out_stride);
+    /* The same two over rows stored as bf16 and as fp8 e4m3 (unscaled codes:
+     * the caller multiplies each row's scale into its scores and into its
+     * probabilities before the mix), read where they lie. NULL: the
+     * portable versions. */
+    void (*attn_scores_bf16)(const float *q, int nq, int64_t q_stride, const uint16_t *const *rows, int n, int D,
+                             float scale, float *scores);
+    void (*attn_mix_bf16)(const float *p, int nq, const uint16_t *const *rows, int n, int D, float *out,
+                          int64_t out_stride);
+    void (*attn_scores_e4m3)(const float *q, int nq, int64_t q_stride, const uint8_t *const *rows, int n, int D,
+                             float scale, float *scores);
+    void (*attn_mix_e4m3)(const float *p, int nq, const uint8_t *const *rows, int n, int D, float *out,
+                          int64_t out_stride);
     /* out[i] = gelu_tanh(gate[i]) * up[i] in float32, i < n (NULL: the exact
      * path's float64 version) */
     void (*gelu_mul)(float *out, const float *gate, const float *up, int64_t n);
@@ -124,6 +136,25 @@ void cpu_attn_scores_ref(const float *q, int nq, int64_t q_stride, const float *
 void cpu_softmax_rows_ref(float *p, int nq, int n);
 void cpu_attn_mix_ref(const float *p, int nq, const float *const *rows, int n, int D, float *out,
                       int64_t out_stride);
+
+void cpu_attn_scores_bf16_ref(const float *q, int nq, int64_t q_stride, const uint16_t *const *rows, int n, int D,
+                              float scale, float *scores);
+void cpu_attn_mix_bf16_ref(const float *p, int nq, const uint16_t *const *rows, int n, int D, float *out,
+                           int64_t out_stride);
+void cpu_attn_scores_e4m3_ref(const float *q, int nq, int64_t q_stride, const uint8_t *const *rows, int n, int D,
+                              float scale, float *scores);
+void cpu_attn_mix_e4m3_ref(const float *p, int nq, const uint8_t *const *rows, int n, int D, float *out,
+                           int64_t out_stride);
+/* AVX2's (the AVX-512 level uses them too: the cache's bandwidth, not the
+ * vector width, bounds them). */
+void cpu_attn_scores_bf16_avx2(const float *q, int nq, int64_t q_stride, const uint16_t *const *rows, int n, int D,
+                               float scale, float *scores);
+void cpu_attn_mix_bf16_avx2(const float *p, int nq, const uint16_t *const *rows, int n, int D, float *out,
+                            int64_t out_stride);
+void cpu_attn_scores_e4m3_avx2(const float *q, int nq, int64_t q_stride, const uint8_t *const *rows, int n, int D,
+                               float scale, float *scores);
+void cpu_attn_mix_e4m3_avx2(const float *p, int nq, const uint8_t *const *rows, int n, int D, float *out,
+                            int64_t out_stride);
 
 /* The fast kernels of a level (NULL entries where it has none). */
 const cpu_fast_table *cpu_fast_for(cpu_isa level);

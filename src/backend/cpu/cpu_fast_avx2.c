@@ -495,6 +495,112 @@ static void attn_mix(const float *p, int nq, const float *const *rows, int n, in
     }
 }
 
+/* Attention over bf16 and fp8 e4m3 rows: the kernels above with each row
+ * converted as it is loaded. bf16 is the high half of a float32; an e4m3
+ * byte s.eeee.mmm moved to s.0eeee.mmm0000000 is an fp16 of the same value
+ * times 2^-8 (subnormals included: both formats' subnormals line up), which
+ * F16C converts; the 2^8 goes into the scale (scores) or the output (mix). */
+enum { ROWS_BF16 = 1, ROWS_E4M3 = 2 };
+
+ALWAYS_INLINE __m256 load_typed8(const void *row, int d, const int type) {
+    if (type == ROWS_BF16) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)row + d)));
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
+                                   _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7));
+    return _mm256_cvtph_ps(h);
+}
+
+ALWAYS_INLINE void scores_typed(const float *q, int64_t q_stride, const void *const *rows, int n, int D, float scale,
+                                float *scores, const int NQ, const int type) {
+    if (type == ROWS_E4M3) scale *= 256.0f;
+    for (int j = 0; j < n; j++) {
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc[i] = _mm256_setzero_ps();
+        for (int d = 0; d < D; d += 8) {
+            const __m256 kv = load_typed8(rows[j], d, type);
+#pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i * q_stride + d), kv, acc[i]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) scores[i * n + j] = hsum(acc[i]) * scale;
+    }
+}
+
+ALWAYS_INLINE void scores_typed_any(const float *q, int nq, int64_t q_stride, const void *const *rows, int n, int D,
+                                    float scale, float *scores, const int type) {
+    switch (nq) {
+    case 8: scores_typed(q, q_stride, rows, n, D, scale, scores, 8, type); return;
+    case 4: scores_typed(q, q_stride, rows, n, D, scale, scores, 4, type); return;
+    case 2: scores_typed(q, q_stride, rows, n, D, scale, scores, 2, type); return;
+    case 1: scores_typed(q, q_stride, rows, n, D, scale, scores, 1, type); return;
+    default:
+        for (int i = 0; i < nq; i++)
+            scores_typed(q + i * q_stride, q_stride, rows, n, D, scale, scores + i * n, 1, type);
+    }
+}
+
+ALWAYS_INLINE void mix_typed(const float *p, const void *const *rows, int n, int D, float *out, int64_t out_stride,
+                             const int NQ, const int W, const int type) {
+    const __m256 post = _mm256_set1_ps(type == ROWS_E4M3 ? 256.0f : 1.0f);
+    for (int d = 0; d < D; d += 8 * W) {
+        const int two = W == 2 && d + 16 <= D;
+        __m256 acc[8][2];
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const __m256 v0 = load_typed8(rows[j], d, type);
+            const __m256 v1 = two ? load_typed8(rows[j], d + 8, type) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+            for (int i = 0; i < NQ; i++) {
+                const __m256 pj = _mm256_set1_ps(p[i * n + j]);
+                acc[i][0] = _mm256_fmadd_ps(pj, v0, acc[i][0]);
+                if (W == 2) acc[i][1] = _mm256_fmadd_ps(pj, v1, acc[i][1]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) {
+            _mm256_storeu_ps(out + i * out_stride + d, _mm256_mul_ps(acc[i][0], post));
+            if (two) _mm256_storeu_ps(out + i * out_stride + d + 8, _mm256_mul_ps(acc[i][1], post));
+        }
+    }
+}
+
+ALWAYS_INLINE void mix_typed_any(const float *p, int nq, const void *const *rows, int n, int D, float *out,
+                                 int64_t out_stride, const int type) {
+    switch (nq) {
+    case 8: mix_typed(p, rows, n, D, out, out_stride, 8, 1, type); return;
+    case 4: mix_typed(p, rows, n, D, out, out_stride, 4, 2, type); return;
+    case 2: mix_typed(p, rows, n, D, out, out_stride, 2, 2, type); return;
+    case 1: mix_typed(p, rows, n, D, out, out_stride, 1, 2, type); return;
+    default:
+        for (int i = 0; i < nq; i++) mix_typed(p + i * n, rows, n, D, out + i * out_stride, out_stride, 1, 2, type);
+    }
+}
+
+void cpu_attn_scores_bf16_avx2(const float *q, int nq, int64_t q_stride, const uint16_t *const *rows, int n, int D,
+                               float scale, float *scores) {
+    scores_typed_any(q, nq, q_stride, (const void *const *)rows, n, D, scale, scores, ROWS_BF16);
+}
+
+void cpu_attn_mix_bf16_avx2(const float *p, int nq, const uint16_t *const *rows, int n, int D, float *out,
+                            int64_t out_stride) {
+    mix_typed_any(p, nq, (const void *const *)rows, n, D, out, out_stride, ROWS_BF16);
+}
+
+void cpu_attn_scores_e4m3_avx2(const float *q, int nq, int64_t q_stride, const uint8_t *const *rows, int n, int D,
+                               float scale, float *scores) {
+    scores_typed_any(q, nq, q_stride, (const void *const *)rows, n, D, scale, scores, ROWS_E4M3);
+}
+
+void cpu_attn_mix_e4m3_avx2(const float *p, int nq, const uint8_t *const *rows, int n, int D, float *out,
+                            int64_t out_stride) {
+    mix_typed_any(p, nq, (const void *const *)rows, n, D, out, out_stride, ROWS_E4M3);
+}
+
 const cpu_fast_table cpu_fast_avx2 = {
     .isa = CPU_ISA_AVX2,
     .quantize_q8 = quantize_q8,
@@ -509,5 +615,9 @@ const cpu_fast_table cpu_fast_avx2 = {
     .attn_scores = attn_scores,
     .softmax_rows = softmax_rows,
     .attn_mix = attn_mix,
+    .attn_scores_bf16 = cpu_attn_scores_bf16_avx2,
+    .attn_mix_bf16 = cpu_attn_mix_bf16_avx2,
+    .attn_scores_e4m3 = cpu_attn_scores_e4m3_avx2,
+    .attn_mix_e4m3 = cpu_attn_mix_e4m3_avx2,
     .gelu_mul = gelu_mul,
 };

@@ -437,5 +437,9 @@ const cpu_fast_table cpu_fast_avx512vnni = {
     .attn_scores = attn_scores,
     .softmax_rows = softmax_rows,
     .attn_mix = attn_mix,
+    .attn_scores_bf16 = cpu_attn_scores_bf16_avx2,
+    .attn_mix_bf16 = cpu_attn_mix_bf16_avx2,
+    .attn_scores_e4m3 = cpu_attn_scores_e4m3_avx2,
+    .attn_mix_e4m3 = cpu_attn_mix_e4m3_avx2,
     .gelu_mul = gelu_mul,
 };

@@ -5,6 +5,8 @@
 
 #include "backend/cpu/cpu_fast.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "tensor/dtype.h"
+#include "tensor/fp8.h"
 
 static float bf16_value(uint16_t h) { return g4_bf16_to_f32(h); }
 
@@ -131,6 +133,47 @@ void cpu_attn_mix_ref(const float *p, int nq, const float *const *rows, int n, i
     }
 }
 
+/* The typed rows' versions: each value converted where it is read. */
+void cpu_attn_scores_bf16_ref(const float *q, int nq, int64_t q_stride, const uint16_t *const *rows, int n, int D,
+                              float scale, float *scores) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int d = 0; d < D; d++) acc += q[i * q_stride + d] * g4_bf16_to_f32(rows[j][d]);
+            scores[i * n + j] = acc * scale;
+        }
+}
+
+void cpu_attn_mix_bf16_ref(const float *p, int nq, const uint16_t *const *rows, int n, int D, float *out,
+                           int64_t out_stride) {
+    for (int i = 0; i < nq; i++) {
+        float *o = out + i * out_stride;
+        for (int d = 0; d < D; d++) o[d] = 0.0f;
+        for (int j = 0; j < n; j++)
+            for (int d = 0; d < D; d++) o[d] += p[i * n + j] * g4_bf16_to_f32(rows[j][d]);
+    }
+}
+
+void cpu_attn_scores_e4m3_ref(const float *q, int nq, int64_t q_stride, const uint8_t *const *rows, int n, int D,
+                              float scale, float *scores) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int d = 0; d < D; d++) acc += q[i * q_stride + d] * g4_e4m3_to_f32(rows[j][d]);
+            scores[i * n + j] = acc * scale;
+        }
+}
+
+void cpu_attn_mix_e4m3_ref(const float *p, int nq, const uint8_t *const *rows, int n, int D, float *out,
+                           int64_t out_stride) {
+    for (int i = 0; i < nq; i++) {
+        float *o = out + i * out_stride;
+        for (int d = 0; d < D; d++) o[d] = 0.0f;
+        for (int j = 0; j < n; j++)
+            for (int d = 0; d < D; d++) o[d] += p[i * n + j] * g4_e4m3_to_f32(rows[j][d]);
+    }
+}
+
 const cpu_fast_table cpu_fast_scalar = {
     .isa = CPU_ISA_SCALAR,
     .bf16_micro = bf16_micro,
@@ -148,4 +191,8 @@ const cpu_fast_table cpu_fast_scalar = {
     .attn_scores = cpu_attn_scores_ref,
     .softmax_rows = cpu_softmax_rows_ref,
     .attn_mix = cpu_attn_mix_ref,
+    .attn_scores_bf16 = cpu_attn_scores_bf16_ref,
+    .attn_mix_bf16 = cpu_attn_mix_bf16_ref,
+    .attn_scores_e4m3 = cpu_attn_scores_e4m3_ref,
+    .attn_mix_e4m3 = cpu_attn_mix_e4m3_ref,
 };

@@ -5,6 +5,7 @@
 #include "backend/cpu/cpu_qkv.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_norm.h"
@@ -38,16 +39,19 @@ void cpu_qkv_prepare(g4_backend *be, float *q, const float *qkv, const g4_qkv_pa
                            n_pairs);
     }
     if (!kv || Hkv <= 0) return;
+    float *kh = malloc((size_t)D * 2 * sizeof *kh);
+    if (!kh) return; /* (the CPU ops cannot report; 2 x head_dim floats) */
+    float *vh = kh + D;
     for (int t = 0; t < n; t++) {
         float cs[CPU_ROPE_MAX_PAIRS], sn[CPU_ROPE_MAX_PAIRS];
         cpu_rope_angles(cs, sn, b->pos[t], inv_freq, n_pairs);
         const float *row = qkv + (size_t)t * stride;
-        float *k_slot, *v_slot;
-        cpu_kv_slot_rows(kv, b, t, sliding, &k_slot, &v_slot);
+        /* normalised in float32, then rounded to the cache's type as kv_store does */
         for (int h = 0; h < Hkv; h++) {
-            norm_rope_head(k_slot + (size_t)h * D, row + (size_t)(Hq + h) * D, p->k_norm, D, p->eps, cs, sn,
-                           n_pairs);
-            norm_rope_head(v_slot + (size_t)h * D, row + v_off + (size_t)h * D, NULL, D, p->eps, cs, sn, 0);
+            norm_rope_head(kh, row + (size_t)(Hq + h) * D, p->k_norm, D, p->eps, cs, sn, n_pairs);
+            norm_rope_head(vh, row + v_off + (size_t)h * D, NULL, D, p->eps, cs, sn, 0);
+            cpu_kv_put(kv, b, t, sliding, h, kh, vh);
         }
     }
+    free(kh);
 }

@@ -1,8 +1,8 @@
 /* The paged KV cache and attention over it.
  *
- * The pool holds float32 K and V, [slot][kv head][head_dim] (the CPU
- * layout); a bf16 pool would change only the element type of the loads
- * below. One kernel serves decode and prefill: a block takes a tile of query
+ * The pool holds K and V, [slot][kv head][head_dim] (the CPU layout), as
+ * float32, bf16 or fp8 e4m3 with a scale per row (cuda_kv.cuh): the loads
+ * below (kv_load4) convert each value as it is staged, no conversion pass. One kernel serves decode and prefill: a block takes a tile of query
  * rows (the heads of one KV head for one or more consecutive tokens) and a
  * share of their key range; K and V for 16 or 32 positions at a time are
  * staged in shared memory and used by every row of the tile (GQA), with an
@@ -18,22 +18,31 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 
-void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim) {
+void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim, g4_kv_type type) {
     cuda_ctx *c = cuda_of(be);
+    if (type != G4_KV_F32 && type != G4_KV_BF16 && type != G4_KV_FP8) return NULL;
     cuda_kv *kv = (cuda_kv *)calloc(1, sizeof *kv);
     if (!kv) return NULL;
-    const size_t n = (size_t)n_blocks * block_size * n_kv_heads * head_dim;
-    const size_t bytes = (n ? n : 1) * sizeof(float);
-    if (cudaMalloc(&kv->k, bytes) != cudaSuccess || cudaMalloc(&kv->v, bytes) != cudaSuccess) {
+    const size_t rows = (size_t)n_blocks * block_size * n_kv_heads, n = rows * head_dim;
+    const size_t bytes = (n ? n : 1) * kv_value_bytes(type), scale_bytes = (rows ? rows : 1) * sizeof(float);
+    bool ok = cudaMalloc(&kv->k, bytes) == cudaSuccess && cudaMalloc(&kv->v, bytes) == cudaSuccess;
+    if (ok && type == G4_KV_FP8)
+        ok = cudaMalloc(&kv->ks, scale_bytes) == cudaSuccess && cudaMalloc(&kv->vs, scale_bytes) == cudaSuccess;
+    if (!ok) {
         cudaGetLastError();
         if (kv->k) cudaFree(kv->k);
         if (kv->v) cudaFree(kv->v);
+        if (kv->ks) cudaFree(kv->ks);
+        if (kv->vs) cudaFree(kv->vs);
         free(kv);
         return NULL;
     }
     /* zeros, as the CPU pool: never-written slots must not hold NaN bits */
     cuda_check(c, cudaMemsetAsync(kv->k, 0, bytes, c->stream), "memset");
     cuda_check(c, cudaMemsetAsync(kv->v, 0, bytes, c->stream), "memset");
+    if (kv->ks) cuda_check(c, cudaMemsetAsync(kv->ks, 0, scale_bytes, c->stream), "memset");
+    if (kv->vs) cuda_check(c, cudaMemsetAsync(kv->vs, 0, scale_bytes, c->stream), "memset");
+    kv->type = type;
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
     kv->n_kv_heads = n_kv_heads;
@@ -48,42 +57,41 @@ void cuda_kv_free(g4_backend *be, void *p) {
     cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
     cudaFree(kv->k);
     cudaFree(kv->v);
+    if (kv->ks) cudaFree(kv->ks);
+    if (kv->vs) cudaFree(kv->vs);
     free(kv);
 }
 
-__global__ void kv_store_kernel(float *kp, float *vp, const float *k, const float *v, const int32_t *seq,
-                                const int32_t *pos, kv_tables tb, int row) {
+/* One block per (token, kv head): its K and V rows in the pool's type. */
+__global__ void kv_store_kernel(cuda_kv kv, const float *k, const float *v, const int32_t *seq, const int32_t *pos,
+                                kv_tables tb) {
     pdl_wait();
-    const int t = blockIdx.x;
-    const int64_t s = kv_slot(tb, seq[t], pos[t]);
-    float *kd = kp + (size_t)s * row, *vd = vp + (size_t)s * row;
-    const float *ks = k + (size_t)t * row, *vs = v + (size_t)t * row;
-    for (int i = threadIdx.x; i < row; i += blockDim.x) {
-        kd[i] = ks[i];
-        vd[i] = vs[i];
-    }
+    const int t = blockIdx.x, h = blockIdx.y, D = kv.head_dim;
+    const int64_t row = kv_slot(tb, seq[t], pos[t]) * kv.n_kv_heads + h;
+    const size_t src = ((size_t)t * kv.n_kv_heads + h) * D;
+    kv_put_row(kv.k, kv.ks, kv.type, row, D, k + src);
+    kv_put_row(kv.v, kv.vs, kv.type, row, D, v + src);
 }
 
 void cuda_kv_store(g4_backend *be, void *p, const float *k, const float *v, const g4_attn_batch *b, int sliding) {
     cuda_ctx *c = cuda_of(be);
     cuda_kv *kv = (cuda_kv *)p;
     if (b->n_tokens <= 0) return;
-    const int row = kv->n_kv_heads * kv->head_dim;
-    cuda_launch(c, kv_store_kernel, b->n_tokens, 256, 0, kv->k, kv->v, k, v, b->seq, b->pos,
-                                                        cuda_kv_tables(b, sliding), row);
+    dim3 grid((unsigned)b->n_tokens, (unsigned)kv->n_kv_heads);
+    cuda_launch(c, kv_store_kernel, grid, kv->head_dim >= 512 ? 256 : 128, 0, *kv, k, v, b->seq, b->pos,
+                cuda_kv_tables(b, sliding));
     cuda_launched(c, "kv_store");
 }
 
-/* kv_store backwards */
-__global__ void kv_read_kernel(float *k, float *v, const float *kp, const float *vp, const int32_t *seq,
-                               const int32_t *pos, kv_tables tb, int row) {
-    const int t = blockIdx.x;
-    const int64_t s = kv_slot(tb, seq[t], pos[t]);
-    const float *ks = kp + (size_t)s * row, *vs = vp + (size_t)s * row;
-    float *kd = k + (size_t)t * row, *vd = v + (size_t)t * row;
+/* kv_store backwards: the stored values as floats */
+__global__ void kv_read_kernel(float *k, float *v, cuda_kv kv, const int32_t *seq, const int32_t *pos, kv_tables tb) {
+    const int t = blockIdx.x, D = kv.head_dim;
+    const int64_t slot = kv_slot(tb, seq[t], pos[t]);
+    const int row = kv.n_kv_heads * D;
     for (int i = threadIdx.x; i < row; i += blockDim.x) {
-        kd[i] = ks[i];
-        vd[i] = vs[i];
+        const int64_t r = slot * kv.n_kv_heads + i / D;
+        k[(size_t)t * row + i] = kv_load1(kv.k, kv.ks, kv.type, r, D, i % D);
+        v[(size_t)t * row + i] = kv_load1(kv.v, kv.vs, kv.type, r, D, i % D);
     }
 }
 
@@ -91,9 +99,7 @@ void cuda_kv_read(g4_backend *be, const void *p, float *k, float *v, const g4_at
     cuda_ctx *c = cuda_of(be);
     const cuda_kv *kv = (const cuda_kv *)p;
     if (b->n_tokens <= 0) return;
-    const int row = kv->n_kv_heads * kv->head_dim;
-    kv_read_kernel<<<b->n_tokens, 256, 0, c->stream>>>(k, v, kv->k, kv->v, b->seq, b->pos,
-                                                       cuda_kv_tables(b, sliding), row);
+    kv_read_kernel<<<b->n_tokens, 256, 0, c->stream>>>(k, v, *kv, b->seq, b->pos, cuda_kv_tables(b, sliding));
     cuda_launched(c, "kv_read");
 }
 
@@ -102,15 +108,19 @@ void cuda_kv_read(g4_backend *be, const void *p, float *k, float *v, const g4_at
 void cuda_kv_copy_blocks(g4_backend *be, void *p, const int32_t *src, const int32_t *dst, int n) {
     cuda_ctx *c = cuda_of(be);
     cuda_kv *kv = (cuda_kv *)p;
-    const size_t block = (size_t)kv->block_size * kv->n_kv_heads * kv->head_dim * sizeof *kv->k;
+    const size_t rows = (size_t)kv->block_size * kv->n_kv_heads; /* rows of one block */
+    const size_t block = rows * kv->head_dim * kv_value_bytes(kv->type);
+    const size_t scales = kv->type == G4_KV_FP8 ? rows * sizeof(float) : 0; /* the rows' fp8 scales */
     for (int i = 0; i < n;) {
         int run = 1;
         while (i + run < n && src[i + run] == src[i] + run && dst[i + run] == dst[i] + run) run++;
-        char *k = (char *)kv->k, *v = (char *)kv->v;
-        cuda_check(c, cudaMemcpyAsync(k + dst[i] * block, k + src[i] * block, run * block, cudaMemcpyDeviceToDevice,
-                                      c->stream), "kv_copy_blocks");
-        cuda_check(c, cudaMemcpyAsync(v + dst[i] * block, v + src[i] * block, run * block, cudaMemcpyDeviceToDevice,
-                                      c->stream), "kv_copy_blocks");
+        char *halves[4] = {(char *)kv->k, (char *)kv->v, (char *)kv->ks, (char *)kv->vs};
+        const size_t unit[4] = {block, block, scales, scales};
+        for (int h = 0; h < 4; h++)
+            if (unit[h])
+                cuda_check(c, cudaMemcpyAsync(halves[h] + dst[i] * unit[h], halves[h] + src[i] * unit[h], run * unit[h],
+                                              cudaMemcpyDeviceToDevice, c->stream),
+                           "kv_copy_blocks");
         i += run;
     }
 }
@@ -315,16 +325,13 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
              * channels, every load issued before the stores */
             constexpr int RPW = T / ATTN_WARPS;
             const size_t kv_row = (size_t)p.n_kv * D;
-            const float *krow[RPW], *vrow[RPW];
+            /* row of the pool (slot * n_kv + kv head) of each staged position, -1 past the range */
+            int64_t krow[RPW];
+            (void)kv_row;
 #pragma unroll
             for (int r = 0; r < RPW; r++) {
                 const int pos = tile_lo + warp + r * ATTN_WARPS;
-                krow[r] = vrow[r] = NULL;
-                if (pos <= s_hi) {
-                    const size_t off = (size_t)kv_slot(p.tb, s, pos) * kv_row + (size_t)kvh * D;
-                    krow[r] = p.kp + off;
-                    vrow[r] = p.vp + off;
-                }
+                krow[r] = pos <= s_hi ? kv_slot(p.tb, s, pos) * p.n_kv + kvh : -1;
             }
             if ((D & 3) == 0) {
                 float4 k4[RPW][CV], v4[RPW][CV];
@@ -334,9 +341,9 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
                     for (int c = 0; c < CV; c++) {
                         const int d = 128 * c + 4 * lane;
                         k4[r][c] = v4[r][c] = make_float4(0, 0, 0, 0);
-                        if (krow[r] && d < D) {
-                            k4[r][c] = *reinterpret_cast<const float4 *>(krow[r] + d);
-                            v4[r][c] = *reinterpret_cast<const float4 *>(vrow[r] + d);
+                        if (krow[r] >= 0 && d < D) {
+                            k4[r][c] = kv_load4(p.kp, p.ks, p.kv_type, krow[r], D, d);
+                            v4[r][c] = kv_load4(p.vp, p.vs, p.kv_type, krow[r], D, d);
                         }
                     }
 #pragma unroll
@@ -353,8 +360,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
                 for (int r = 0; r < RPW; r++) {
                     const int j = warp + r * ATTN_WARPS;
                     for (int d = lane; d < D; d += 32) {
-                        Ks[(size_t)j * ks + d] = krow[r] ? krow[r][d] : 0.0f;
-                        Vs[(size_t)j * D + d] = vrow[r] ? vrow[r][d] : 0.0f;
+                        Ks[(size_t)j * ks + d] = krow[r] >= 0 ? kv_load1(p.kp, p.ks, p.kv_type, krow[r], D, d) : 0.0f;
+                        Vs[(size_t)j * D + d] = krow[r] >= 0 ? kv_load1(p.vp, p.vs, p.kv_type, krow[r], D, d) : 0.0f;
                     }
                 }
             }

@@ -8,8 +8,10 @@
  * 32 keys, read through the block tables (kv_slot: rings work). Two warps
  * own each 16 rows, each with 16 keys of every tile and its own softmax
  * state and O, merged at the end of a run. Per tile:
- *  1. (issued during the tile before) cp.async copies the tile's float32 K
- *     and V rows into shared memory, zeros where a key has no slot;
+ *  1. (issued during the tile before) cp.async copies the tile's K and V
+ *     rows as stored (float32, bf16 or fp8 e4m3, whose row scales come
+ *     along) into shared memory, zeros where a key has no slot; the steps
+ *     below convert each value as they read it;
  *  2. each warp splits whole K rows into fp16 hi + lo, one power-of-two
  *     scale per key (the row's peak), and finds the tile's V peak;
  *  3. V is split with one scale per tile that never increases within a
@@ -38,17 +40,34 @@
 
 #define FA_LOG2E 1.4426950408889634f
 
-/* A warp's row of D floats (from global or shared memory; zeros when !live)
- * scaled by 2^e, its peak into [2^14, 2^15), stored as fp16 hi and lo
- * halves. Returns 2^-e. */
+/* Values 4 c4 .. 4 c4 + 3 of a row of the KV cache's type (`type`: F32
+ * also for the query rows), FP8 codes times the row's scale. */
+__device__ __forceinline__ float4 fa_load4(const void *src, int type, int c4, float scale) {
+    if (type == G4_KV_BF16) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(static_cast<const unsigned char *>(src) + 8 * c4);
+        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                           __uint_as_float(u.y & 0xffff0000u));
+    }
+    if (type == G4_KV_FP8) {
+        const uint32_t u = *reinterpret_cast<const uint32_t *>(static_cast<const unsigned char *>(src) + 4 * c4);
+        const float2 a = kv_e4m3x2(u), b = kv_e4m3x2(u >> 16);
+        return make_float4(a.x * scale, a.y * scale, b.x * scale, b.y * scale);
+    }
+    return *reinterpret_cast<const float4 *>(static_cast<const float *>(src) + 4 * c4);
+}
+
+/* A warp's row of D values (of `type`, see fa_load4; from global or shared
+ * memory; zeros when !live) scaled by 2^e, its peak into [2^14, 2^15),
+ * stored as fp16 hi and lo halves. Returns 2^-e. */
 template <int DMAX>
-__device__ __forceinline__ float fa_split_row(const float *src, bool live, int D4, __half *hi, __half *lo, int lane) {
+__device__ __forceinline__ float fa_split_row(const void *src, int type, float scale, bool live, int D4, __half *hi,
+                                              __half *lo, int lane) {
     float4 v[DMAX / 128];
     float peak = 0.0f;
 #pragma unroll
     for (int i = 0; i < DMAX / 128; i++) {
         const int c4 = lane + 32 * i;
-        v[i] = live && c4 < D4 ? *reinterpret_cast<const float4 *>(src + 4 * c4) : make_float4(0, 0, 0, 0);
+        v[i] = live && c4 < D4 ? fa_load4(src, type, c4, scale) : make_float4(0, 0, 0, 0);
         peak = fmaxf(peak, tca_absmax4(v[i]));
     }
     const int e = tca_exponent(warp_max(peak), 0, 126);
@@ -67,36 +86,43 @@ __device__ __forceinline__ float fa_split_row(const float *src, bool live, int D
     return tca_pow2(-e);
 }
 
-/* The warp's peak of |x| over its share of a row of D floats in shared memory */
-template <int DMAX> __device__ __forceinline__ float fa_row_peak(const float *src, int D4, int lane) {
+/* The warp's peak of |x| over its share of a row of D values in shared memory */
+template <int DMAX>
+__device__ __forceinline__ float fa_row_peak(const void *src, int type, float scale, int D4, int lane) {
     float peak = 0.0f;
 #pragma unroll
     for (int i = 0; i < DMAX / 128; i++) {
         const int c4 = lane + 32 * i;
-        if (c4 < D4) peak = fmaxf(peak, tca_absmax4(*reinterpret_cast<const float4 *>(src + 4 * c4)));
+        if (c4 < D4) peak = fmaxf(peak, tca_absmax4(fa_load4(src, type, c4, scale)));
     }
     return peak;
 }
 
-/* Copies of the keys in `slots` (float32 K and, unless K = V, V rows of
- * KV head kvh) into raw [2][BN][D]; zeros for slot -1. One group. */
+/* Copies of the keys in `slots` (K and, unless K = V, V rows of KV head
+ * kvh, as stored: RB = D * value bytes each) into raw [2][BN][RB]; zeros
+ * for slot -1; FP8: their scales into scales [2][BN] (plain loads, seen
+ * after the barrier that follows the copies' wait). One group. */
 template <int BN, int THREADS>
-__device__ __forceinline__ void fa_copy_tile(const attn_tc_params &p, int D, int kvh, const int64_t *slots, float *raw,
-                                             int tid) {
-    const int D4 = D >> 2;
-    const size_t kv_row = (size_t)p.n_kv * D;
+__device__ __forceinline__ void fa_copy_tile(const attn_tc_params &p, int D, int kvh, const int64_t *slots,
+                                             unsigned char *raw, float *scales, int tid) {
+    const int RB = D * kv_value_bytes(p.kv_type), C16 = RB >> 4; /* 16-byte pieces of a row */
     const int parts = p.vp == p.kp ? 1 : 2;
+    if (p.kv_type == G4_KV_FP8 && tid < BN) {
+        const int64_t slot = slots[tid];
+        scales[tid] = slot >= 0 ? p.ks[slot * p.n_kv + kvh] : 0.0f;
+        scales[BN + tid] = slot >= 0 ? (parts == 1 ? p.ks : p.vs)[slot * p.n_kv + kvh] : 0.0f;
+    }
     for (int part = 0; part < parts; part++) {
-        const float *pool = part ? p.vp : p.kp;
-        /* (key j, float4 c4) of tid, tid + THREADS, ... stepped without a division */
-        const int dj = THREADS / D4, dc = THREADS - dj * D4;
-        for (int j = tid / D4, c4 = tid - tid / D4 * D4; j < BN;) {
+        const unsigned char *pool = static_cast<const unsigned char *>(part ? p.vp : p.kp);
+        /* (key j, piece c) of tid, tid + THREADS, ... stepped without a division */
+        const int dj = THREADS / C16, dc = THREADS - dj * C16;
+        for (int j = tid / C16, c4 = tid - tid / C16 * C16; j < BN;) {
             const int64_t slot = slots[j];
-            const float *src = pool + (slot >= 0 ? (size_t)slot * kv_row + (size_t)kvh * D + 4 * c4 : 0);
-            cp_async16_or_zero(raw + ((size_t)part * BN + j) * D + 4 * c4, src, slot >= 0);
+            const unsigned char *src = pool + (slot >= 0 ? (size_t)(slot * p.n_kv + kvh) * RB + 16 * c4 : 0);
+            cp_async16_or_zero(raw + ((size_t)part * BN + j) * RB + 16 * c4, src, slot >= 0);
             j += dj;
             c4 += dc;
-            if (c4 >= D4) c4 -= D4, j++;
+            if (c4 >= C16) c4 -= C16, j++;
         }
     }
     cp_async_commit();
@@ -141,11 +167,14 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
     __half *Ks = Qs + 2 * BM * ld;                    /* [2][BN][ld] */
     __half *Vs = Ks + 2 * BN * ld;                    /* [2][BN][ld] */
     float *raw = reinterpret_cast<float *>(Vs + 2 * BN * ld); /* [2][BN][D]: K, V; at a run's end the KW merge */
+    unsigned char *raw_b = reinterpret_cast<unsigned char *>(raw); /* the tile as stored: [2][BN][RB] */
+    const int type = p.kv_type, RB = D * kv_value_bytes(type);
     float *key_f = raw + 2 * BN * D;                  /* [BN]: 2^-e of each key's K scale */
     float *row_f = key_f + BN;                        /* [BM]: scale * 2^-e of each row's Q scale */
     float *row_ml = row_f + BM;                       /* [BM][2]: the KW merge's m and l */
     float *red = row_ml + 2 * BM;                     /* [WARPS] */
     int64_t *slots = reinterpret_cast<int64_t *>(red + WARPS); /* [BN] */
+    float *kv_scales = reinterpret_cast<float *>(slots + BN);  /* [2][BN]: FP8 scales of K, V */
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tig = lane & 3;
@@ -156,13 +185,14 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
     const int first_row = tile * BM;
     const int last_row = min(first_row + BM, p.n_tokens * p.G) - 1;
     if (last_row < first_row) return; /* the whole block */
-    const float *vraw = p.vp == p.kp ? raw : raw + BN * D;
+    const unsigned char *vraw = p.vp == p.kp ? raw_b : raw_b + (size_t)BN * RB;
+    const float *v_scales = kv_scales + BN; /* (K's when K = V: fa_copy_tile put them there too) */
 
     /* the block's query rows as hi + lo, one scale per row */
     for (int r = warp; r < BM; r += WARPS) {
         const bool live = first_row + r <= last_row;
-        const float f = fa_split_row<DMAX>(live ? tca_q_row(p, kvh, first_row + r) : p.q, live, D4, Qs + r * ld,
-                                           Qs + (BM + r) * ld, lane);
+        const float f = fa_split_row<DMAX>(live ? tca_q_row(p, kvh, first_row + r) : p.q, G4_KV_F32, 1.0f, live, D4,
+                                           Qs + r * ld, Qs + (BM + r) * ld, lane);
         if (lane == 0) row_f[r] = p.scale * f;
     }
     __syncthreads();
@@ -210,7 +240,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
         if (any_keys) { /* the first tile's copies */
             if (tid < BN) slots[tid] = lo_u + tid <= hi_u ? kv_slot(p.tb, s, lo_u + tid) : -1;
             __syncthreads();
-            fa_copy_tile<BN, THREADS>(p, D, kvh, slots, raw, tid);
+            fa_copy_tile<BN, THREADS>(p, D, kvh, slots, raw_b, kv_scales, tid);
         }
         for (int tile_lo = lo_u; any_keys && tile_lo <= hi_u; tile_lo += BN) {
             cp_async_wait_newest<0>();
@@ -218,9 +248,10 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
             /* 2. K rows as hi + lo (a warp per key), the warps' V peaks */
             float vpeak = 0.0f;
             for (int j = warp; j < BN; j += WARPS) {
-                const float f = fa_split_row<DMAX>(raw + j * D, true, D4, Ks + j * ld, Ks + (BN + j) * ld, lane);
+                const float f = fa_split_row<DMAX>(raw_b + (size_t)j * RB, type, kv_scales[j], true, D4, Ks + j * ld,
+                                                   Ks + (BN + j) * ld, lane);
                 if (lane == 0) key_f[j] = f;
-                vpeak = fmaxf(vpeak, fa_row_peak<DMAX>(vraw + j * D, D4, lane));
+                vpeak = fmaxf(vpeak, fa_row_peak<DMAX>(vraw + (size_t)j * RB, type, v_scales[j], D4, lane));
             }
             vpeak = warp_max(vpeak);
             if (lane == 0) red[warp] = vpeak;
@@ -244,7 +275,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
                     for (int i = 0; i < DMAX / 128; i++) {
                         const int c4 = lane + 32 * i;
                         if (c4 < D4) {
-                            const float4 v = *reinterpret_cast<const float4 *>(vraw + j * D + 4 * c4);
+                            const float4 v = fa_load4(vraw + (size_t)j * RB, type, c4, v_scales[j]);
                             uint32_t h0, l0, h1, l1;
                             tca_split(v.x * v_up, v.y * v_up, h0, l0);
                             tca_split(v.z * v_up, v.w * v_up, h1, l1);
@@ -256,7 +287,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
             }
             __syncthreads(); /* K and V ready, the raw tile free */
             /* 4. the next tile's copies run behind this tile's products */
-            if (tile_lo + BN <= hi_u) fa_copy_tile<BN, THREADS>(p, D, kvh, slots, raw, tid);
+            if (tile_lo + BN <= hi_u) fa_copy_tile<BN, THREADS>(p, D, kvh, slots, raw_b, kv_scales, tid);
 
             /* 5. S = Q K^T for the warp's 16 rows and its WK keys; each
              * k-step's three products into fresh accumulators, two k-steps
@@ -512,7 +543,7 @@ __global__ void __launch_bounds__(32 * RG * KW, 1) attention_flash_kernel(attn_t
 static size_t fa_smem_bytes(int D) {
     const size_t ld = (size_t)D + 8, warps = FA_ROWS / 16 * FA_KW;
     return (2 * (size_t)FA_ROWS * ld + 4 * (size_t)FA_KEYS * ld) * 2 + 2 * (size_t)FA_KEYS * D * 4 +
-           (size_t)FA_KEYS * 4 + (size_t)FA_ROWS * 12 + warps * 4 + (size_t)FA_KEYS * 8;
+           (size_t)FA_KEYS * 4 + (size_t)FA_ROWS * 12 + warps * 4 + (size_t)FA_KEYS * 8 + 2 * (size_t)FA_KEYS * 4;
 }
 
 int cuda_attention_flash_rows(const cuda_ctx *c, int D) {

@@ -9,7 +9,7 @@
  * union of their key ranges (per run of one sequence) in tiles of 32 keys,
  * read through the block tables (kv_slot: rings work). Per tile:
  *  1. the tile's slots; 2. the peaks of |K| and |V| over the tile (one read
- *  of the float32 pool); 3. K as fp16 hi + lo in shared memory;
+ *  of the pool, converted from its type as read: kv_load4); 3. K as fp16 hi + lo in shared memory;
  *  4. S = Q K^T (mma m16n8k16, warps over 16-row x 8-key pieces) into shared
  *  memory as float32; 5. the online softmax in float32, TPR threads per row,
  *  each row masked to its own [lo, hi] (windows, causality, image blocks
@@ -119,7 +119,6 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
     const int total_rows = p.n_tokens * p.G;
     const int last_row = min(first_row + BM, total_rows) - 1;
     if (last_row < first_row) return; /* the whole block */
-    const size_t kv_row = (size_t)p.n_kv * D;
 
     /* the block's query rows as hi + lo, scaled by one power of two */
     /* (every staging loop below issues U loads before it uses any: in
@@ -202,9 +201,9 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
                 for (int u = 0; u < U; u++, w.next()) {
                     kv4[u] = vv4[u] = make_float4(0, 0, 0, 0);
                     if (w.r < BN && slots[w.r] >= 0) {
-                        const size_t off = (size_t)slots[w.r] * kv_row + (size_t)kvh * D + w.c * 4;
-                        kv4[u] = *reinterpret_cast<const float4 *>(p.kp + off);
-                        vv4[u] = *reinterpret_cast<const float4 *>(p.vp + off);
+                        const int64_t row = slots[w.r] * p.n_kv + kvh;
+                        kv4[u] = kv_load4(p.kp, p.ks, p.kv_type, row, D, w.c * 4);
+                        vv4[u] = kv_load4(p.vp, p.vs, p.kv_type, row, D, w.c * 4);
                     }
                 }
 #pragma unroll
@@ -238,8 +237,7 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
                     dd[u] = w.c * 4;
                     v[u] = make_float4(0, 0, 0, 0);
                     if (w.r < BN && slots[w.r] >= 0)
-                        v[u] = *reinterpret_cast<const float4 *>(p.kp + (size_t)slots[w.r] * kv_row + (size_t)kvh * D +
-                                                                 w.c * 4);
+                        v[u] = kv_load4(p.kp, p.ks, p.kv_type, slots[w.r] * p.n_kv + kvh, D, w.c * 4);
                 }
 #pragma unroll
                 for (int u = 0; u < U; u++) {
@@ -354,11 +352,9 @@ __global__ void __launch_bounds__(TCA_THREADS, DMAX <= 256 && BM == 32 ? 2 : 1) 
                         v0[u] = v1[u] = make_float4(0, 0, 0, 0);
                         if (i < (BN / 2) * D4) {
                             if (slots[j] >= 0)
-                                v0[u] = *reinterpret_cast<const float4 *>(p.vp + (size_t)slots[j] * kv_row +
-                                                                          (size_t)kvh * D + d);
+                                v0[u] = kv_load4(p.vp, p.vs, p.kv_type, slots[j] * p.n_kv + kvh, D, d);
                             if (slots[j + 1] >= 0)
-                                v1[u] = *reinterpret_cast<const float4 *>(p.vp + (size_t)slots[j + 1] * kv_row +
-                                                                          (size_t)kvh * D + d);
+                                v1[u] = kv_load4(p.vp, p.vs, p.kv_type, slots[j + 1] * p.n_kv + kvh, D, d);
                         }
                     }
 #pragma unroll

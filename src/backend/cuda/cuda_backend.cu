@@ -515,6 +515,17 @@ extern "C" long g4_cuda_graph_launches(const g4_backend *be) {
     return g4_backend_is_cuda(be) ? ((const cuda_ctx *)be->impl)->graph_launches : 0;
 }
 
+extern "C" int g4_cuda_memory_info(g4_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    if (!g4_backend_is_cuda(be)) return 0;
+    if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        *free_bytes = *total_bytes = 0;
+        return 0;
+    }
+    return 1;
+}
+
 extern "C" size_t g4_cuda_memory_used(g4_backend *be) {
     if (!g4_backend_is_cuda(be)) return 0;
     size_t free_b = 0, total_b = 0;

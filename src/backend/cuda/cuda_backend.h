@@ -23,6 +23,8 @@ g4_status g4_cuda_status(g4_backend *be);
 long g4_cuda_graph_launches(const g4_backend *be);
 /* Device memory in use, in bytes (all processes). */
 size_t g4_cuda_memory_used(g4_backend *be);
+/* The device's free and total memory (cudaMemGetInfo); 0 when not CUDA. */
+int g4_cuda_memory_info(g4_backend *be, size_t *free_bytes, size_t *total_bytes);
 /* Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes
  * written (median of timed 1 GiB copies); 0 on failure. */
 double g4_cuda_probe_bandwidth(g4_backend *be);

@@ -334,7 +334,7 @@ void cuda_moe_gemm(cuda_ctx *c, float *out, size_t out_stride, const __nv_bfloat
                    const cuda_groups *g);
 
 /* attention and KV cache (cuda_attention.cu) */
-void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim);
+void *cuda_kv_alloc(g4_backend *be, int n_blocks, int block_size, int n_kv_heads, int head_dim, g4_kv_type type);
 void cuda_kv_free(g4_backend *be, void *kv);
 void cuda_kv_store(g4_backend *be, void *kv, const float *k, const float *v, const g4_attn_batch *b, int sliding);
 void cuda_attention(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b, int sliding,

@@ -3,12 +3,101 @@
 #ifndef G4_BACKEND_CUDA_KV_CUH
 #define G4_BACKEND_CUDA_KV_CUH
 
+#include <cuda_fp8.h>
+
 #include "backend/cuda/cuda_internal.cuh"
 
+/* K and V: [slot][kv head][head_dim] values of `type` (F32, BF16, or FP8
+ * e4m3 with one float32 scale per (slot, kv head) row in ks / vs: the CPU
+ * pool's layout and arithmetic, so the two store the same bits). */
 struct cuda_kv {
-    float *k, *v;
+    g4_kv_type type;
+    void *k, *v;
+    float *ks, *vs; /* FP8 only */
     int n_blocks, block_size, n_kv_heads, head_dim;
 };
+
+/* Bytes of one stored value. */
+__host__ __device__ __forceinline__ int kv_value_bytes(int type) {
+    return type == G4_KV_F32 ? 4 : type == G4_KV_BF16 ? 2 : 1;
+}
+
+__device__ __forceinline__ float2 kv_e4m3x2(uint32_t two) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), __NV_E4M3);
+    return __half22float2(__half2(h));
+}
+
+/* Values d..d+3 (d a multiple of 4, D too) of row `row` (= slot * n_kv +
+ * kv head) of a pool half as floats, converted where they are read. */
+__device__ __forceinline__ float4 kv_load4(const void *pool, const float *scales, int type, int64_t row, int D,
+                                           int d) {
+    const int64_t off = row * D + d;
+    if (type == G4_KV_BF16) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(static_cast<const uint16_t *>(pool) + off);
+        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                           __uint_as_float(u.y & 0xffff0000u));
+    }
+    if (type == G4_KV_FP8) {
+        const uint32_t u = *reinterpret_cast<const uint32_t *>(static_cast<const uint8_t *>(pool) + off);
+        const float s = scales[row];
+        const float2 a = kv_e4m3x2(u), b = kv_e4m3x2(u >> 16);
+        return make_float4(a.x * s, a.y * s, b.x * s, b.y * s);
+    }
+    return *reinterpret_cast<const float4 *>(static_cast<const float *>(pool) + off);
+}
+
+/* One value (any d). */
+__device__ __forceinline__ float kv_load1(const void *pool, const float *scales, int type, int64_t row, int D, int d) {
+    const int64_t off = row * D + d;
+    if (type == G4_KV_BF16) return __uint_as_float((uint32_t) static_cast<const uint16_t *>(pool)[off] << 16);
+    if (type == G4_KV_FP8) {
+        const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const uint8_t *>(pool)[off], __NV_E4M3);
+        return __half2float(__half(h)) * scales[row];
+    }
+    return static_cast<const float *>(pool)[off];
+}
+
+/* g4_f32_to_bf16 (tensor/dtype.h), bit for bit */
+__device__ __forceinline__ uint16_t kv_f32_to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* max that keeps a NaN (the CPU pool's peak does) */
+__device__ __forceinline__ float kv_nan_max(float a, float b) { return a > b || a != a ? a : b; }
+
+/* The whole block writes row `row` from x[0..D) (readable by every thread:
+ * shared or global memory) in the pool's type. FP8: the row's peak by a
+ * block reduction, scale = peak / 448, codes = x * (448 / peak) rounded to
+ * nearest even with saturation, as the CPU pool. Every thread of the block
+ * must call it (it synchronises). */
+__device__ __forceinline__ void kv_put_row(void *pool, float *scales, int type, int64_t row, int D, const float *x) {
+    const int64_t off = row * D;
+    if (type == G4_KV_F32) {
+        for (int i = threadIdx.x; i < D; i += blockDim.x) static_cast<float *>(pool)[off + i] = x[i];
+        return;
+    }
+    if (type == G4_KV_BF16) {
+        for (int i = threadIdx.x; i < D; i += blockDim.x) static_cast<uint16_t *>(pool)[off + i] = kv_f32_to_bf16(x[i]);
+        return;
+    }
+    __shared__ float peak_part[32];
+    float peak = 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) peak = kv_nan_max(fabsf(x[i]), peak);
+    for (int o = 16; o > 0; o >>= 1) peak = kv_nan_max(peak, __shfl_xor_sync(0xffffffffu, peak, o));
+    if ((threadIdx.x & 31) == 0) peak_part[threadIdx.x >> 5] = peak;
+    __syncthreads();
+    peak = peak_part[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) peak = kv_nan_max(peak_part[w], peak);
+    __syncthreads(); /* peak_part may be reused by the next row */
+    const float inv = peak > 0.0f ? 448.0f / peak : 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        static_cast<uint8_t *>(pool)[off + i] =
+            (uint8_t)__nv_cvt_float_to_fp8(x[i] * inv, __NV_SATFINITE, __NV_E4M3);
+    if (threadIdx.x == 0) scales[row] = peak / 448.0f;
+}
 
 /* Where the block tables put (sequence row, position). */
 struct kv_tables {
@@ -60,7 +149,9 @@ static inline kv_tables cuda_kv_tables(const g4_attn_batch *b, int sliding) {
 struct attn_common {
     const float *q;
     float *out;
-    const float *kp, *vp;
+    const void *kp, *vp;      /* the pool's K and V (kv_load4 reads them) */
+    const float *ks, *vs;     /* FP8: their row scales */
+    int kv_type;
     const int32_t *seq, *kv_range;
     kv_tables tb;
     int range_off; /* 0: sliding range, 2: full range */
@@ -75,6 +166,9 @@ static inline attn_common attn_common_of(float *out, const float *q, const cuda_
     p.out = out;
     p.kp = kv->k;
     p.vp = kv->v;
+    p.ks = kv->ks;
+    p.vs = kv->vs;
+    p.kv_type = kv->type;
     p.seq = b->seq;
     p.kv_range = b->kv_range;
     p.tb = cuda_kv_tables(b, sliding);

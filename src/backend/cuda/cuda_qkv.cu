@@ -6,6 +6,7 @@
  * cuda_norm_rope.cuh), with its thread counts, so the sums run in the same
  * order. */
 #include <math.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_kv.cuh"
@@ -14,7 +15,7 @@
 struct qkv_args {
     const float *qkv;
     float *q;
-    float *kp, *vp; /* the cache pool; NULL: q only */
+    cuda_kv kv;     /* the cache pool (kv.k NULL: q only) */
     const float *q_norm, *k_norm;
     const int32_t *pos, *seq;
     kv_tables tb;
@@ -23,36 +24,38 @@ struct qkv_args {
     float eps;
 };
 
+/* a typed cache's row, normalised in float32 before kv_put_row rounds it */
+#define QKV_ROW_MAX 1024
+
 __global__ void qkv_prepare_kernel(qkv_args a, rope_freqs f) {
     pdl_wait();
     pdl_launch_next();
     const int t = blockIdx.x, head = blockIdx.y, D = a.D;
     const float *row = a.qkv + (size_t)t * a.stride;
-    const float *src, *w;
-    float *dst;
-    int n_pairs = a.n_pairs;
     if (head < a.n_q) {
-        src = row + (size_t)head * D;
-        dst = a.q + ((size_t)t * a.n_q + head) * D;
-        w = a.q_norm;
-    } else {
-        const int64_t slot = kv_slot(a.tb, a.seq[t], a.pos[t]);
-        const size_t kv_row = (size_t)a.n_kv * D;
-        const int h = head - a.n_q;
-        if (h < a.n_kv) {
-            src = row + (size_t)(a.n_q + h) * D;
-            dst = a.kp + (size_t)slot * kv_row + (size_t)h * D;
-            w = a.k_norm;
-        } else {
-            const int hv = h - a.n_kv;
-            /* V, or with k_eq_v the raw K it equals */
-            src = row + (size_t)(a.n_q + (a.k_eq_v ? 0 : a.n_kv) + hv) * D;
-            dst = a.vp + (size_t)slot * kv_row + (size_t)hv * D;
-            w = NULL;
-            n_pairs = 0;
-        }
+        norm_rope_head(a.q + ((size_t)t * a.n_q + head) * D, row + (size_t)head * D, a.q_norm,
+                       block_inv_rms(row + (size_t)head * D, D, a.eps), D, a.n_pairs, (float)a.pos[t], f);
+        return;
     }
-    norm_rope_head(dst, src, w, block_inv_rms(src, D, a.eps), D, n_pairs, (float)a.pos[t], f);
+    const int64_t slot = kv_slot(a.tb, a.seq[t], a.pos[t]);
+    const int h = head - a.n_q;
+    const bool is_k = h < a.n_kv;
+    const int hk = is_k ? h : h - a.n_kv;
+    /* K, or V (with k_eq_v the raw K it equals; no weight, not rotated) */
+    const float *src = row + (size_t)(a.n_q + (is_k || a.k_eq_v ? 0 : a.n_kv) + hk) * D;
+    const float *w = is_k ? a.k_norm : NULL;
+    const int n_pairs = is_k ? a.n_pairs : 0;
+    const int64_t r = slot * a.n_kv + hk;
+    const float inv = block_inv_rms(src, D, a.eps);
+    if (a.kv.type == G4_KV_F32) {
+        float *dst = static_cast<float *>(is_k ? a.kv.k : a.kv.v) + (size_t)r * D;
+        norm_rope_head(dst, src, w, inv, D, n_pairs, (float)a.pos[t], f);
+        return;
+    }
+    __shared__ float x[QKV_ROW_MAX];
+    norm_rope_head(x, src, w, inv, D, n_pairs, (float)a.pos[t], f);
+    __syncthreads();
+    kv_put_row(is_k ? a.kv.k : a.kv.v, is_k ? a.kv.ks : a.kv.vs, a.kv.type, r, D, x);
 }
 
 void cuda_qkv_prepare(g4_backend *be, float *q, const float *qkv, const g4_qkv_params *p, void *kv,
@@ -81,8 +84,13 @@ void cuda_qkv_prepare(g4_backend *be, float *q, const float *qkv, const g4_qkv_p
     qkv_args a;
     a.qkv = qkv;
     a.q = q;
-    a.kp = cache ? cache->k : NULL;
-    a.vp = cache ? cache->v : NULL;
+    if (cache && cache->type != G4_KV_F32 && D > QKV_ROW_MAX) {
+        cuda_fail_op(c, "qkv_prepare: head_dim %d over %d for a %s cache", D, QKV_ROW_MAX,
+                     cache->type == G4_KV_BF16 ? "bf16" : "fp8");
+        return;
+    }
+    memset(&a.kv, 0, sizeof a.kv);
+    if (cache) a.kv = *cache;
     a.q_norm = p->q_norm;
     a.k_norm = p->k_norm;
     a.pos = b->pos;
