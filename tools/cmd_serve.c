@@ -14,6 +14,7 @@
 #include "cli_common.h"
 #include "model/kv_cache.h"
 #include "runtime/memory_plan.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/context.h"
 #include "runtime/engine.h"
 #include "server/server.h"
@@ -43,6 +44,10 @@ static void usage(FILE *f) {
             "                          rings, up to max-seqs * ctx / 16; CPU max-seqs * ctx / 16)\n"
             "  --gpu-memory F          fraction of the device's memory the server may take (default 0.9)\n"
             "  --max-queue N           requests waiting for admission before 503 (default 256)\n"
+            "  --no-prefix-cache       prefill every prompt whole (default: a prompt that starts like an earlier\n"
+            "                          prompt + reply reuses its KV; /metrics gemma4_prefix_cache_*)\n"
+            "  --cache-snapshots N     sliding-window snapshots the prefix cache keeps beyond the running\n"
+            "                          sequences (default 2 x max-seqs; each holds the window's KV)\n"
             "  --max-batch-tokens N    tokens per forward pass (default 512)\n"
             "  --max-body BYTES        request body limit (default 33554432)\n"
             "  --body-budget BYTES     request bodies held at once, all connections (default max(8 x max-body,\n"
@@ -158,16 +163,17 @@ static char *default_model_name(const char *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *device = NULL;
-    const char *v[23] = {0}, *fraction_text = NULL;
+    const char *v[24] = {0}, *fraction_text = NULL;
     enum { HOST, PORT, KEY, NAME, SEQS, CTX, BLOCKS, QUEUE, BATCH, BODY, MAXTOK, MAXPROMPT, IMAGES, AUDIO, MEDIA,
-           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET, STORE_MIB, STORE_N };
+           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET, STORE_MIB, STORE_N, SNAPSHOTS };
     static const char *const names[] = {"--host",       "--port",       "--api-key",         "--model-name",
                                         "--max-seqs",   "--ctx",        "--kv-blocks",       "--max-queue",
                                         "--max-batch-tokens", "--max-body", "--max-tokens",  "--max-prompt-tokens",
                                         "--max-images", "--max-audio",  "--allowed-media-dir", "--request-timeout",
                                         "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads",
-                                        "--body-budget", "--responses-store", "--responses-store-entries"};
-    int quiet = 0, metrics_public = 0, no_special = 0;
+                                        "--body-budget", "--responses-store", "--responses-store-entries",
+                                        "--cache-snapshots"};
+    int quiet = 0, metrics_public = 0, no_special = 0, no_prefix_cache = 0;
     g4_precision precision = G4_PRECISION_FAST;
     g4_kv_type kv_type = G4_KV_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -191,6 +197,8 @@ int cmd_serve(int argc, char **argv) {
             metrics_public = 1;
         } else if (cli_flag(argv, i, "--no-special-in-content")) {
             no_special = 1;
+        } else if (cli_flag(argv, i, "--no-prefix-cache")) {
+            no_prefix_cache = 1;
         } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
             usage(stdout);
             return 0;
@@ -207,10 +215,11 @@ int cmd_serve(int argc, char **argv) {
     }
     long port = 8080, seqs = 0, ctx_len = 0, blocks = 0, queue = 0, batch = 0, body = 0, max_tok = 0, max_prompt = 0,
          images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0, budget = 0,
-         store_mib = 64, store_n = 1000;
+         store_mib = 64, store_n = 1000, snapshots = 0;
     long *nums[] = {NULL, &port, NULL, NULL, &seqs, &ctx_len, &blocks, &queue, &batch, &body, &max_tok, &max_prompt,
-                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget, &store_mib, &store_n};
-    for (int k = 0; k < 23; k++)
+                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget, &store_mib, &store_n,
+                    &snapshots};
+    for (int k = 0; k < 24; k++)
         if (nums[k] && parse_count(v[k], names[k], nums[k])) return 2;
     double fraction = 0.9;
     if (fraction_text && (sscanf(fraction_text, "%lf", &fraction) != 1 || !(fraction > 0 && fraction <= 1))) {
@@ -266,9 +275,15 @@ int cmd_serve(int argc, char **argv) {
     }
     g4_engine_options eo = {.max_seqs = (int)seqs, .n_ctx = (int)ctx_len, .kv_blocks = (int)blocks,
                             .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads,
+                            .no_prefix_cache = no_prefix_cache, .cache_snapshots = (int)snapshots,
                             .kv_type = g4_kv_type_resolve(kv_type, precision, ctx->model)};
     g4_memory_plan plan;
-    g4_memory_plan_make(ctx->model, eo.kv_type, 16, eo.max_batch_tokens, eo.max_seqs ? eo.max_seqs : 32, &plan);
+    const int plan_seqs = eo.max_seqs ? eo.max_seqs : 32;
+    g4_memory_plan_make(ctx->model, eo.kv_type, 16, eo.max_batch_tokens, plan_seqs, &plan);
+    /* the prefix cache's sliding-window snapshots are a fixed cost too (engine.c sizes them so) */
+    if (!no_prefix_cache)
+        plan.reserve_bytes += (uint64_t)g4_prefix_snapshot_blocks(ctx->model, 16) * 16 *
+                              (uint64_t)(snapshots > 0 ? snapshots : 2 * plan_seqs) * plan.sliding_bytes_per_token;
     const uint64_t mem_budget = g4_memory_budget(&plan, ctx->backend, fraction);
     if (g4_backend_is_cuda(ctx->backend) && !blocks) st = size_pool_from_memory(ctx->model, &plan, mem_budget, &eo);
     g4_engine *engine = NULL;

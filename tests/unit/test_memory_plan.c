@@ -73,7 +73,8 @@ static void check_model(const char *name, g4_backend *be) {
             g4_session_destroy(s);
         }
         /* an engine: the pool of kv_blocks plus max_seqs rings, the scratch as planned */
-        g4_engine_options eo = {.max_seqs = 3, .n_ctx = 200, .kv_blocks = 30, .max_batch_tokens = 32, .kv_type = type};
+        g4_engine_options eo = {.max_seqs = 3, .n_ctx = 200, .kv_blocks = 30, .max_batch_tokens = 32, .kv_type = type,
+                                .no_prefix_cache = 1}; /* (its snapshots: test_prefix_cache) */
         g4_engine *e;
         g4_status st = g4_engine_create(m, &eo, &e);
         CHECK(st == G4_OK, "%s %s: engine: %s", name, tn, g4_error_message());

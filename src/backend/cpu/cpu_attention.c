@@ -136,6 +136,26 @@ void cpu_kv_read(g4_backend *be, const void *kv, float *k, float *v, const g4_at
     }
 }
 
+void cpu_kv_copy_blocks(g4_backend *be, void *kv, const int32_t *src, const int32_t *dst, int n) {
+    (void)be;
+    cpu_kv *c = kv;
+    /* a block: its values, and with FP8 its rows' scales */
+    const size_t rows = (size_t)c->block_size * c->n_kv_heads;
+    const size_t block = rows * c->head_dim * cpu_kv_value_bytes(c->type), scales = rows * sizeof(float);
+    for (int i = 0; i < n;) {
+        /* runs of consecutive blocks on both sides in one copy */
+        int run = 1;
+        while (i + run < n && src[i + run] == src[i] + run && dst[i + run] == dst[i] + run) run++;
+        memcpy((char *)c->k + dst[i] * block, (const char *)c->k + src[i] * block, run * block);
+        memcpy((char *)c->v + dst[i] * block, (const char *)c->v + src[i] * block, run * block);
+        if (c->type == G4_KV_FP8) {
+            memcpy((char *)c->k_scale + dst[i] * scales, (const char *)c->k_scale + src[i] * scales, run * scales);
+            memcpy((char *)c->v_scale + dst[i] * scales, (const char *)c->v_scale + src[i] * scales, run * scales);
+        }
+        i += run;
+    }
+}
+
 static int max_kv_span(const g4_attn_batch *b, int sliding) {
     int max_span = 1;
     for (int t = 0; t < b->n_tokens; t++) {

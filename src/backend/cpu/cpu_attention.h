@@ -17,6 +17,8 @@ void cpu_kv_put(void *kv, const g4_attn_batch *b, int t, int sliding, int head, 
 size_t cpu_kv_allocated_bytes(const void *kv);
 /* Bytes of one stored value of `type` (F32, BF16 or FP8). */
 size_t cpu_kv_value_bytes(g4_kv_type type);
+/* Block dst[i] takes a copy of block src[i] (values and FP8 scales), i < n (backend.h). */
+void cpu_kv_copy_blocks(g4_backend *be, void *kv, const int32_t *src, const int32_t *dst, int n);
 void cpu_attention(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b,
                    int sliding, int n_heads, float scale);
 

@@ -103,6 +103,27 @@ void cuda_kv_read(g4_backend *be, const void *p, float *k, float *v, const g4_at
     cuda_launched(c, "kv_read");
 }
 
+/* Runs of blocks consecutive on both sides are one device-to-device copy
+ * each (a snapshot's blocks and a ring's mostly are). */
+void cuda_kv_copy_blocks(g4_backend *be, void *p, const int32_t *src, const int32_t *dst, int n) {
+    cuda_ctx *c = cuda_of(be);
+    cuda_kv *kv = (cuda_kv *)p;
+    /* a block: its values, and with FP8 its rows' scales */
+    const size_t rows = (size_t)kv->block_size * kv->n_kv_heads;
+    const size_t block = rows * kv->head_dim * kv_value_bytes(kv->type), scales = rows * sizeof(float);
+    for (int i = 0; i < n;) {
+        int run = 1;
+        while (i + run < n && src[i + run] == src[i] + run && dst[i + run] == dst[i] + run) run++;
+        char *parts[4] = {(char *)kv->k, (char *)kv->v, (char *)kv->ks, (char *)kv->vs};
+        for (int part = 0; part < (kv->type == G4_KV_FP8 ? 4 : 2); part++) {
+            const size_t b = part < 2 ? block : scales;
+            cuda_check(c, cudaMemcpyAsync(parts[part] + dst[i] * b, parts[part] + src[i] * b, run * b,
+                                          cudaMemcpyDeviceToDevice, c->stream), "kv_copy_blocks");
+        }
+        i += run;
+    }
+}
+
 struct attn_params : attn_common {
     int rows_per_tile, splits;
     int split_len; /* positions per split, counted from the run's first key */
