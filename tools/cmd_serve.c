@@ -14,6 +14,7 @@
 #include "cli_common.h"
 #include "model/kv_cache.h"
 #include "runtime/memory_plan.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/context.h"
 #include "runtime/engine.h"
 #include "server/server.h"

@@ -104,9 +104,9 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     /* sliding blocks beyond the rings hold the prefix cache's window snapshots */
     int snap = e->opt.no_prefix_cache ? 0 : g4_prefix_snapshot_blocks(m, bs);
     if (e->opt.cache_snapshots <= 0) e->opt.cache_snapshots = 2 * S;
-    const int sliding_blocks = ring * S + snap * e->opt.cache_snapshots;
+    const int64_t sliding_blocks = (int64_t)ring * S + (int64_t)snap * e->opt.cache_snapshots;
     g4_status st = g4_memory_check_kv(m, e->opt.kv_type, bs, e->opt.kv_blocks, sliding_blocks, e->opt.n_ctx);
-    if (st == G4_OK) st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, sliding_blocks, ring, e->opt.kv_type, &e->kv);
+    if (st == G4_OK) st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, (int)sliding_blocks, ring, e->opt.kv_type, &e->kv);
     if (st == G4_OK && !e->opt.no_prefix_cache) st = g4_prefix_cache_create(m, e->kv, &e->cache);
     if (st == G4_OK) st = g4_text_scratch_create(m, N, S, &e->scratch);
     if (st == G4_OK) {

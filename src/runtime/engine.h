@@ -86,7 +86,7 @@ typedef struct {
     int kv_blocks_total, kv_blocks_used; /* used: held by sequences (idle cached blocks are free room) */
     int kv_block_size;
     g4_kv_type kv_type;
-    uint64_t kv_bytes;                 /* the pool's K and V storage, rings included */
+    uint64_t kv_bytes;                 /* the pool's K and V storage, rings and snapshots included */
     uint64_t kv_full_bytes_per_token;  /* of the full layers */
     uint64_t kv_sliding_bytes_per_token;
     uint64_t steps, tokens_prefilled, tokens_generated;

@@ -181,9 +181,15 @@ static void both(engines *en, const request *reqs, int n, collected *warm, const
 
 static int32_t text_token(unsigned k, int vocab) { return (int32_t)((k * 2654435761u >> 7) % (unsigned)(vocab - 300)) + 200; }
 
+/* The cache's element type check_conversation runs with: on the exact CPU
+ * path a row's K and V do not depend on its batch, so their bf16 or fp8
+ * rounding does not either, and reuse stays bit-identical at every type. */
+static g4_kv_type conv_kv_type = G4_KV_F32;
+
 static void check_conversation(const char *fixture, int cuda) {
     enum { BS = 4, TURNS = 10 };
-    g4_engine_options opt = {.max_seqs = 4, .n_ctx = 256, .block_size = BS, .max_batch_tokens = 16};
+    g4_engine_options opt = {.max_seqs = 4, .n_ctx = 256, .block_size = BS, .max_batch_tokens = 16,
+                             .kv_type = conv_kv_type};
     engines en;
     if (!open_engines_on(cuda, fixture, &opt, &en)) return;
     const int V = en.m->config.text.vocab_size;
@@ -399,6 +405,12 @@ int main(void) {
     check_conversation("dense", 0);
     check_conversation("e2b", 0); /* KV-shared layers */
     check_conversation("moe", 0);
+    for (int t = G4_KV_BF16; t <= G4_KV_FP8; t++) { /* snapshots and reused blocks of each type */
+        conv_kv_type = (g4_kv_type)t;
+        check_conversation("e2b", 0);
+        check_conversation("dense", 0);
+    }
+    conv_kv_type = G4_KV_F32;
     check_shared_prefix();
     check_eviction();
     check_random_traffic();
