@@ -1,0 +1,433 @@
+#include "constrain/token_mask.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct g4_token_trie {
+    int vocab;
+    unsigned char *bytes; /* every token's bytes back to back */
+    size_t *off;          /* vocab + 1 */
+    int n_nodes, max_depth;
+    unsigned char *node_byte;
+    uint16_t *node_depth; /* 1-based */
+    int32_t *node_skip;   /* first node after the subtree */
+    int32_t *node_tok;    /* tokens ending at node i: tok_ids[node_tok[i] .. node_tok[i+1]) */
+    int32_t *tok_ids;
+};
+
+int g4_token_trie_vocab(const g4_token_trie *t) { return t->vocab; }
+int g4_token_trie_nodes(const g4_token_trie *t) { return t->n_nodes; }
+
+const unsigned char *g4_token_trie_bytes(const g4_token_trie *t, int32_t id, size_t *n) {
+    if (id < 0 || id >= t->vocab) {
+        *n = 0;
+        return NULL;
+    }
+    *n = t->off[id + 1] - t->off[id];
+    return t->bytes + t->off[id];
+}
+
+void g4_token_trie_free(g4_token_trie *t) {
+    if (!t) return;
+    free(t->bytes);
+    free(t->off);
+    free(t->node_byte);
+    free(t->node_depth);
+    free(t->node_skip);
+    free(t->node_tok);
+    free(t->tok_ids);
+    free(t);
+}
+
+static const g4_token_trie *sort_trie;
+
+static int cmp_tokens(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    size_t nx = sort_trie->off[x + 1] - sort_trie->off[x], ny = sort_trie->off[y + 1] - sort_trie->off[y];
+    int c = memcmp(sort_trie->bytes + sort_trie->off[x], sort_trie->bytes + sort_trie->off[y], nx < ny ? nx : ny);
+    if (c) return c;
+    if (nx != ny) return nx < ny ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* Builds the preorder trie from t->bytes / t->off. */
+static g4_status build_nodes(g4_token_trie *t) {
+    int V = t->vocab, n_tok = 0;
+    int32_t *order = malloc((size_t)(V + 1) * sizeof *order);
+    if (!order) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    size_t total = 0, max_len = 0;
+    for (int i = 0; i < V; i++) {
+        size_t n = t->off[i + 1] - t->off[i];
+        if (n == 0) continue;
+        order[n_tok++] = i;
+        total += n;
+        if (n > max_len) max_len = n;
+    }
+    if (max_len > 60000) {
+        free(order);
+        return g4_fail(G4_ERR_UNSUPPORTED, "token masks: a token of %zu bytes", max_len);
+    }
+    /* qsort has no context argument in C11; the build is single-threaded per call */
+    static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&sort_lock);
+    sort_trie = t;
+    qsort(order, (size_t)n_tok, sizeof *order, cmp_tokens);
+    sort_trie = NULL;
+    pthread_mutex_unlock(&sort_lock);
+    size_t cap = total + 1;
+    t->node_byte = malloc(cap);
+    t->node_depth = malloc(cap * sizeof *t->node_depth);
+    t->node_skip = malloc(cap * sizeof *t->node_skip);
+    t->node_tok = calloc(cap + 1, sizeof *t->node_tok);
+    t->tok_ids = malloc((size_t)(n_tok + 1) * sizeof *t->tok_ids);
+    int32_t *path = malloc((max_len + 1) * sizeof *path);
+    int32_t *end_node = malloc((size_t)(n_tok + 1) * sizeof *end_node);
+    if (!t->node_byte || !t->node_depth || !t->node_skip || !t->node_tok || !t->tok_ids || !path || !end_node) {
+        free(order);
+        free(path);
+        free(end_node);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the token trie");
+    }
+    int n = 0, path_len = 0;
+    const unsigned char *prev = NULL;
+    size_t prev_len = 0;
+    for (int k = 0; k < n_tok; k++) {
+        int id = order[k];
+        const unsigned char *s = t->bytes + t->off[id];
+        size_t len = t->off[id + 1] - t->off[id], lcp = 0;
+        while (prev && lcp < len && lcp < prev_len && s[lcp] == prev[lcp]) lcp++;
+        /* close the nodes deeper than the common prefix */
+        for (int d = path_len - 1; d >= (int)lcp; d--) t->node_skip[path[d]] = n;
+        path_len = (int)lcp;
+        for (size_t d = lcp; d < len; d++) {
+            t->node_byte[n] = s[d];
+            t->node_depth[n] = (uint16_t)(d + 1);
+            path[path_len++] = n++;
+        }
+        end_node[k] = path[len - 1];
+        prev = s;
+        prev_len = len;
+    }
+    for (int d = path_len - 1; d >= 0; d--) t->node_skip[path[d]] = n;
+    /* tokens by end node (nondecreasing in sorted order) */
+    for (int k = 0; k < n_tok; k++) t->node_tok[end_node[k] + 1]++;
+    for (int i = 0; i < n; i++) t->node_tok[i + 1] += t->node_tok[i];
+    for (int k = 0; k < n_tok; k++) t->tok_ids[k] = order[k];
+    t->n_nodes = n;
+    t->max_depth = (int)max_len;
+    free(order);
+    free(path);
+    free(end_node);
+    return G4_OK;
+}
+
+g4_status g4_token_trie_from_bytes(int vocab, const char *const *bytes, const size_t *lens, g4_token_trie **out) {
+    *out = NULL;
+    g4_token_trie *t = calloc(1, sizeof *t);
+    if (!t) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    t->vocab = vocab;
+    size_t total = 0;
+    for (int i = 0; i < vocab; i++) total += lens[i];
+    t->bytes = malloc(total + 1);
+    t->off = malloc((size_t)(vocab + 1) * sizeof *t->off);
+    if (!t->bytes || !t->off) {
+        g4_token_trie_free(t);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    size_t o = 0;
+    for (int i = 0; i < vocab; i++) {
+        t->off[i] = o;
+        if (lens[i]) memcpy(t->bytes + o, bytes[i], lens[i]);
+        o += lens[i];
+    }
+    t->off[vocab] = o;
+    g4_status st = build_nodes(t);
+    if (st != G4_OK) {
+        g4_token_trie_free(t);
+        return st;
+    }
+    *out = t;
+    return G4_OK;
+}
+
+g4_status g4_token_trie_build(const g4_tokenizer *tok, g4_token_trie **out) {
+    *out = NULL;
+    int V = g4_tokenizer_vocab_size(tok);
+    char **bytes = calloc((size_t)V, sizeof *bytes);
+    size_t *lens = calloc((size_t)V, sizeof *lens);
+    g4_status st = bytes && lens ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < V && st == G4_OK; i++) {
+        if (!g4_tokenizer_token_text(tok, i) || g4_tokenizer_is_special(tok, i)) continue;
+        int byte = g4_tokenizer_token_byte(tok, i);
+        if (byte >= 0) {
+            bytes[i] = malloc(1);
+            if (!bytes[i]) st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+            else bytes[i][0] = (char)byte, lens[i] = 1;
+            continue;
+        }
+        int32_t id = i;
+        size_t n = 0;
+        if (g4_tokenizer_decode(tok, &id, 1, 0, &bytes[i], &n) != G4_OK) {
+            g4_error_clear();
+            bytes[i] = NULL;
+            n = 0;
+        }
+        lens[i] = n;
+    }
+    if (st == G4_OK) st = g4_token_trie_from_bytes(V, (const char *const *)bytes, lens, out);
+    for (int i = 0; bytes && i < V; i++) free(bytes[i]);
+    free(bytes);
+    free(lens);
+    return st;
+}
+
+/* ---- masks ---- */
+
+typedef struct {
+    const g4_token_trie *trie;
+    size_t words;
+    int cap, next;
+    uint32_t *data;  /* cap masks */
+    int32_t *owner;  /* the state each slot holds, -1: free */
+    int32_t *states; /* walk scratch: one state per depth */
+} mask_cache;
+
+static void mask_cache_free(void *p) {
+    mask_cache *c = p;
+    if (!c) return;
+    free(c->data);
+    free(c->owner);
+    free(c->states);
+    free(c);
+}
+
+#define MASK_CACHE_BYTES (32u << 20) /* per grammar */
+
+static mask_cache *get_cache(g4_grammar *g, const g4_token_trie *t) {
+    void **slot = g4_grammar_mask_cache(g, NULL);
+    mask_cache *c = *slot;
+    if (c && c->trie == t) return c;
+    if (c) { /* another vocabulary: start over (states keep stale slots, so forget them all) */
+        for (int i = 0; i < c->cap; i++)
+            if (c->owner[i] >= 0) *g4_grammar_state_slot(g, c->owner[i]) = -1;
+        mask_cache_free(c);
+        *slot = NULL;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->trie = t;
+    c->words = g4_mask_words(t->vocab);
+    c->cap = (int)(MASK_CACHE_BYTES / (c->words * 4));
+    if (c->cap < 4) c->cap = 4;
+    if (c->cap > 4096) c->cap = 4096;
+    c->data = malloc((size_t)c->cap * c->words * 4);
+    c->owner = malloc((size_t)c->cap * sizeof *c->owner);
+    c->states = malloc((size_t)(t->max_depth + 2) * sizeof *c->states);
+    if (!c->data || !c->owner || !c->states) {
+        mask_cache_free(c);
+        return NULL;
+    }
+    for (int i = 0; i < c->cap; i++) c->owner[i] = -1;
+    *slot = c;
+    g4_grammar_set_mask_cache_free(g, mask_cache_free);
+    return c;
+}
+
+/* One pass over the trie in preorder. */
+static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, int32_t *states, uint32_t *mask) {
+    const size_t words = g4_mask_words(t->vocab);
+    memset(mask, 0, words * 4);
+    states[0] = state;
+    const int n = t->n_nodes;
+    const unsigned char *nb = t->node_byte;
+    const uint16_t *nd = t->node_depth;
+    const int32_t *skip = t->node_skip, *nt = t->node_tok, *ids = t->tok_ids;
+    for (int i = 0; i < n;) {
+        int d = nd[i];
+        int32_t to = g4_grammar_step(g, states[d - 1], nb[i]);
+        if (to < 0) {
+            if (g4_grammar_overflowed(g)) return G4_ERR_LIMIT;
+            i = skip[i];
+            continue;
+        }
+        states[d] = to;
+        for (int k = nt[i]; k < nt[i + 1]; k++) mask[ids[k] >> 5] |= 1u << (ids[k] & 31);
+        i++;
+    }
+    /* the grammar's own special tokens */
+    const int32_t *tok = g4_grammar_tokens(g);
+    for (int k = 0; k < g4_grammar_n_tokens(g); k++)
+        if (tok[k] >= 0 && tok[k] < t->vocab && g4_grammar_step_token(g, state, tok[k]) >= 0)
+            mask[tok[k] >> 5] |= 1u << (tok[k] & 31);
+    return g4_grammar_overflowed(g) ? G4_ERR_LIMIT : G4_OK;
+}
+
+g4_status g4_token_mask_compute(g4_grammar *g, const g4_token_trie *t, int32_t state, uint32_t *mask) {
+    const size_t words = g4_mask_words(t->vocab);
+    if (state < 0) {
+        memset(mask, 0, words * 4);
+        return G4_OK;
+    }
+    mask_cache *c = get_cache(g, t);
+    if (!c) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for token masks");
+    int32_t *slot = g4_grammar_state_slot(g, state);
+    if (*slot >= 0 && c->owner[*slot] == state) {
+        memcpy(mask, c->data + (size_t)*slot * words, words * 4);
+        return G4_OK;
+    }
+    g4_status st = walk(g, t, state, c->states, mask);
+    if (st != G4_OK) return st;
+    /* round-robin replacement */
+    int k = c->next;
+    c->next = (c->next + 1) % c->cap;
+    if (c->owner[k] >= 0) *g4_grammar_state_slot(g, c->owner[k]) = -1;
+    c->owner[k] = state;
+    *g4_grammar_state_slot(g, state) = k;
+    memcpy(c->data + (size_t)k * words, mask, words * 4);
+    return G4_OK;
+}
+
+void g4_mask_apply(const uint32_t *mask, int vocab, float *logits) {
+    const size_t words = g4_mask_words(vocab);
+    for (size_t w = 0; w < words; w++) {
+        uint32_t bits = mask[w];
+        if (bits == 0xffffffffu) continue;
+        size_t base = w * 32;
+        size_t n = base + 32 <= (size_t)vocab ? 32 : (size_t)vocab - base;
+        for (size_t i = 0; i < n; i++)
+            if (!((bits >> i) & 1)) logits[base + i] = -INFINITY;
+    }
+}
+
+/* ---- matcher ---- */
+
+enum { PH_ACTIVE = 0, PH_FREE, PH_THINK_MAYBE, PH_THINKING };
+
+struct g4_token_matcher {
+    g4_grammar *g;
+    const g4_token_trie *t;
+    g4_token_matcher_options o;
+    int32_t *stops;
+    int phase;
+    int32_t state;
+};
+
+g4_status g4_token_matcher_create(g4_grammar *g, const g4_token_trie *t, const g4_token_matcher_options *o,
+                                  g4_token_matcher **out) {
+    *out = NULL;
+    g4_token_matcher *m = calloc(1, sizeof *m);
+    if (!m) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (o) m->o = *o;
+    m->stops = malloc((size_t)(m->o.n_stop + 1) * sizeof *m->stops);
+    if (!m->stops) {
+        free(m);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (m->o.n_stop) memcpy(m->stops, m->o.stop_ids, (size_t)m->o.n_stop * sizeof *m->stops);
+    m->o.stop_ids = m->stops;
+    m->g = g4_grammar_ref(g);
+    m->t = t;
+    g4_grammar_lock(g);
+    m->state = g4_grammar_start(g);
+    g4_grammar_unlock(g);
+    if (m->state < 0) {
+        g4_token_matcher_free(m);
+        return g4_fail(G4_ERR_LIMIT, "grammar: the start state exceeds the limits");
+    }
+    m->phase = m->o.lazy ? PH_FREE : m->o.starts_in_thought ? PH_THINKING : m->o.think ? PH_THINK_MAYBE : PH_ACTIVE;
+    *out = m;
+    return G4_OK;
+}
+
+void g4_token_matcher_free(g4_token_matcher *m) {
+    if (!m) return;
+    g4_grammar_free(m->g);
+    free(m->stops);
+    free(m);
+}
+
+static int in_sorted(const int32_t *v, int n, int32_t x) {
+    for (int lo = 0, hi = n - 1; lo <= hi;) {
+        int mid = (lo + hi) / 2;
+        if (v[mid] == x) return 1;
+        if (v[mid] < x) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return 0;
+}
+
+static void allow(uint32_t *mask, int vocab, int32_t id) {
+    if (id >= 0 && id < vocab) mask[id >> 5] |= 1u << (id & 31);
+}
+
+int g4_token_matcher_mask(g4_token_matcher *m, uint32_t *mask) {
+    if (m->phase == PH_FREE || m->phase == PH_THINKING) return 0;
+    g4_grammar_lock(m->g);
+    g4_status st = g4_token_mask_compute(m->g, m->t, m->state, mask);
+    int accepts = g4_grammar_accepts(m->g, m->state);
+    g4_grammar_unlock(m->g);
+    if (st != G4_OK) return -1;
+    if (accepts)
+        for (int i = 0; i < m->o.n_stop; i++) allow(mask, m->t->vocab, m->stops[i]);
+    if (m->phase == PH_THINK_MAYBE) allow(mask, m->t->vocab, m->o.think_open);
+    return 1;
+}
+
+g4_status g4_token_matcher_accept(g4_token_matcher *m, int32_t token) {
+    if (m->phase == PH_THINKING) {
+        if (token == m->o.think_close) m->phase = m->o.lazy ? PH_FREE : PH_ACTIVE;
+        return G4_OK;
+    }
+    if (m->phase == PH_FREE) {
+        if (m->o.lazy && token == m->o.trigger) {
+            g4_grammar_lock(m->g);
+            int32_t s = g4_grammar_step_token(m->g, g4_grammar_start(m->g), token);
+            g4_grammar_unlock(m->g);
+            if (s < 0) return g4_fail(G4_ERR_INVALID_ARGUMENT, "constraint: the grammar does not start with its trigger");
+            m->state = s;
+            m->phase = PH_ACTIVE;
+        }
+        return G4_OK;
+    }
+    if (m->phase == PH_THINK_MAYBE) {
+        m->phase = PH_ACTIVE;
+        if (token == m->o.think_open) {
+            m->phase = PH_THINKING;
+            return G4_OK;
+        }
+    }
+    g4_grammar_lock(m->g);
+    int accepts = g4_grammar_accepts(m->g, m->state);
+    int32_t s = G4_STATE_DEAD;
+    int is_stop = 0;
+    for (int i = 0; i < m->o.n_stop; i++) is_stop |= m->stops[i] == token;
+    if (is_stop && accepts) s = m->state;
+    else if (in_sorted(g4_grammar_tokens(m->g), g4_grammar_n_tokens(m->g), token))
+        s = g4_grammar_step_token(m->g, m->state, token);
+    else {
+        size_t n;
+        const unsigned char *b = g4_token_trie_bytes(m->t, token, &n);
+        if (n) s = g4_grammar_run(m->g, m->state, b, n);
+    }
+    int final = s >= 0 && g4_grammar_is_final(m->g, s);
+    int overflow = g4_grammar_overflowed(m->g);
+    g4_grammar_unlock(m->g);
+    if (s < 0)
+        return overflow ? G4_ERR_LIMIT : g4_fail(G4_ERR_INVALID_ARGUMENT, "constraint: token %d is not allowed here", token);
+    m->state = s;
+    if (m->o.lazy && final) {
+        m->phase = PH_FREE;
+        g4_grammar_lock(m->g);
+        m->state = g4_grammar_start(m->g);
+        g4_grammar_unlock(m->g);
+    }
+    return G4_OK;
+}
+
+int g4_token_matcher_can_end(const g4_token_matcher *m) {
+    if (m->phase == PH_FREE) return 1;
+    if (m->phase == PH_THINKING) return 0;
+    return g4_grammar_accepts(m->g, m->state);
+}
