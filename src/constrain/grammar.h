@@ -135,6 +135,9 @@ int g4_grammar_accepts(const g4_grammar *g, int32_t state);
 int g4_grammar_is_final(const g4_grammar *g, int32_t state);
 /* The bytes allowed next (no transition computed). */
 void g4_grammar_next_bytes(const g4_grammar *g, int32_t state, g4_byteset *out);
+/* The fewest symbols (bytes, or whole tokens the grammar names) that
+ * complete the text from this state: 0 where it may end. */
+int32_t g4_grammar_dist(const g4_grammar *g, int32_t state);
 /* A state or frame limit was reached (the grammar cannot go on). */
 int g4_grammar_overflowed(const g4_grammar *g);
 int g4_grammar_n_states(const g4_grammar *g);

@@ -342,6 +342,41 @@ done:
     return st;
 }
 
+/* Fewest symbols each rule derives (productive rules only: finite), then
+ * per element the fewest from it to the end of its alternative. */
+#define DIST_INF 0x3fffffff
+static g4_status min_lengths(g4_grammar *g) {
+    int32_t *rmin = malloc((size_t)g->n_rules * sizeof *rmin);
+    g->suffix_min = malloc((size_t)(g->n_elems + 1) * sizeof *g->suffix_min);
+    if (!rmin || !g->suffix_min) {
+        free(rmin);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int r = 0; r < g->n_rules; r++) rmin[r] = DIST_INF;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int r = 0; r < g->n_rules; r++)
+            for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
+                long sum = 0;
+                for (int i = g->alt_start[a]; g->elems[i].kind != G4_GE_END && sum < DIST_INF; i++)
+                    sum += g->elems[i].kind == G4_GE_RULE ? rmin[g->elems[i].arg] : 1;
+                if (sum < rmin[r]) rmin[r] = (int32_t)sum, changed = 1;
+            }
+    }
+    for (int a = 0; a < g->rule_alt[g->n_rules]; a++) {
+        int end = g->alt_start[a];
+        while (g->elems[end].kind != G4_GE_END) end++;
+        long sum = 0;
+        g->suffix_min[end] = 0;
+        for (int i = end - 1; i >= g->alt_start[a]; i--) {
+            sum += g->elems[i].kind == G4_GE_RULE ? rmin[g->elems[i].arg] : 1;
+            g->suffix_min[i] = sum < DIST_INF ? (int32_t)sum : DIST_INF;
+        }
+    }
+    free(rmin);
+    return G4_OK;
+}
+
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return x < y ? -1 : x > y;
@@ -410,6 +445,7 @@ g4_status g4_grammar_finish(g4_gbuilder *b, int root, g4_grammar **out) {
             return g4_fail(G4_ERR_INVALID_ARGUMENT, "grammar: reference to a missing rule");
         }
     g4_status st = check(g, g->rule_names[root]);
+    if (st == G4_OK) st = min_lengths(g);
     if (st != G4_OK) {
         g4_grammar_free(g);
         return st;

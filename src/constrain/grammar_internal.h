@@ -10,6 +10,7 @@
 typedef struct {
     int32_t ret;    /* element index to continue at */
     int32_t parent; /* frame beneath, -1: none */
+    int32_t dist;   /* fewest symbols to finish from ret through every frame beneath */
 } g4_gframe;
 
 /* A few transitions kept inline; a full row once a state has more. */
@@ -24,6 +25,7 @@ typedef struct {
     uint8_t in_sym_lo[G4_STATE_INLINE];
     int32_t in_to[G4_STATE_INLINE];
     int32_t slot; /* token-mask cache slot */
+    int32_t dist; /* fewest symbols (bytes or whole tokens) that complete the text */
 } g4_gstate;
 
 struct g4_grammar {
@@ -36,6 +38,7 @@ struct g4_grammar {
     int n_rules;
     int root;
     char **rule_names;
+    int32_t *suffix_min; /* per element: fewest symbols from it to the end of its alternative */
     int32_t *tokens; /* distinct token ids, sorted */
     int n_tokens;
 

@@ -48,6 +48,7 @@ void g4_grammar_free(g4_grammar *g) {
     free(g->classes);
     free(g->alt_start);
     free(g->rule_alt);
+    free(g->suffix_min);
     free(g->tokens);
     free(g->frames);
     free(g->frame_hash);
@@ -103,6 +104,10 @@ static int32_t intern_frame(g4_grammar *g, int32_t ret, int32_t parent) {
     }
     g->frames[g->n_frames].ret = ret;
     g->frames[g->n_frames].parent = parent;
+    {
+        long d = (long)g->suffix_min[ret] + (parent >= 0 ? g->frames[parent].dist : 0);
+        g->frames[g->n_frames].dist = d < 0x3fffffff ? (int32_t)d : 0x3fffffff;
+    }
     g->frame_hash[j] = g->n_frames;
     return g->n_frames++;
 }
@@ -217,6 +222,13 @@ static int32_t intern_scratch(g4_grammar *g) {
     s->n_stacks = n;
     s->slot = -1;
     s->accepts = g->scratch[0] == ACCEPT_KEY; /* sorted: -1 comes first */
+    s->dist = 0x3fffffff;
+    for (int i = 0; i < n; i++) {
+        int64_t k = g->scratch[i];
+        long d = k == ACCEPT_KEY ? 0
+                                 : (long)g->suffix_min[key_pos(k)] + (key_frame(k) >= 0 ? g->frames[key_frame(k)].dist : 0);
+        if (d < s->dist) s->dist = (int32_t)d;
+    }
     s->final = s->accepts && n == 1;
     g->n_pool += (size_t)n;
     g->state_hash[j] = g->n_states;
@@ -303,6 +315,7 @@ int32_t g4_grammar_run(g4_grammar *g, int32_t state, const void *bytes, size_t n
 int g4_grammar_accepts(const g4_grammar *g, int32_t state) { return state >= 0 && g->states[state].accepts; }
 int g4_grammar_is_final(const g4_grammar *g, int32_t state) { return state >= 0 && g->states[state].final; }
 int g4_grammar_overflowed(const g4_grammar *g) { return g->overflowed; }
+int32_t g4_grammar_dist(const g4_grammar *g, int32_t state) { return state >= 0 ? g->states[state].dist : 0x3fffffff; }
 int g4_grammar_n_states(const g4_grammar *g) { return g->n_states; }
 int32_t *g4_grammar_state_slot(g4_grammar *g, int32_t state) { return &g->states[state].slot; }
 

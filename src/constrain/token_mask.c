@@ -235,8 +235,10 @@ static mask_cache *get_cache(g4_grammar *g, const g4_token_trie *t) {
     return c;
 }
 
-/* One pass over the trie in preorder. */
-static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, int32_t *states, uint32_t *mask) {
+/* One pass over the trie in preorder; with max_dist >= 0 only tokens after
+ * which the text can be completed within max_dist symbols. */
+static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, int32_t *states, uint32_t *mask,
+                      int32_t max_dist) {
     const size_t words = g4_mask_words(t->vocab);
     memset(mask, 0, words * 4);
     states[0] = state;
@@ -253,14 +255,17 @@ static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, int3
             continue;
         }
         states[d] = to;
-        for (int k = nt[i]; k < nt[i + 1]; k++) mask[ids[k] >> 5] |= 1u << (ids[k] & 31);
+        if (nt[i] != nt[i + 1] && (max_dist < 0 || g4_grammar_dist(g, to) <= max_dist))
+            for (int k = nt[i]; k < nt[i + 1]; k++) mask[ids[k] >> 5] |= 1u << (ids[k] & 31);
         i++;
     }
     /* the grammar's own special tokens */
     const int32_t *tok = g4_grammar_tokens(g);
-    for (int k = 0; k < g4_grammar_n_tokens(g); k++)
-        if (tok[k] >= 0 && tok[k] < t->vocab && g4_grammar_step_token(g, state, tok[k]) >= 0)
-            mask[tok[k] >> 5] |= 1u << (tok[k] & 31);
+    for (int k = 0; k < g4_grammar_n_tokens(g); k++) {
+        if (tok[k] < 0 || tok[k] >= t->vocab) continue;
+        int32_t to = g4_grammar_step_token(g, state, tok[k]);
+        if (to >= 0 && (max_dist < 0 || g4_grammar_dist(g, to) <= max_dist)) mask[tok[k] >> 5] |= 1u << (tok[k] & 31);
+    }
     return g4_grammar_overflowed(g) ? G4_ERR_LIMIT : G4_OK;
 }
 
@@ -277,7 +282,7 @@ g4_status g4_token_mask_compute(g4_grammar *g, const g4_token_trie *t, int32_t s
         memcpy(mask, c->data + (size_t)*slot * words, words * 4);
         return G4_OK;
     }
-    g4_status st = walk(g, t, state, c->states, mask);
+    g4_status st = walk(g, t, state, c->states, mask, -1);
     if (st != G4_OK) return st;
     /* round-robin replacement */
     int k = c->next;
@@ -289,16 +294,26 @@ g4_status g4_token_mask_compute(g4_grammar *g, const g4_token_trie *t, int32_t s
     return G4_OK;
 }
 
-void g4_mask_apply(const uint32_t *mask, int vocab, float *logits) {
-    const size_t words = g4_mask_words(vocab);
-    for (size_t w = 0; w < words; w++) {
-        uint32_t bits = mask[w];
+g4_status g4_token_mask_within(g4_grammar *g, const g4_token_trie *t, int32_t state, int32_t max_dist,
+                               uint32_t *mask) {
+    mask_cache *c = get_cache(g, t);
+    if (!c) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for token masks");
+    return walk(g, t, state, c->states, mask, max_dist);
+}
+
+int g4_mask_apply(const uint32_t *mask, int mask_vocab, float *logits, int vocab) {
+    int n = vocab < mask_vocab ? vocab : mask_vocab, kept = 0;
+    for (int base = 0; base < n; base += 32) {
+        uint32_t bits = mask[base >> 5];
+        int len = base + 32 <= n ? 32 : n - base;
+        if (len < 32) bits &= (1u << len) - 1;
+        kept += __builtin_popcount(bits);
         if (bits == 0xffffffffu) continue;
-        size_t base = w * 32;
-        size_t n = base + 32 <= (size_t)vocab ? 32 : (size_t)vocab - base;
-        for (size_t i = 0; i < n; i++)
+        for (int i = 0; i < len; i++)
             if (!((bits >> i) & 1)) logits[base + i] = -INFINITY;
     }
+    for (int i = n; i < vocab; i++) logits[i] = -INFINITY;
+    return kept;
 }
 
 /* ---- matcher ---- */
@@ -310,7 +325,9 @@ struct g4_token_matcher {
     const g4_token_trie *t;
     g4_token_matcher_options o;
     int32_t *stops;
+    uint32_t *mask;
     int phase;
+    int budget; /* tokens left for the reply (0: unknown) */
     int32_t state;
 };
 
@@ -321,7 +338,10 @@ g4_status g4_token_matcher_create(g4_grammar *g, const g4_token_trie *t, const g
     if (!m) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     if (o) m->o = *o;
     m->stops = malloc((size_t)(m->o.n_stop + 1) * sizeof *m->stops);
-    if (!m->stops) {
+    m->mask = malloc(g4_mask_words(t->vocab) * sizeof *m->mask);
+    if (!m->stops || !m->mask) {
+        free(m->stops);
+        free(m->mask);
         free(m);
         return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -345,6 +365,7 @@ void g4_token_matcher_free(g4_token_matcher *m) {
     if (!m) return;
     g4_grammar_free(m->g);
     free(m->stops);
+    free(m->mask);
     free(m);
 }
 
@@ -362,10 +383,25 @@ static void allow(uint32_t *mask, int vocab, int32_t id) {
     if (id >= 0 && id < vocab) mask[id >> 5] |= 1u << (id & 31);
 }
 
-int g4_token_matcher_mask(g4_token_matcher *m, uint32_t *mask) {
+int g4_token_matcher_mask(g4_token_matcher *m, const uint32_t **out) {
+    uint32_t *mask = m->mask;
+    *out = mask;
     if (m->phase == PH_FREE || m->phase == PH_THINKING) return 0;
     g4_grammar_lock(m->g);
-    g4_status st = g4_token_mask_compute(m->g, m->t, m->state, mask);
+    g4_status st = G4_OK;
+    int budgeted = 0;
+    /* Near the end of the budget only tokens after which the text can still
+     * be completed in the tokens left (one byte a token at worst: byte
+     * tokens exist) are allowed, so a reply cut by max_tokens still parses.
+     * The margin starts this before a long token could overshoot. */
+    const int32_t margin = 48;
+    if (m->budget > 0 && (int64_t)m->budget - 1 < (int64_t)g4_grammar_dist(m->g, m->state) + margin) {
+        st = g4_token_mask_within(m->g, m->t, m->state, m->budget - 1, mask);
+        int any = 0;
+        for (size_t w = 0; st == G4_OK && w < g4_mask_words(m->t->vocab) && !any; w++) any = mask[w] != 0;
+        budgeted = any || st != G4_OK;
+    }
+    if (!budgeted) st = g4_token_mask_compute(m->g, m->t, m->state, mask);
     int accepts = g4_grammar_accepts(m->g, m->state);
     g4_grammar_unlock(m->g);
     if (st != G4_OK) return -1;
@@ -425,6 +461,12 @@ g4_status g4_token_matcher_accept(g4_token_matcher *m, int32_t token) {
     }
     return G4_OK;
 }
+
+void g4_token_matcher_set_budget(g4_token_matcher *m, int tokens_left) { m->budget = tokens_left; }
+
+int g4_token_matcher_vocab(const g4_token_matcher *m) { return m->t->vocab; }
+
+int g4_token_matcher_constrained(const g4_token_matcher *m) { return m->phase != PH_FREE && m->phase != PH_THINKING; }
 
 int g4_token_matcher_can_end(const g4_token_matcher *m) {
     if (m->phase == PH_FREE) return 1;

@@ -40,6 +40,11 @@ static inline int g4_mask_has(const uint32_t *m, int32_t id) { return (int)((m[i
  * the caller when shared. */
 g4_status g4_token_mask_compute(g4_grammar *g, const g4_token_trie *t, int32_t state, uint32_t *mask);
 
+/* The same, keeping only tokens after which the text can be completed in at
+ * most max_dist more symbols (not cached). */
+g4_status g4_token_mask_within(g4_grammar *g, const g4_token_trie *t, int32_t state, int32_t max_dist,
+                               uint32_t *mask);
+
 typedef struct {
     const int32_t *stop_ids; /* allowed where the grammar may end (copied) */
     int n_stop;
@@ -57,17 +62,28 @@ g4_status g4_token_matcher_create(g4_grammar *g, const g4_token_trie *t, const g
                                   g4_token_matcher **out);
 void g4_token_matcher_free(g4_token_matcher *m);
 
-/* The next token's mask. Returns 1 with mask filled when the next token is
- * constrained, 0 when any token may come (thought channel, lazy mode before
- * its trigger), -1 on failure (limits: the message is recorded). */
-int g4_token_matcher_mask(g4_token_matcher *m, uint32_t *mask);
+/* The next token's mask (the matcher's own buffer of
+ * g4_mask_words(g4_token_trie_vocab) words, valid until the next call).
+ * Returns 1 with *mask set when the next token is constrained, 0 when any
+ * token may come (thought channel, lazy mode before its trigger), -1 on
+ * failure (limits: the message is recorded). */
+int g4_token_matcher_mask(g4_token_matcher *m, const uint32_t **mask);
 /* Advances by a generated token; G4_ERR_INVALID_ARGUMENT if the grammar
  * refuses it (the engine never samples such a token). */
 g4_status g4_token_matcher_accept(g4_token_matcher *m, int32_t token);
+/* Tokens the reply may still have, this one included (0: no limit known):
+ * near the end the mask keeps only tokens that leave room to complete the
+ * text, so that max_tokens cuts no reply short of its grammar. */
+void g4_token_matcher_set_budget(g4_token_matcher *m, int tokens_left);
+/* 1 when the next token is constrained (the mask will say which). */
+int g4_token_matcher_constrained(const g4_token_matcher *m);
+/* Ids its masks cover (the trie's vocabulary). */
+int g4_token_matcher_vocab(const g4_token_matcher *m);
 /* 1 if the reply may end here (grammar accepting, or unconstrained). */
 int g4_token_matcher_can_end(const g4_token_matcher *m);
 
-/* Sets logits of tokens outside the mask to -inf. */
-void g4_mask_apply(const uint32_t *mask, int vocab, float *logits);
+/* Sets logits[0..vocab) of tokens outside the mask (of mask_vocab ids) to
+ * -inf; returns how many tokens stay allowed. */
+int g4_mask_apply(const uint32_t *mask, int mask_vocab, float *logits, int vocab);
 
 #endif

@@ -28,6 +28,9 @@ typedef struct {
     int cancelled;
     double t_admitted;
     double prompt_seconds;
+    g4_token_matcher *matcher; /* NULL: unconstrained */
+    const uint32_t *mask;      /* the next token's allowed set (the matcher's buffer) */
+    int mask_result;           /* of g4_token_matcher_mask for this step: 1 masked, 0 free, -1 failed */
 } sequence;
 
 struct g4_engine {
@@ -51,6 +54,14 @@ struct g4_engine {
     /* a step's cancelled and finished sequences, max_seqs each */
     sequence **step_done, **step_finished;
     g4_finish_reason *step_reasons;
+    /* token masks of constrained sequences: computed by mask_thread while
+     * the forward pass runs on a GPU (inline on the CPU backend, whose
+     * threads the forward pass already uses) */
+    sequence **mask_jobs;
+    int n_mask_jobs, mask_pending, mask_thread_started, mask_thread_stop;
+    pthread_t mask_thread;
+    pthread_mutex_t mask_lock;
+    pthread_cond_t mask_wake, mask_done;
 
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -113,12 +124,13 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->step_done = malloc((size_t)S * sizeof *e->step_done);
         e->step_finished = malloc((size_t)S * sizeof *e->step_finished);
         e->step_reasons = malloc((size_t)S * sizeof *e->step_reasons);
+        e->mask_jobs = malloc((size_t)S * sizeof *e->mask_jobs);
         e->waiting = malloc((size_t)e->opt.max_queue * sizeof *e->waiting);
         e->running = malloc((size_t)S * sizeof *e->running);
         if (!e->media_stage || !e->ids || !e->pos || !e->seq || !e->ranges || !e->glo || !e->ghi || !e->mm_rows ||
             !e->logit_rows || !e->logit_owner || !e->full_tables || !e->sliding_tables || !e->logits ||
             !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed ||
-            !e->batch_seqs || !e->step_done || !e->step_finished || !e->step_reasons || !e->waiting || !e->running)
+            !e->batch_seqs || !e->step_done || !e->step_finished || !e->step_reasons || !e->mask_jobs || !e->waiting || !e->running)
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the engine");
     }
     if (st != G4_OK) {
@@ -127,6 +139,9 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     }
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
+    pthread_mutex_init(&e->mask_lock, NULL);
+    pthread_cond_init(&e->mask_wake, NULL);
+    pthread_cond_init(&e->mask_done, NULL);
     e->next_id = 1;
     e->stats.kv_blocks_total = e->opt.kv_blocks;
     *out = e;
@@ -140,6 +155,7 @@ static void free_sequence(g4_engine *e, sequence *s) {
     if (s->media.embeds) be->ops->release(be, s->media.embeds);
     free(s->media.rows);
     g4_sampler_free(s->sampler);
+    g4_token_matcher_free(s->matcher);
     free(s->prompt);
     free(s->stop_ids);
     free(s);
@@ -152,12 +168,66 @@ static void finish(g4_engine *e, sequence *s, g4_finish_reason why, const char *
     free_sequence(e, s);
 }
 
+static void *mask_thread_main(void *arg) {
+    g4_engine *e = arg;
+    pthread_mutex_lock(&e->mask_lock);
+    for (;;) {
+        while (!e->mask_pending && !e->mask_thread_stop) pthread_cond_wait(&e->mask_wake, &e->mask_lock);
+        if (e->mask_thread_stop) break;
+        pthread_mutex_unlock(&e->mask_lock);
+        for (int i = 0; i < e->n_mask_jobs; i++)
+            e->mask_jobs[i]->mask_result = g4_token_matcher_mask(e->mask_jobs[i]->matcher, &e->mask_jobs[i]->mask);
+        pthread_mutex_lock(&e->mask_lock);
+        e->mask_pending = 0;
+        pthread_cond_signal(&e->mask_done);
+    }
+    pthread_mutex_unlock(&e->mask_lock);
+    return NULL;
+}
+
+/* Starts the masks of this step's constrained rows: on the mask thread when
+ * the backend is not the CPU (so they overlap the forward pass), else now. */
+static void masks_begin(g4_engine *e) {
+    if (e->n_mask_jobs == 0) return;
+    int overlap = strcmp(e->model->backend->ops->name, "cpu") != 0;
+    if (overlap && !e->mask_thread_started) {
+        e->mask_thread_stop = 0;
+        if (pthread_create(&e->mask_thread, NULL, mask_thread_main, e) == 0) e->mask_thread_started = 1;
+    }
+    if (!overlap || !e->mask_thread_started) {
+        for (int i = 0; i < e->n_mask_jobs; i++)
+            e->mask_jobs[i]->mask_result = g4_token_matcher_mask(e->mask_jobs[i]->matcher, &e->mask_jobs[i]->mask);
+        return;
+    }
+    pthread_mutex_lock(&e->mask_lock);
+    e->mask_pending = 1;
+    pthread_cond_signal(&e->mask_wake);
+    pthread_mutex_unlock(&e->mask_lock);
+}
+
+static void masks_wait(g4_engine *e) {
+    if (!e->mask_thread_started) return;
+    pthread_mutex_lock(&e->mask_lock);
+    while (e->mask_pending) pthread_cond_wait(&e->mask_done, &e->mask_lock);
+    pthread_mutex_unlock(&e->mask_lock);
+}
+
 void g4_engine_destroy(g4_engine *e) {
     if (!e) return;
     g4_backend *be = e->model->backend;
+    if (e->mask_thread_started) {
+        pthread_mutex_lock(&e->mask_lock);
+        e->mask_thread_stop = 1;
+        pthread_cond_signal(&e->mask_wake);
+        pthread_mutex_unlock(&e->mask_lock);
+        pthread_join(e->mask_thread, NULL);
+    }
     for (int i = 0; i < e->n_running; i++) finish(e, e->running[i], G4_FINISH_CANCELLED, NULL);
     for (int i = 0; i < e->n_waiting; i++) finish(e, e->waiting[i], G4_FINISH_CANCELLED, NULL);
-    if (e->waiting) pthread_mutex_destroy(&e->lock), pthread_cond_destroy(&e->wake);
+    if (e->waiting) {
+        pthread_mutex_destroy(&e->lock), pthread_cond_destroy(&e->wake);
+        pthread_mutex_destroy(&e->mask_lock), pthread_cond_destroy(&e->mask_wake), pthread_cond_destroy(&e->mask_done);
+    }
     g4_text_scratch_free(e->scratch);
     g4_kv_pool_free(e->kv);
     if (e->media_stage) be->ops->release(be, e->media_stage);
@@ -165,7 +235,7 @@ void g4_engine_destroy(g4_engine *e) {
     free(e->logit_rows), free(e->logit_owner), free(e->full_tables), free(e->sliding_tables), free(e->logits);
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
     free(e->batch_seqs), free(e->waiting), free(e->running);
-    free(e->step_done), free(e->step_finished), free(e->step_reasons);
+    free(e->step_done), free(e->step_finished), free(e->step_reasons), free(e->mask_jobs);
     free(e);
 }
 
@@ -223,6 +293,7 @@ g4_status g4_engine_submit(g4_engine *e, const g4_request *req, uint64_t *reques
         return g4_fail(G4_ERR_LIMIT, "the request queue is full (%d waiting)", e->opt.max_queue);
     }
     s->media = req->media; /* ownership passes only on success */
+    s->matcher = req->constraint;
     s->id = e->next_id++;
     e->waiting[e->n_waiting++] = s;
     e->stats.waiting = e->n_waiting;
@@ -428,8 +499,19 @@ int g4_engine_step(g4_engine *e) {
      * back only those (the most any of them needs); the others, and rows the
      * candidates cannot decide, fetch their full row after the step. */
     int k_max = 0;
+    e->n_mask_jobs = 0;
     for (int r = 0; r < n_logits; r++) {
-        e->cand_needed[r] = g4_sampler_candidates_needed(e->batch_seqs[e->logit_owner[r]]->sampler);
+        sequence *s = e->batch_seqs[e->logit_owner[r]];
+        s->mask_result = 0;
+        if (s->matcher && g4_token_matcher_constrained(s->matcher)) {
+            int left = s->max_tokens - s->n_generated, ctx_left = e->opt.n_ctx - s->n_prompt - s->n_generated;
+            g4_token_matcher_set_budget(s->matcher, left < ctx_left ? left : ctx_left);
+            /* a masked row is sampled in full on the host */
+            e->mask_jobs[e->n_mask_jobs++] = s;
+            e->cand_needed[r] = 0;
+            continue;
+        }
+        e->cand_needed[r] = g4_sampler_candidates_needed(s->sampler);
         if (e->cand_needed[r] > k_max) k_max = e->cand_needed[r];
     }
     if (k_max > 0) {
@@ -439,7 +521,9 @@ int g4_engine_step(g4_engine *e) {
         batch.cand_values = e->cand_values;
         batch.cand_lse = e->cand_lse;
     }
+    masks_begin(e);
     g4_status st = g4_text_forward(m, e->kv, e->scratch, &batch);
+    masks_wait(e);
 
     /* advance every sequence in the batch; sample where logits came back */
     int n_prefilled = 0, n_generated = 0;
@@ -472,8 +556,20 @@ int g4_engine_step(g4_engine *e) {
                                        e->cand_values + (size_t)row * k_max, k_max, e->cand_lse[row], &sample,
                                        &need_full);
         if (ss == G4_OK && need_full) ss = g4_text_scratch_logits(e->scratch, row, logits);
+        if (s->mask_result < 0) ss = G4_ERR_LIMIT;
+        if (ss == G4_OK && s->mask_result > 0) {
+            if (g4_mask_apply(s->mask, g4_token_matcher_vocab(s->matcher), logits, V) == 0) {
+                /* the grammar is complete and no stop token may follow (ignore_eos, or none given) */
+                finished[n_finished] = s;
+                reasons[n_finished++] = g4_token_matcher_can_end(s->matcher) ? G4_FINISH_STOP : G4_FINISH_ERROR;
+                if (!g4_token_matcher_can_end(s->matcher))
+                    g4_fail(G4_ERR_INVALID_ARGUMENT, "constraint: no token of the vocabulary can continue the reply");
+                continue;
+            }
+        }
         if (ss == G4_OK && (k_max == 0 || need_full)) ss = g4_sampler_sample(s->sampler, logits, &sample);
         if (ss == G4_OK) ss = g4_sampler_accept(s->sampler, sample.token);
+        if (ss == G4_OK && s->matcher) ss = g4_token_matcher_accept(s->matcher, sample.token);
         if (ss != G4_OK) {
             finished[n_finished] = s, reasons[n_finished++] = G4_FINISH_ERROR;
             continue;
