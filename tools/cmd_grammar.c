@@ -16,7 +16,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: gemma4 grammar CONSTRAINT [--check FILE] [--dump]\n"
-            "       gemma4 grammar CONSTRAINT -m TOKENIZER --bench N [--seed S]\n"
+            "       gemma4 grammar CONSTRAINT -m TOKENIZER --bench N [--budget T] [--seed S]\n"
             "\n"
             "CONSTRAINT is one of\n"
             "  --json-schema FILE    a JSON Schema (the subset of docs/ARCHITECTURE.md)\n"
@@ -31,7 +31,8 @@ static void usage(FILE *f) {
             "  -m TOKENIZER   a tokenizer.json or a folder holding one\n"
             "  --bench N      N random walks from start to end over the vocabulary's tokens\n"
             "                 (each step draws uniformly among the allowed tokens), timing\n"
-            "                 every mask: mean, p50, p99, max (µs), cold (first visit) and all\n");
+            "                 every mask: mean, p50, p99, max (µs), cold (first visit) and all;\n"
+            "                 each walk has T tokens (default 256), closed in time as max_tokens is\n");
 }
 
 static int hexval(int c) {
@@ -93,10 +94,10 @@ static uint64_t rng_next(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* Random walks: the allowed tokens at each step, one drawn uniformly
- * (after 200 steps, the shortest tokens that close the text are favoured:
- * the walk draws among tokens that keep it a prefix and prefers an end). */
-static int bench(g4_grammar *g, const g4_tokenizer *tok, int walks, uint64_t seed) {
+/* Random walks: at each step one of the allowed tokens drawn uniformly
+ * (past 40 steps the end, when allowed, half of the time), the budget of T
+ * tokens steering the text to its end in time. */
+static int bench(g4_grammar *g, const g4_tokenizer *tok, int walks, int budget, uint64_t seed) {
     g4_token_trie *trie;
     double t0 = now_us();
     if (g4_token_trie_build(tok, &trie) != G4_OK) {
@@ -120,8 +121,9 @@ static int bench(g4_grammar *g, const g4_tokenizer *tok, int walks, uint64_t see
             fprintf(stderr, "gemma4 grammar: %s\n", g4_error_message());
             return 1;
         }
-        for (int step = 0; step < 2000; step++) {
+        for (int step = 0; step < budget; step++) {
             int states_before = g4_grammar_n_states(g);
+            g4_token_matcher_set_budget(m, budget - step);
             double a = now_us();
             const uint32_t *mask;
             int r = g4_token_matcher_mask(m, &mask);
@@ -178,7 +180,7 @@ static int bench(g4_grammar *g, const g4_tokenizer *tok, int walks, uint64_t see
 
 int cmd_grammar(int argc, char **argv) {
     const char *schema = NULL, *gbnf = NULL, *regex = NULL, *tools = NULL, *check = NULL, *model = NULL;
-    const char *bench_n = NULL, *seed_s = NULL;
+    const char *bench_n = NULL, *seed_s = NULL, *budget_s = NULL;
     int json_object = 0, dump = 0;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -186,7 +188,7 @@ int cmd_grammar(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--grammar", &gbnf)) || (r = cli_option(argc, argv, &i, "--regex", &regex)) ||
             (r = cli_option(argc, argv, &i, "--tools", &tools)) || (r = cli_option(argc, argv, &i, "--check", &check)) ||
             (r = cli_option(argc, argv, &i, "-m", &model)) || (r = cli_option(argc, argv, &i, "--bench", &bench_n)) ||
-            (r = cli_option(argc, argv, &i, "--seed", &seed_s))) {
+            (r = cli_option(argc, argv, &i, "--seed", &seed_s)) || (r = cli_option(argc, argv, &i, "--budget", &budget_s))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--json-object")) json_object = 1;
         else if (cli_flag(argv, i, "--dump")) dump = 1;
@@ -252,7 +254,7 @@ int cmd_grammar(int argc, char **argv) {
             rc = 2;
         } else {
             fprintf(stderr, "compile: %.1f ms\n", t_compile / 1e3);
-            rc = bench(g, tok, atoi(bench_n), seed_s ? strtoull(seed_s, NULL, 10) : 1);
+            rc = bench(g, tok, atoi(bench_n), budget_s ? atoi(budget_s) : 256, seed_s ? strtoull(seed_s, NULL, 10) : 1);
         }
     }
     g4_grammar_free(g);

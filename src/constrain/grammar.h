@@ -149,6 +149,8 @@ int32_t *g4_grammar_state_slot(g4_grammar *g, int32_t state);
  * yet): for the trie walk's inner loop. */
 int32_t *g4_grammar_row(g4_grammar *g, int32_t state);
 #define G4_STATE_UNKNOWN (-2)
+/* The row if the state has one already (NULL: use g4_grammar_step). */
+const int32_t *g4_grammar_row_if_any(const g4_grammar *g, int32_t state);
 
 /* Runs bytes from `state`; DEAD if any is refused. */
 int32_t g4_grammar_run(g4_grammar *g, int32_t state, const void *bytes, size_t n);

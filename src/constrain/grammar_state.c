@@ -350,3 +350,5 @@ void **g4_grammar_mask_cache(g4_grammar *g, void (**free_fn)(void *)) {
 }
 
 void g4_grammar_set_mask_cache_free(g4_grammar *g, void (*fn)(void *)) { g->mask_cache_free = fn; }
+
+const int32_t *g4_grammar_row_if_any(const g4_grammar *g, int32_t state) { return g->states[state].row; }

@@ -185,25 +185,41 @@ g4_status g4_token_trie_build(const g4_tokenizer *tok, g4_token_trie **out) {
 
 /* ---- masks ---- */
 
+/* A token whose text changes how far the grammar is from an end. */
+typedef struct {
+    int32_t id, dist;
+} tok_dist;
+
+#define MAX_CHANGERS 16384 /* per state; beyond, budget masks walk the trie */
+
 typedef struct {
     const g4_token_trie *trie;
     size_t words;
     int cap, next;
-    uint32_t *data;  /* cap masks */
-    int32_t *owner;  /* the state each slot holds, -1: free */
-    int32_t *states; /* walk scratch: one state per depth */
+    uint32_t *data;   /* cap masks */
+    int32_t *owner;   /* the state each slot holds, -1: free */
+    tok_dist **chg;   /* per slot: allowed tokens after which the distance to an end differs from the state's */
+    int *n_chg;       /* -1: more than MAX_CHANGERS */
+    int32_t *states;  /* walk scratch: one state per depth */
+    const int32_t **rows; /* and its transition row */
+    tok_dist *scratch; /* MAX_CHANGERS */
 } mask_cache;
 
 static void mask_cache_free(void *p) {
     mask_cache *c = p;
     if (!c) return;
+    for (int i = 0; c->chg && i < c->cap; i++) free(c->chg[i]);
+    free(c->chg);
+    free(c->n_chg);
     free(c->data);
     free(c->owner);
     free(c->states);
+    free(c->rows);
+    free(c->scratch);
     free(c);
 }
 
-#define MASK_CACHE_BYTES (32u << 20) /* per grammar */
+#define MASK_CACHE_BYTES (64u << 20) /* per grammar: 2048 masks of the 262,144-token vocabulary */
 
 static mask_cache *get_cache(g4_grammar *g, const g4_token_trie *t) {
     void **slot = g4_grammar_mask_cache(g, NULL);
@@ -224,8 +240,12 @@ static mask_cache *get_cache(g4_grammar *g, const g4_token_trie *t) {
     if (c->cap > 4096) c->cap = 4096;
     c->data = malloc((size_t)c->cap * c->words * 4);
     c->owner = malloc((size_t)c->cap * sizeof *c->owner);
+    c->chg = calloc((size_t)c->cap, sizeof *c->chg);
+    c->n_chg = calloc((size_t)c->cap, sizeof *c->n_chg);
     c->states = malloc((size_t)(t->max_depth + 2) * sizeof *c->states);
-    if (!c->data || !c->owner || !c->states) {
+    c->rows = malloc((size_t)(t->max_depth + 2) * sizeof *c->rows);
+    c->scratch = malloc(MAX_CHANGERS * sizeof *c->scratch);
+    if (!c->data || !c->owner || !c->chg || !c->n_chg || !c->states || !c->rows || !c->scratch) {
         mask_cache_free(c);
         return NULL;
     }
@@ -235,28 +255,55 @@ static mask_cache *get_cache(g4_grammar *g, const g4_token_trie *t) {
     return c;
 }
 
-/* One pass over the trie in preorder; with max_dist >= 0 only tokens after
- * which the text can be completed within max_dist symbols. */
-static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, int32_t *states, uint32_t *mask,
-                      int32_t max_dist) {
+static void note_change(mask_cache *c, int *n, int32_t id, int32_t dist) {
+    if (*n < 0) return;
+    if (*n == MAX_CHANGERS) {
+        *n = -1;
+        return;
+    }
+    c->scratch[*n].id = id;
+    c->scratch[(*n)++].dist = dist;
+}
+
+/* One pass over the trie in preorder: the mask, and into c->scratch the
+ * allowed tokens that leave the text at another distance from an end. */
+static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, mask_cache *c, uint32_t *mask, int *n_chg) {
     const size_t words = g4_mask_words(t->vocab);
     memset(mask, 0, words * 4);
+    int32_t *states = c->states;
     states[0] = state;
+    const int32_t d0 = g4_grammar_dist(g, state);
+    *n_chg = 0;
     const int n = t->n_nodes;
     const unsigned char *nb = t->node_byte;
     const uint16_t *nd = t->node_depth;
     const int32_t *skip = t->node_skip, *nt = t->node_tok, *ids = t->tok_ids;
+    /* rows[d]: the transition row of states[d] where it has one (the hot
+     * states do: a row is made once a state has more than a few exits) */
+    const int32_t **rows = c->rows;
+    rows[0] = g4_grammar_row_if_any(g, state);
     for (int i = 0; i < n;) {
         int d = nd[i];
-        int32_t to = g4_grammar_step(g, states[d - 1], nb[i]);
+        const int32_t *row = rows[d - 1];
+        int32_t to = row ? row[nb[i]] : G4_STATE_UNKNOWN;
+        if (to == G4_STATE_UNKNOWN) {
+            to = g4_grammar_step(g, states[d - 1], nb[i]);
+            rows[d - 1] = g4_grammar_row_if_any(g, states[d - 1]);
+        }
         if (to < 0) {
             if (g4_grammar_overflowed(g)) return G4_ERR_LIMIT;
             i = skip[i];
             continue;
         }
         states[d] = to;
-        if (nt[i] != nt[i + 1] && (max_dist < 0 || g4_grammar_dist(g, to) <= max_dist))
-            for (int k = nt[i]; k < nt[i + 1]; k++) mask[ids[k] >> 5] |= 1u << (ids[k] & 31);
+        rows[d] = g4_grammar_row_if_any(g, to);
+        if (nt[i] != nt[i + 1]) {
+            int32_t dist = g4_grammar_dist(g, to);
+            for (int k = nt[i]; k < nt[i + 1]; k++) {
+                mask[ids[k] >> 5] |= 1u << (ids[k] & 31);
+                if (dist != d0) note_change(c, n_chg, ids[k], dist);
+            }
+        }
         i++;
     }
     /* the grammar's own special tokens */
@@ -264,9 +311,36 @@ static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, int3
     for (int k = 0; k < g4_grammar_n_tokens(g); k++) {
         if (tok[k] < 0 || tok[k] >= t->vocab) continue;
         int32_t to = g4_grammar_step_token(g, state, tok[k]);
-        if (to >= 0 && (max_dist < 0 || g4_grammar_dist(g, to) <= max_dist)) mask[tok[k] >> 5] |= 1u << (tok[k] & 31);
+        if (to < 0) continue;
+        mask[tok[k] >> 5] |= 1u << (tok[k] & 31);
+        if (g4_grammar_dist(g, to) != d0) note_change(c, n_chg, tok[k], g4_grammar_dist(g, to));
     }
     return g4_grammar_overflowed(g) ? G4_ERR_LIMIT : G4_OK;
+}
+
+/* The state's cache slot, computing its mask first if needed; -1 on failure. */
+static int cached_slot(g4_grammar *g, const g4_token_trie *t, mask_cache *c, int32_t state, g4_status *st) {
+    int32_t *slot = g4_grammar_state_slot(g, state);
+    if (*slot >= 0 && c->owner[*slot] == state) return *slot;
+    int k = c->next;
+    if (c->owner[k] >= 0) *g4_grammar_state_slot(g, c->owner[k]) = -1;
+    c->owner[k] = -1;
+    int n_chg;
+    *st = walk(g, t, state, c, c->data + (size_t)k * c->words, &n_chg);
+    if (*st != G4_OK) return -1;
+    free(c->chg[k]);
+    c->chg[k] = NULL;
+    c->n_chg[k] = n_chg;
+    if (n_chg > 0) {
+        c->chg[k] = malloc((size_t)n_chg * sizeof *c->chg[k]);
+        if (c->chg[k]) memcpy(c->chg[k], c->scratch, (size_t)n_chg * sizeof *c->chg[k]);
+        else c->n_chg[k] = -1;
+    }
+    /* round-robin replacement */
+    c->next = (c->next + 1) % c->cap;
+    c->owner[k] = state;
+    *g4_grammar_state_slot(g, state) = k;
+    return k;
 }
 
 g4_status g4_token_mask_compute(g4_grammar *g, const g4_token_trie *t, int32_t state, uint32_t *mask) {
@@ -277,28 +351,51 @@ g4_status g4_token_mask_compute(g4_grammar *g, const g4_token_trie *t, int32_t s
     }
     mask_cache *c = get_cache(g, t);
     if (!c) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for token masks");
-    int32_t *slot = g4_grammar_state_slot(g, state);
-    if (*slot >= 0 && c->owner[*slot] == state) {
-        memcpy(mask, c->data + (size_t)*slot * words, words * 4);
-        return G4_OK;
-    }
-    g4_status st = walk(g, t, state, c->states, mask, -1);
-    if (st != G4_OK) return st;
-    /* round-robin replacement */
-    int k = c->next;
-    c->next = (c->next + 1) % c->cap;
-    if (c->owner[k] >= 0) *g4_grammar_state_slot(g, c->owner[k]) = -1;
-    c->owner[k] = state;
-    *g4_grammar_state_slot(g, state) = k;
-    memcpy(c->data + (size_t)k * words, mask, words * 4);
+    g4_status st = G4_OK;
+    int k = cached_slot(g, t, c, state, &st);
+    if (k < 0) return st;
+    memcpy(mask, c->data + (size_t)k * words, words * 4);
     return G4_OK;
 }
 
+/* From the cached mask and its distance-changing tokens: a token is kept when
+ * its distance after is within max_dist; tokens that keep the state's own
+ * distance are all in or all out. Only states with too many such tokens
+ * walk the trie again. */
 g4_status g4_token_mask_within(g4_grammar *g, const g4_token_trie *t, int32_t state, int32_t max_dist,
                                uint32_t *mask) {
+    const size_t words = g4_mask_words(t->vocab);
     mask_cache *c = get_cache(g, t);
     if (!c) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for token masks");
-    return walk(g, t, state, c->states, mask, max_dist);
+    g4_status st = G4_OK;
+    int k = state >= 0 ? cached_slot(g, t, c, state, &st) : -1;
+    if (k < 0) {
+        memset(mask, 0, words * 4);
+        return st;
+    }
+    const int32_t d0 = g4_grammar_dist(g, state);
+    if (c->n_chg[k] >= 0) {
+        const tok_dist *chg = c->chg[k];
+        if (d0 <= max_dist) {
+            memcpy(mask, c->data + (size_t)k * words, words * 4);
+            for (int i = 0; i < c->n_chg[k]; i++)
+                if (chg[i].dist > max_dist) mask[chg[i].id >> 5] &= ~(1u << (chg[i].id & 31));
+        } else {
+            memset(mask, 0, words * 4);
+            for (int i = 0; i < c->n_chg[k]; i++)
+                if (chg[i].dist <= max_dist) mask[chg[i].id >> 5] |= 1u << (chg[i].id & 31);
+        }
+        return G4_OK;
+    }
+    /* many tokens change the distance: filter the cached mask token by token */
+    memcpy(mask, c->data + (size_t)k * words, words * 4);
+    for (int id = 0; id < t->vocab; id++) {
+        if (!g4_mask_has(mask, id)) continue;
+        size_t n = t->off[id + 1] - t->off[id];
+        int32_t to = n ? g4_grammar_run(g, state, t->bytes + t->off[id], n) : g4_grammar_step_token(g, state, id);
+        if (to < 0 || g4_grammar_dist(g, to) > max_dist) mask[id >> 5] &= ~(1u << (id & 31));
+    }
+    return g4_grammar_overflowed(g) ? G4_ERR_LIMIT : G4_OK;
 }
 
 int g4_mask_apply(const uint32_t *mask, int mask_vocab, float *logits, int vocab) {
