@@ -32,7 +32,9 @@ static void usage(FILE *f) {
             "  --bench N      N random walks from start to end over the vocabulary's tokens\n"
             "                 (each step draws uniformly among the allowed tokens), timing\n"
             "                 every mask: mean, p50, p99, max (µs), cold (first visit) and all;\n"
-            "                 each walk has T tokens (default 256), closed in time as max_tokens is\n");
+            "                 each walk has T tokens (default 256), closed in time as max_tokens is;\n"
+            "                 N,M: then M more walks on the same grammar (warm), their times (µs, one\n"
+            "                 a line) to --times FILE\n");
 }
 
 static int hexval(int c) {
@@ -97,16 +99,10 @@ static uint64_t rng_next(uint64_t *s) {
 /* Random walks: at each step one of the allowed tokens drawn uniformly
  * (past 40 steps the end, when allowed, half of the time), the budget of T
  * tokens steering the text to its end in time. */
-static int bench(g4_grammar *g, const g4_tokenizer *tok, int walks, int budget, uint64_t seed) {
-    g4_token_trie *trie;
-    double t0 = now_us();
-    if (g4_token_trie_build(tok, &trie) != G4_OK) {
-        fprintf(stderr, "gemma4 grammar: %s\n", g4_error_message());
-        return 1;
-    }
-    double t_trie = now_us() - t0;
+static int bench(g4_grammar *g, const g4_token_trie *trie, double t_trie, int walks, int budget, uint64_t seed,
+                 FILE *times_out) {
     const int V = g4_token_trie_vocab(trie);
-    const int32_t stop = g4_tokenizer_token_id(tok, "<eos>");
+    const int32_t stop = 1; /* <eos> */
 
     int32_t *allowed = malloc((size_t)V * sizeof *allowed);
     size_t cap = 1 << 16, n_t = 0;
@@ -158,6 +154,8 @@ static int bench(g4_grammar *g, const g4_tokenizer *tok, int walks, int budget, 
         }
         g4_token_matcher_free(m);
     }
+    if (times_out)
+        for (size_t i = 0; i < n_t; i++) fprintf(times_out, "%.3f\n", times[i]);
     double sum = 0, cold_sum = 0;
     for (size_t i = 0; i < n_t; i++) sum += times[i];
     for (size_t i = 0; i < n_cold; i++) cold_sum += cold[i];
@@ -174,13 +172,12 @@ static int bench(g4_grammar *g, const g4_tokenizer *tok, int walks, int budget, 
     free(allowed);
     free(times);
     free(cold);
-    g4_token_trie_free(trie);
     return 0;
 }
 
 int cmd_grammar(int argc, char **argv) {
     const char *schema = NULL, *gbnf = NULL, *regex = NULL, *tools = NULL, *check = NULL, *model = NULL;
-    const char *bench_n = NULL, *seed_s = NULL, *budget_s = NULL;
+    const char *bench_n = NULL, *seed_s = NULL, *budget_s = NULL, *times_path = NULL;
     int json_object = 0, dump = 0;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -188,7 +185,8 @@ int cmd_grammar(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--grammar", &gbnf)) || (r = cli_option(argc, argv, &i, "--regex", &regex)) ||
             (r = cli_option(argc, argv, &i, "--tools", &tools)) || (r = cli_option(argc, argv, &i, "--check", &check)) ||
             (r = cli_option(argc, argv, &i, "-m", &model)) || (r = cli_option(argc, argv, &i, "--bench", &bench_n)) ||
-            (r = cli_option(argc, argv, &i, "--seed", &seed_s)) || (r = cli_option(argc, argv, &i, "--budget", &budget_s))) {
+            (r = cli_option(argc, argv, &i, "--seed", &seed_s)) || (r = cli_option(argc, argv, &i, "--budget", &budget_s)) ||
+            (r = cli_option(argc, argv, &i, "--times", &times_path))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--json-object")) json_object = 1;
         else if (cli_flag(argv, i, "--dump")) dump = 1;
@@ -254,7 +252,23 @@ int cmd_grammar(int argc, char **argv) {
             rc = 2;
         } else {
             fprintf(stderr, "compile: %.1f ms\n", t_compile / 1e3);
-            rc = bench(g, tok, atoi(bench_n), budget_s ? atoi(budget_s) : 256, seed_s ? strtoull(seed_s, NULL, 10) : 1);
+            g4_token_trie *trie;
+            double t0 = now_us();
+            if (g4_token_trie_build(tok, &trie) != G4_OK) {
+                fprintf(stderr, "gemma4 grammar: %s\n", g4_error_message());
+                rc = 1;
+            } else {
+                double t_trie = now_us() - t0;
+                FILE *tf = times_path ? fopen(times_path, "w") : NULL;
+                uint64_t seed = seed_s ? strtoull(seed_s, NULL, 10) : 1;
+                /* "N" or "N,M": N walks on the fresh grammar, then M more on the same one (warm caches) */
+                const char *comma = strchr(bench_n, ',');
+                rc = bench(g, trie, t_trie, atoi(bench_n), budget_s ? atoi(budget_s) : 256, seed, NULL);
+                if (!rc && comma)
+                    rc = bench(g, trie, t_trie, atoi(comma + 1), budget_s ? atoi(budget_s) : 256, seed + 1000, tf);
+                if (tf) fclose(tf);
+                g4_token_trie_free(trie);
+            }
         }
     }
     g4_grammar_free(g);

@@ -492,8 +492,10 @@ int g4_token_matcher_mask(g4_token_matcher *m, const uint32_t **out) {
      * tokens exist) are allowed, so a reply cut by max_tokens still parses.
      * The margin starts this before a long token could overshoot. */
     const int32_t margin = 48;
-    if (m->budget > 0 && (int64_t)m->budget - 1 < (int64_t)g4_grammar_dist(m->g, m->state) + margin) {
-        st = g4_token_mask_within(m->g, m->t, m->state, m->budget - 1, mask);
+    /* after this token: budget - 1 left, one of them kept for the stop token */
+    const int32_t max_dist = m->budget - 1 - (m->o.n_stop > 0) > 0 ? m->budget - 1 - (m->o.n_stop > 0) : 0;
+    if (m->budget > 0 && max_dist < g4_grammar_dist(m->g, m->state) + margin) {
+        st = g4_token_mask_within(m->g, m->t, m->state, max_dist, mask);
         int any = 0;
         for (size_t w = 0; st == G4_OK && w < g4_mask_words(m->t->vocab) && !any; w++) any = mask[w] != 0;
         budgeted = any || st != G4_OK;

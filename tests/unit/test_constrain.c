@@ -179,11 +179,11 @@ static void test_budget(g4_token_trie *t) {
     int seq[] = {6, 28, 8, 10};
     for (int i = 0; i < 4; i++) CHECK(g4_token_matcher_accept(m, seq[i]) == G4_OK, "prefix token %d", i);
     const uint32_t *mask;
-    g4_token_matcher_set_budget(m, 2); /* {"x":"a  then two tokens: "} fits, " then } fits */
+    g4_token_matcher_set_budget(m, 3); /* {"x":"a  then two tokens and the stop: "} fits, " then } fits */
     CHECK(g4_token_matcher_mask(m, &mask) == 1, "masked");
     CHECK(g4_mask_has(mask, 21) && g4_mask_has(mask, 8) && !g4_mask_has(mask, 10) && !g4_mask_has(mask, 15),
           "two tokens left: only what can still close the object");
-    g4_token_matcher_set_budget(m, 1);
+    g4_token_matcher_set_budget(m, 2);
     g4_token_matcher_mask(m, &mask);
     CHECK(g4_mask_has(mask, 21) && !g4_mask_has(mask, 8), "one token left: \"} alone");
     g4_token_matcher_set_budget(m, 100);
