@@ -21,41 +21,39 @@ static int set_spec(g4_oai_request *r, g4_constraint_kind kind, const cJSON *val
                            "json_schema, grammar, guided_*): give one",
                            param);
     r->constraint.kind = kind;
+    r->constraint_param = param;
     if (value_or_null) r->constraint.text = cJSON_PrintUnformatted(value_or_null);
     else if (text) r->constraint.text = strdup(text);
     if ((value_or_null || text) && !r->constraint.text) return g4_oai_fail(err, 503, NULL, "out of memory");
     return 0;
 }
 
-static int parse_response_format(const cJSON *root, g4_oai_request *r, g4_oai_error *err) {
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+int g4_oai_parse_format(const cJSON *fmt, int flat, const char *param, g4_oai_request *r, g4_oai_error *err) {
     if (!fmt || cJSON_IsNull(fmt)) return 0;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(fmt, "type");
     if (!cJSON_IsObject(fmt) || !cJSON_IsString(type))
-        return g4_oai_fail(err, 400, "response_format", "response_format must be an object with a string 'type'");
+        return g4_oai_fail(err, 400, param, "%s must be an object with a string 'type'", param);
     if (!strcmp(type->valuestring, "text")) return 0;
-    if (!strcmp(type->valuestring, "json_object"))
-        return set_spec(r, G4_CONSTRAINT_JSON_OBJECT, NULL, NULL, "response_format", err);
+    if (!strcmp(type->valuestring, "json_object")) return set_spec(r, G4_CONSTRAINT_JSON_OBJECT, NULL, NULL, param, err);
     if (!strcmp(type->valuestring, "json_schema")) {
-        const cJSON *js = cJSON_GetObjectItemCaseSensitive(fmt, "json_schema");
-        const cJSON *schema = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+        /* chat: {"type", "json_schema": {"name", "schema", "strict"}}; Responses: {"type", "name", "schema", "strict"} */
+        const cJSON *js = flat ? fmt : cJSON_GetObjectItemCaseSensitive(fmt, "json_schema");
         if (!cJSON_IsObject(js))
-            return g4_oai_fail(err, 400, "response_format.json_schema",
-                               "response_format {\"type\": \"json_schema\"} needs 'json_schema': {\"name\", \"schema\"}");
+            return g4_oai_fail(err, 400, param, "%s {\"type\": \"json_schema\"} needs 'json_schema': {\"name\", \"schema\"}",
+                               param);
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
-        if (name && !cJSON_IsString(name))
-            return g4_oai_fail(err, 400, "response_format.json_schema.name", "'name' must be a string");
+        if (name && !cJSON_IsString(name)) return g4_oai_fail(err, 400, param, "the format's 'name' must be a string");
         const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
         if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
-            return g4_oai_fail(err, 400, "response_format.json_schema.strict", "'strict' must be a boolean");
-        if (!schema) return set_spec(r, G4_CONSTRAINT_JSON_OBJECT, NULL, NULL, "response_format", err);
+            return g4_oai_fail(err, 400, param, "the format's 'strict' must be a boolean");
+        if (!schema) return set_spec(r, G4_CONSTRAINT_JSON_OBJECT, NULL, NULL, param, err);
         if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
-            return g4_oai_fail(err, 400, "response_format.json_schema.schema", "'schema' must be a JSON Schema object");
-        return set_spec(r, G4_CONSTRAINT_JSON_SCHEMA, schema, NULL, "response_format", err);
+            return g4_oai_fail(err, 400, param, "the format's 'schema' must be a JSON Schema object");
+        return set_spec(r, G4_CONSTRAINT_JSON_SCHEMA, schema, NULL, param, err);
     }
-    return g4_oai_fail(err, 400, "response_format",
-                       "response_format type must be \"text\", \"json_object\" or \"json_schema\", not \"%s\"",
-                       type->valuestring);
+    return g4_oai_fail(err, 400, param, "%s type must be \"text\", \"json_object\" or \"json_schema\", not \"%s\"",
+                       param, type->valuestring);
 }
 
 /* tools -> the JSON list of {name, parameters} the tool grammar wants;
@@ -163,7 +161,8 @@ static int parse_aliases(const cJSON *root, g4_oai_request *r, g4_oai_error *err
 
 int g4_oai_parse_constraint(const cJSON *root, g4_oai_request *r, g4_oai_error *err) {
     if (r->kind == G4_OAI_CHAT) {
-        if (parse_response_format(root, r, err)) return -1;
+        if (g4_oai_parse_format(cJSON_GetObjectItemCaseSensitive(root, "response_format"), 0, "response_format", r, err))
+            return -1;
         if (parse_tool_choice(root, r, err)) return -1;
     }
     return parse_aliases(root, r, err);

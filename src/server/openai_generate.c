@@ -454,10 +454,7 @@ static void answer(generation *g, g4_http_reply *r) {
 static int make_matcher(generation *g, const g4_prompt *prompt, g4_token_matcher **out, g4_oai_error *err) {
     g4_context *ctx = g->ctx;
     const g4_constraint_spec *spec = &g->req.constraint;
-    const char *param = spec->kind == G4_CONSTRAINT_TOOL_CALLS ? "tools"
-                        : g->req.kind == G4_OAI_CHAT && cJSON_GetObjectItemCaseSensitive(g->req.root, "response_format")
-                            ? "response_format"
-                            : NULL;
+    const char *param = g->req.constraint_param;
     if (!ctx->constraints) return g4_oai_fail(err, 400, param, "constrained decoding needs the model's tokenizer.json");
     g4_constraint_use use = {.stop_ids = g->req.ignore_eos ? NULL : ctx->stop_ids,
                              .n_stop = g->req.ignore_eos ? 0 : ctx->n_stop,

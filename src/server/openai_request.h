@@ -91,6 +91,7 @@ typedef struct {
      * API layer fills (chat completions here, the Responses API's
      * text.format, ...); compiled against the tokenizer when generating. */
     g4_constraint_spec constraint;
+    const char *constraint_param; /* the field that set it (a static string), for errors */
 } g4_oai_request;
 
 /* Strict JSON text -> cJSON: valid UTF-8, RFC 8259 syntax (json_strict.h:
@@ -108,6 +109,13 @@ void g4_oai_request_free(g4_oai_request *r);
  * r->tools already parsed) and the llama-server / vLLM aliases. -1 with err
  * filled on a malformed or conflicting field. */
 int g4_oai_parse_constraint(const cJSON *root, g4_oai_request *r, g4_oai_error *err);
+/* One format object into r->constraint: chat's response_format (flat 0:
+ * {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}) or the
+ * Responses API's text.format (flat 1: {"type": "json_schema", "name",
+ * "schema", "strict"}); "text" leaves it free. param names the field in
+ * errors. -1 with err filled when malformed or when another constraint is
+ * already set. */
+int g4_oai_parse_format(const cJSON *fmt, int flat, const char *param, g4_oai_request *r, g4_oai_error *err);
 
 /* The chat messages list: a non-empty list of messages with known roles and
  * string / list content (required but for assistants); -1 with err naming
