@@ -155,6 +155,14 @@ const int32_t *g4_grammar_row_if_any(const g4_grammar *g, int32_t state);
 /* Runs bytes from `state`; DEAD if any is refused. */
 int32_t g4_grammar_run(g4_grammar *g, int32_t state, const void *bytes, size_t n);
 
+/* Local states (token masks share them across contexts): the state with its
+ * stacks cut at their shallowest common frame, which a sentinel replaces
+ * (*cut_dist: that frame's distance to an end), or -1 when the state has no
+ * such frame. A local state's parses that return into the cut context end
+ * in EXIT: g4_grammar_exits says a state holds one. */
+int32_t g4_grammar_local(g4_grammar *g, int32_t state, int32_t *cut_dist);
+int g4_grammar_exits(const g4_grammar *g, int32_t state);
+
 /* Debug/tests: the grammar in GBNF-like text (heap string). */
 char *g4_grammar_dump(const g4_grammar *g);
 

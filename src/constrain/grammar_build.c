@@ -454,6 +454,7 @@ g4_status g4_grammar_finish(g4_gbuilder *b, int root, g4_grammar **out) {
     g->lock_ready = 1;
     g->refs = 1;
     g->start = G4_STATE_UNKNOWN;
+    g->sentinel = -1;
     *out = g;
     return G4_OK;
 }

@@ -20,7 +20,7 @@ typedef struct {
     int32_t stacks;  /* offset into stack_pool */
     int32_t n_stacks;
     int32_t *row;    /* 256 + n_tokens entries, or NULL */
-    uint8_t n_inline, accepts, final;
+    uint8_t n_inline, accepts, final, exits;
     uint8_t in_sym_hi[G4_STATE_INLINE]; /* sym >> 8 */
     uint8_t in_sym_lo[G4_STATE_INLINE];
     int32_t in_to[G4_STATE_INLINE];
@@ -57,6 +57,7 @@ struct g4_grammar {
     int state_hash_cap;
     int32_t start;
     int overflowed;
+    int32_t sentinel; /* the frame that stands for "the context below" in local states, -1: not made yet */
     /* token masks cached per state (token_mask.c) */
     void *mask_cache;
     void (*mask_cache_free)(void *);

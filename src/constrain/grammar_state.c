@@ -6,11 +6,12 @@
 #include "constrain/grammar_internal.h"
 
 #define ACCEPT_KEY ((int64_t)-1)
+#define EXIT_KEY ((int64_t)-2) /* a local state's parse returned into the context it stands without */
 
 static inline int64_t stack_key(int32_t pos, int32_t frame) {
     return pos < 0 ? ACCEPT_KEY : ((int64_t)pos << 32) | (uint32_t)frame;
 }
-static inline int32_t key_pos(int64_t k) { return k == ACCEPT_KEY ? -1 : (int32_t)(k >> 32); }
+static inline int32_t key_pos(int64_t k) { return k < 0 ? -1 : (int32_t)(k >> 32); }
 static inline int32_t key_frame(int64_t k) { return (int32_t)(uint32_t)k; }
 
 static inline uint64_t mix(uint64_t x) {
@@ -105,7 +106,7 @@ static int32_t intern_frame(g4_grammar *g, int32_t ret, int32_t parent) {
     g->frames[g->n_frames].ret = ret;
     g->frames[g->n_frames].parent = parent;
     {
-        long d = (long)g->suffix_min[ret] + (parent >= 0 ? g->frames[parent].dist : 0);
+        long d = ret < 0 ? 0 : (long)g->suffix_min[ret] + (parent >= 0 ? g->frames[parent].dist : 0);
         g->frames[g->n_frames].dist = d < 0x3fffffff ? (int32_t)d : 0x3fffffff;
     }
     g->frame_hash[j] = g->n_frames;
@@ -136,6 +137,7 @@ static int expand(g4_grammar *g, int32_t pos, int32_t frame, int depth) {
         if (e->kind == G4_GE_CLASS || e->kind == G4_GE_TOKEN) return push_scratch(g, stack_key(pos, frame));
         if (e->kind == G4_GE_END) {
             if (frame < 0) return push_scratch(g, ACCEPT_KEY);
+            if (frame == g->sentinel) return push_scratch(g, EXIT_KEY);
             pos = g->frames[frame].ret;
             frame = g->frames[frame].parent;
             continue;
@@ -221,11 +223,13 @@ static int32_t intern_scratch(g4_grammar *g) {
     s->stacks = (int32_t)g->n_pool;
     s->n_stacks = n;
     s->slot = -1;
-    s->accepts = g->scratch[0] == ACCEPT_KEY; /* sorted: -1 comes first */
+    /* sorted: EXIT (-2) then ACCEPT (-1) come first */
+    s->exits = g->scratch[0] == EXIT_KEY;
+    s->accepts = g->scratch[0] == ACCEPT_KEY || (n > 1 && g->scratch[1] == ACCEPT_KEY);
     s->dist = 0x3fffffff;
     for (int i = 0; i < n; i++) {
         int64_t k = g->scratch[i];
-        long d = k == ACCEPT_KEY ? 0
+        long d = k < 0 ? 0
                                  : (long)g->suffix_min[key_pos(k)] + (key_frame(k) >= 0 ? g->frames[key_frame(k)].dist : 0);
         if (d < s->dist) s->dist = (int32_t)d;
     }
@@ -262,7 +266,7 @@ static int32_t compute(g4_grammar *g, int32_t state, int sym) {
     const int32_t off = s->stacks, n = s->n_stacks;
     for (int i = 0; i < n; i++) {
         int64_t k = g->stack_pool[off + i];
-        if (k == ACCEPT_KEY) continue;
+        if (k < 0) continue;
         int32_t pos = key_pos(k), frame = key_frame(k);
         const g4_gelem *e = &g->elems[pos];
         int match = sym < 256 ? e->kind == G4_GE_CLASS && g4_byteset_has(&g->classes[e->arg], sym)
@@ -337,7 +341,7 @@ void g4_grammar_next_bytes(const g4_grammar *g, int32_t state, g4_byteset *out) 
     const g4_gstate *s = &g->states[state];
     for (int i = 0; i < s->n_stacks; i++) {
         int64_t k = g->stack_pool[s->stacks + i];
-        if (k == ACCEPT_KEY) continue;
+        if (k < 0) continue;
         const g4_gelem *e = &g->elems[key_pos(k)];
         if (e->kind == G4_GE_CLASS)
             for (int w = 0; w < 4; w++) out->w[w] |= g->classes[e->arg].w[w];
@@ -352,3 +356,71 @@ void **g4_grammar_mask_cache(g4_grammar *g, void (**free_fn)(void *)) {
 void g4_grammar_set_mask_cache_free(g4_grammar *g, void (*fn)(void *)) { g->mask_cache_free = fn; }
 
 const int32_t *g4_grammar_row_if_any(const g4_grammar *g, int32_t state) { return g->states[state].row; }
+
+int g4_grammar_exits(const g4_grammar *g, int32_t state) { return state >= 0 && g->states[state].exits; }
+
+/* ---- local states ----
+ * A state's stacks usually share a frame near their tops (the context the
+ * current string, number or object was entered from). Cut there and
+ * replaced by a sentinel, the state is the same for every context: its
+ * token mask can be shared, and the parses that return into the context
+ * (EXIT) are the only tokens left to check against the real state. */
+
+#define LOCAL_SCAN 48 /* frames looked at for the common one */
+
+int32_t g4_grammar_local(g4_grammar *g, int32_t state, int32_t *cut_dist) {
+    if (state < 0) return -1;
+    const g4_gstate *s = &g->states[state];
+    const int n = s->n_stacks;
+    const int64_t *stk = g->stack_pool + s->stacks;
+    if (n == 0 || stk[0] < 0) return -1; /* an accepting or exiting state has no context below */
+    /* candidate cut frames: the first stack's chain, shallowest first */
+    int32_t chain[LOCAL_SCAN];
+    int depth = 0;
+    for (int32_t f = key_frame(stk[0]); f >= 0 && depth < LOCAL_SCAN; f = g->frames[f].parent) {
+        if (f == g->sentinel) return -1;
+        chain[depth++] = f;
+    }
+    int32_t cut = -1;
+    for (int c = 0; c < depth && cut < 0; c++) {
+        int all = 1;
+        for (int i = 1; i < n && all; i++) {
+            int found = 0, steps = 0;
+            for (int32_t f = key_frame(stk[i]); f >= 0 && steps < LOCAL_SCAN && !found; f = g->frames[f].parent, steps++)
+                found = f == chain[c];
+            all = found;
+        }
+        if (all) cut = chain[c];
+    }
+    if (cut < 0) return -1;
+    if (g->sentinel < 0) {
+        /* ret -1 is no element: no real frame equals it, and expand stops at it */
+        g->sentinel = intern_frame(g, -1, -1);
+        if (g->sentinel < 0) return -1;
+    }
+    /* rebuild every stack above the cut on the sentinel */
+    int64_t *keys = malloc((size_t)n * sizeof *keys);
+    if (!keys) return -1;
+    for (int i = 0; i < n; i++) {
+        int32_t above[LOCAL_SCAN];
+        int m = 0;
+        for (int32_t f = key_frame(stk[i]); f != cut; f = g->frames[f].parent) above[m++] = f;
+        int32_t nf = g->sentinel;
+        for (int j = m - 1; j >= 0 && nf >= 0; j--) nf = intern_frame(g, g->frames[above[j]].ret, nf);
+        if (nf < 0) {
+            free(keys);
+            return -1;
+        }
+        stk = g->stack_pool + g->states[state].stacks; /* (the pool does not move here, but be safe) */
+        keys[i] = stack_key(key_pos(stk[i]), nf);
+    }
+    g->n_scratch = 0;
+    for (int i = 0; i < n; i++)
+        if (push_scratch(g, keys[i]) < 0) {
+            free(keys);
+            return -1;
+        }
+    free(keys);
+    *cut_dist = g->frames[cut].dist;
+    return intern_scratch(g);
+}

@@ -200,6 +200,9 @@ typedef struct {
     int32_t *owner;   /* the state each slot holds, -1: free */
     tok_dist **chg;   /* per slot: allowed tokens after which the distance to an end differs from the state's */
     int *n_chg;       /* -1: more than MAX_CHANGERS */
+    int32_t **exits;  /* per slot of a local state: trie nodes where it exits into the cut context */
+    int *n_exits;
+    int cap_exits_scratch;
     int32_t *states;  /* walk scratch: one state per depth */
     const int32_t **rows; /* and its transition row */
     tok_dist *scratch; /* MAX_CHANGERS */
@@ -209,6 +212,9 @@ static void mask_cache_free(void *p) {
     mask_cache *c = p;
     if (!c) return;
     for (int i = 0; c->chg && i < c->cap; i++) free(c->chg[i]);
+    for (int i = 0; c->exits && i < c->cap; i++) free(c->exits[i]);
+    free(c->exits);
+    free(c->n_exits);
     free(c->chg);
     free(c->n_chg);
     free(c->data);
@@ -242,10 +248,13 @@ static mask_cache *get_cache(g4_grammar *g, const g4_token_trie *t) {
     c->owner = malloc((size_t)c->cap * sizeof *c->owner);
     c->chg = calloc((size_t)c->cap, sizeof *c->chg);
     c->n_chg = calloc((size_t)c->cap, sizeof *c->n_chg);
+    c->exits = calloc((size_t)c->cap, sizeof *c->exits);
+    c->n_exits = calloc((size_t)c->cap, sizeof *c->n_exits);
     c->states = malloc((size_t)(t->max_depth + 2) * sizeof *c->states);
     c->rows = malloc((size_t)(t->max_depth + 2) * sizeof *c->rows);
     c->scratch = malloc(MAX_CHANGERS * sizeof *c->scratch);
-    if (!c->data || !c->owner || !c->chg || !c->n_chg || !c->states || !c->rows || !c->scratch) {
+    if (!c->data || !c->owner || !c->chg || !c->n_chg || !c->exits || !c->n_exits || !c->states || !c->rows ||
+        !c->scratch) {
         mask_cache_free(c);
         return NULL;
     }
@@ -265,25 +274,25 @@ static void note_change(mask_cache *c, int *n, int32_t id, int32_t dist) {
     c->scratch[(*n)++].dist = dist;
 }
 
-/* One pass over the trie in preorder: the mask, and into c->scratch the
- * allowed tokens that leave the text at another distance from an end. */
-static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, mask_cache *c, uint32_t *mask, int *n_chg) {
-    const size_t words = g4_mask_words(t->vocab);
-    memset(mask, 0, words * 4);
+/* One pass over trie nodes [begin, end) in preorder from base_state at
+ * base_depth: allowed tokens into mask, and into c->scratch (from *n_chg on)
+ * those that leave the text at another distance from an end than d0. In a
+ * local state a node whose state exits into the cut context ends the walk
+ * of its subtree: the node goes to *exits (the real state checks it). */
+static g4_status walk_nodes(g4_grammar *g, const g4_token_trie *t, mask_cache *c, int32_t base_state, int begin,
+                            int end, int base_depth, int32_t d0, uint32_t *mask, int *n_chg, int32_t **exits,
+                            int *n_exits, int *cap_exits) {
     int32_t *states = c->states;
-    states[0] = state;
-    const int32_t d0 = g4_grammar_dist(g, state);
-    *n_chg = 0;
-    const int n = t->n_nodes;
+    const int32_t **rows = c->rows;
+    states[base_depth] = base_state;
+    rows[base_depth] = g4_grammar_row_if_any(g, base_state);
     const unsigned char *nb = t->node_byte;
     const uint16_t *nd = t->node_depth;
     const int32_t *skip = t->node_skip, *nt = t->node_tok, *ids = t->tok_ids;
-    /* rows[d]: the transition row of states[d] where it has one (the hot
-     * states do: a row is made once a state has more than a few exits) */
-    const int32_t **rows = c->rows;
-    rows[0] = g4_grammar_row_if_any(g, state);
-    for (int i = 0; i < n;) {
+    for (int i = begin; i < end;) {
         int d = nd[i];
+        /* rows[d]: the transition row of states[d] where it has one (the hot
+         * states do: a row is made once a state has more than a few exits) */
         const int32_t *row = rows[d - 1];
         int32_t to = row ? row[nb[i]] : G4_STATE_UNKNOWN;
         if (to == G4_STATE_UNKNOWN) {
@@ -304,9 +313,25 @@ static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, mask
                 if (dist != d0) note_change(c, n_chg, ids[k], dist);
             }
         }
+        if (exits && skip[i] > i + 1 && g4_grammar_exits(g, to)) {
+            if (*n_exits == *cap_exits) {
+                int cap = *cap_exits ? *cap_exits * 2 : 64;
+                int32_t *e = realloc(*exits, (size_t)cap * sizeof *e);
+                if (!e) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for token masks");
+                *exits = e;
+                *cap_exits = cap;
+            }
+            (*exits)[(*n_exits)++] = i;
+            i = skip[i];
+            continue;
+        }
         i++;
     }
-    /* the grammar's own special tokens */
+    return g4_grammar_overflowed(g) ? G4_ERR_LIMIT : G4_OK;
+}
+
+static void special_tokens(g4_grammar *g, const g4_token_trie *t, mask_cache *c, int32_t state, int32_t d0,
+                           uint32_t *mask, int *n_chg) {
     const int32_t *tok = g4_grammar_tokens(g);
     for (int k = 0; k < g4_grammar_n_tokens(g); k++) {
         if (tok[k] < 0 || tok[k] >= t->vocab) continue;
@@ -315,31 +340,77 @@ static g4_status walk(g4_grammar *g, const g4_token_trie *t, int32_t state, mask
         mask[tok[k] >> 5] |= 1u << (tok[k] & 31);
         if (g4_grammar_dist(g, to) != d0) note_change(c, n_chg, tok[k], g4_grammar_dist(g, to));
     }
-    return g4_grammar_overflowed(g) ? G4_ERR_LIMIT : G4_OK;
 }
 
-/* The state's cache slot, computing its mask first if needed; -1 on failure. */
-static int cached_slot(g4_grammar *g, const g4_token_trie *t, mask_cache *c, int32_t state, g4_status *st) {
-    int32_t *slot = g4_grammar_state_slot(g, state);
-    if (*slot >= 0 && c->owner[*slot] == state) return *slot;
+/* A slot to fill, never `keep`; the old owner forgets it. */
+static int take_slot(g4_grammar *g, mask_cache *c, int keep) {
+    if (c->next == keep) c->next = (c->next + 1) % c->cap;
     int k = c->next;
+    c->next = (c->next + 1) % c->cap;
     if (c->owner[k] >= 0) *g4_grammar_state_slot(g, c->owner[k]) = -1;
     c->owner[k] = -1;
-    int n_chg;
-    *st = walk(g, t, state, c, c->data + (size_t)k * c->words, &n_chg);
-    if (*st != G4_OK) return -1;
     free(c->chg[k]);
     c->chg[k] = NULL;
+    free(c->exits[k]);
+    c->exits[k] = NULL;
+    c->n_exits[k] = 0;
+    return k;
+}
+
+static void finish_slot(g4_grammar *g, mask_cache *c, int k, int32_t state, int n_chg) {
     c->n_chg[k] = n_chg;
     if (n_chg > 0) {
         c->chg[k] = malloc((size_t)n_chg * sizeof *c->chg[k]);
         if (c->chg[k]) memcpy(c->chg[k], c->scratch, (size_t)n_chg * sizeof *c->chg[k]);
         else c->n_chg[k] = -1;
     }
-    /* round-robin replacement */
-    c->next = (c->next + 1) % c->cap;
     c->owner[k] = state;
     *g4_grammar_state_slot(g, state) = k;
+}
+
+/* The state's cache slot, computing its mask first if needed; -1 on failure.
+ * A state with a local form is assembled from the local state's mask (shared
+ * by every context) plus exact walks of the subtrees where it exits. */
+static int cached_slot(g4_grammar *g, const g4_token_trie *t, mask_cache *c, int32_t state, g4_status *st) {
+    int32_t *slot = g4_grammar_state_slot(g, state);
+    if (*slot >= 0 && c->owner[*slot] == state) return *slot;
+    const int32_t d0 = g4_grammar_dist(g, state);
+    int32_t cut_dist = 0;
+    int32_t local = g4_grammar_local(g, state, &cut_dist);
+    if (g4_grammar_overflowed(g)) {
+        *st = G4_ERR_LIMIT;
+        return -1;
+    }
+    int kl = local >= 0 && local != state ? cached_slot(g, t, c, local, st) : -1;
+    if (local >= 0 && kl < 0 && *st != G4_OK) return -1;
+    int k = take_slot(g, c, kl);
+    uint32_t *mask = c->data + (size_t)k * c->words;
+    int n_chg = 0;
+    if (kl < 0) {
+        memset(mask, 0, c->words * 4);
+        *st = walk_nodes(g, t, c, state, 0, t->n_nodes, 0, d0, mask, &n_chg, &c->exits[k], &c->n_exits[k],
+                         &c->cap_exits_scratch);
+        c->cap_exits_scratch = 0; /* the list is the slot's now */
+        if (*st == G4_OK) special_tokens(g, t, c, state, d0, mask, &n_chg);
+    } else {
+        memcpy(mask, c->data + (size_t)kl * c->words, c->words * 4);
+        if (c->n_chg[kl] < 0) n_chg = -1;
+        for (int i = 0; i < c->n_chg[kl]; i++) note_change(c, &n_chg, c->chg[kl][i].id, c->chg[kl][i].dist + cut_dist);
+        const int32_t *ids = t->tok_ids;
+        for (int e = 0; e < c->n_exits[kl] && *st == G4_OK; e++) {
+            int node = c->exits[kl][e];
+            int depth = t->node_depth[node];
+            int32_t first = ids[t->node_tok[node + 1]]; /* a token of the subtree: its first bytes are the path */
+            int32_t s = g4_grammar_run(g, state, t->bytes + t->off[first], (size_t)depth);
+            if (s < 0) {
+                if (g4_grammar_overflowed(g)) *st = G4_ERR_LIMIT;
+                continue;
+            }
+            *st = walk_nodes(g, t, c, s, node + 1, t->node_skip[node], depth, d0, mask, &n_chg, NULL, NULL, NULL);
+        }
+    }
+    if (*st != G4_OK) return -1;
+    finish_slot(g, c, k, state, n_chg);
     return k;
 }
 
