@@ -48,7 +48,9 @@ struct g4_engine {
     int32_t *cand_ids;
     float *cand_values;
     double *cand_lse;
-    int *cand_needed; /* per logit row: g4_sampler_candidates_needed, 0 = the full row */
+    int *cand_needed; /* per logit row: g4_sampler_candidates_needed, 0 = the full row, -k: a masked row's k */
+    int32_t *allowed_ids; /* a masked row's allowed candidates */
+    float *allowed_values;
     sequence **batch_seqs;
     int *logit_owner;
     /* a step's cancelled and finished sequences, max_seqs each */
@@ -120,6 +122,8 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->cand_values = malloc((size_t)S * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_values);
         e->cand_lse = malloc((size_t)S * sizeof *e->cand_lse);
         e->cand_needed = malloc((size_t)S * sizeof *e->cand_needed);
+        e->allowed_ids = malloc(G4_SAMPLER_MAX_CANDIDATES * sizeof *e->allowed_ids);
+        e->allowed_values = malloc(G4_SAMPLER_MAX_CANDIDATES * sizeof *e->allowed_values);
         e->batch_seqs = malloc((size_t)S * sizeof *e->batch_seqs);
         e->step_done = malloc((size_t)S * sizeof *e->step_done);
         e->step_finished = malloc((size_t)S * sizeof *e->step_finished);
@@ -129,7 +133,7 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->running = malloc((size_t)S * sizeof *e->running);
         if (!e->media_stage || !e->ids || !e->pos || !e->seq || !e->ranges || !e->glo || !e->ghi || !e->mm_rows ||
             !e->logit_rows || !e->logit_owner || !e->full_tables || !e->sliding_tables || !e->logits ||
-            !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed ||
+            !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed || !e->allowed_ids || !e->allowed_values ||
             !e->batch_seqs || !e->step_done || !e->step_finished || !e->step_reasons || !e->mask_jobs || !e->waiting || !e->running)
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the engine");
     }
@@ -234,6 +238,7 @@ void g4_engine_destroy(g4_engine *e) {
     free(e->ids), free(e->pos), free(e->seq), free(e->ranges), free(e->glo), free(e->ghi), free(e->mm_rows);
     free(e->logit_rows), free(e->logit_owner), free(e->full_tables), free(e->sliding_tables), free(e->logits);
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
+    free(e->allowed_ids), free(e->allowed_values);
     free(e->batch_seqs), free(e->waiting), free(e->running);
     free(e->step_done), free(e->step_finished), free(e->step_reasons), free(e->mask_jobs);
     free(e);
@@ -506,9 +511,18 @@ int g4_engine_step(g4_engine *e) {
         if (s->matcher && g4_token_matcher_constrained(s->matcher)) {
             int left = s->max_tokens - s->n_generated, ctx_left = e->opt.n_ctx - s->n_prompt - s->n_generated;
             g4_token_matcher_set_budget(s->matcher, left < ctx_left ? left : ctx_left);
-            /* a masked row is sampled in full on the host */
             e->mask_jobs[e->n_mask_jobs++] = s;
-            e->cand_needed[r] = 0;
+            /* A masked row draws from the largest logits the mask allows:
+             * more candidates than the sampler needs come back, and when
+             * enough of them are allowed they decide exactly (every token
+             * outside the list is below all of them); otherwise, or with
+             * log-probabilities (of the masked row), the full row. */
+            int need = g4_sampler_candidates_needed(s->sampler);
+            int k = need * 4 > 256 ? need * 4 : 256;
+            if (k > G4_SAMPLER_MAX_CANDIDATES) k = G4_SAMPLER_MAX_CANDIDATES;
+            if (k > V) k = V;
+            e->cand_needed[r] = need > 0 && !g4_sampler_wants_logprobs(s->sampler) ? -k : 0;
+            if (k > k_max && e->cand_needed[r] < 0) k_max = k;
             continue;
         }
         e->cand_needed[r] = g4_sampler_candidates_needed(s->sampler);
@@ -555,9 +569,30 @@ int g4_engine_step(g4_engine *e) {
             ss = g4_sampler_sample_top(s->sampler, e->cand_ids + (size_t)row * k_max,
                                        e->cand_values + (size_t)row * k_max, k_max, e->cand_lse[row], &sample,
                                        &need_full);
+        int sampled = k_max > 0 && e->cand_needed[row] > 0 && !need_full;
+        if (ss == G4_OK && k_max > 0 && e->cand_needed[row] < 0 && s->mask_result > 0) {
+            /* the allowed ones among the candidates, in their order */
+            const int32_t *ci = e->cand_ids + (size_t)row * k_max;
+            const float *cv = e->cand_values + (size_t)row * k_max;
+            const int mv = g4_token_matcher_vocab(s->matcher);
+            int n_ok = 0;
+            for (int i = 0; i < k_max; i++)
+                if (ci[i] >= 0 && ci[i] < mv && g4_mask_has(s->mask, ci[i])) {
+                    e->allowed_ids[n_ok] = ci[i];
+                    e->allowed_values[n_ok++] = cv[i];
+                }
+            need_full = 1;
+            if (n_ok >= g4_sampler_candidates_needed(s->sampler)) {
+                ss = g4_sampler_sample_top(s->sampler, e->allowed_ids, e->allowed_values, n_ok, e->cand_lse[row],
+                                           &sample, &need_full);
+                sampled = ss == G4_OK && !need_full;
+            }
+        } else if (k_max > 0 && e->cand_needed[row] < 0) {
+            need_full = 1;
+        }
         if (ss == G4_OK && need_full) ss = g4_text_scratch_logits(e->scratch, row, logits);
         if (s->mask_result < 0) ss = G4_ERR_LIMIT;
-        if (ss == G4_OK && s->mask_result > 0) {
+        if (ss == G4_OK && s->mask_result > 0 && !sampled) {
             if (g4_mask_apply(s->mask, g4_token_matcher_vocab(s->matcher), logits, V) == 0) {
                 /* the grammar is complete and no stop token may follow (ignore_eos, or none given) */
                 finished[n_finished] = s;
@@ -567,7 +602,7 @@ int g4_engine_step(g4_engine *e) {
                 continue;
             }
         }
-        if (ss == G4_OK && (k_max == 0 || need_full)) ss = g4_sampler_sample(s->sampler, logits, &sample);
+        if (ss == G4_OK && !sampled && (k_max == 0 || need_full)) ss = g4_sampler_sample(s->sampler, logits, &sample);
         if (ss == G4_OK) ss = g4_sampler_accept(s->sampler, sample.token);
         if (ss == G4_OK && s->matcher) ss = g4_token_matcher_accept(s->matcher, sample.token);
         if (ss != G4_OK) {
