@@ -1,5 +1,7 @@
 #include "constrain/token_mask.h"
 
+#include "constrain/grammar_internal.h" /* the walk reads states' rows and distances inline */
+
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -285,7 +287,7 @@ static g4_status walk_nodes(g4_grammar *g, const g4_token_trie *t, mask_cache *c
     int32_t *states = c->states;
     const int32_t **rows = c->rows;
     states[base_depth] = base_state;
-    rows[base_depth] = g4_grammar_row_if_any(g, base_state);
+    rows[base_depth] = g->states[base_state].row;
     const unsigned char *nb = t->node_byte;
     const uint16_t *nd = t->node_depth;
     const int32_t *skip = t->node_skip, *nt = t->node_tok, *ids = t->tok_ids;
@@ -297,7 +299,7 @@ static g4_status walk_nodes(g4_grammar *g, const g4_token_trie *t, mask_cache *c
         int32_t to = row ? row[nb[i]] : G4_STATE_UNKNOWN;
         if (to == G4_STATE_UNKNOWN) {
             to = g4_grammar_step(g, states[d - 1], nb[i]);
-            rows[d - 1] = g4_grammar_row_if_any(g, states[d - 1]);
+            rows[d - 1] = g->states[states[d - 1]].row;
         }
         if (to < 0) {
             if (g4_grammar_overflowed(g)) return G4_ERR_LIMIT;
@@ -305,15 +307,16 @@ static g4_status walk_nodes(g4_grammar *g, const g4_token_trie *t, mask_cache *c
             continue;
         }
         states[d] = to;
-        rows[d] = g4_grammar_row_if_any(g, to);
+        const g4_gstate *ts = &g->states[to];
+        rows[d] = ts->row;
         if (nt[i] != nt[i + 1]) {
-            int32_t dist = g4_grammar_dist(g, to);
+            int32_t dist = ts->dist;
             for (int k = nt[i]; k < nt[i + 1]; k++) {
                 mask[ids[k] >> 5] |= 1u << (ids[k] & 31);
                 if (dist != d0) note_change(c, n_chg, ids[k], dist);
             }
         }
-        if (exits && skip[i] > i + 1 && g4_grammar_exits(g, to)) {
+        if (exits && ts->exits && skip[i] > i + 1) {
             if (*n_exits == *cap_exits) {
                 int cap = *cap_exits ? *cap_exits * 2 : 64;
                 int32_t *e = realloc(*exits, (size_t)cap * sizeof *e);
