@@ -113,5 +113,12 @@ g4_status g4_constraint_compile(const g4_constraint_spec *spec, const g4_constra
     default: g4_gb_error(b, "no constraint");
     }
     cJSON_Delete(json);
-    return g4_grammar_finish(b, root, out);
+    g4_status st = g4_grammar_finish(b, root, out);
+    /* a grammar whose very first step exceeds the limits is refused now, as a compile error */
+    if (st == G4_OK && g4_grammar_start(*out) < 0) {
+        g4_grammar_free(*out);
+        *out = NULL;
+        return g4_fail_context(G4_ERR_INVALID_ARGUMENT, "the grammar cannot start");
+    }
+    return st;
 }
