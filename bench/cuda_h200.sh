@@ -67,11 +67,18 @@ run_step() { # name limit command...
 }
 
 if [ "$mode" != bench ] && [ "$mode" != extras ]; then
-  run_step test_cuda_backend 300 "$TESTS/test_cuda_backend"
-  sed -n '/^| op |/,$p' "$OUT/test_cuda_backend.log" | tee -a "$summary"
-  grep -E "^  (gemv|gemm|attention|moe) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
+  if [ -z "${G4_SKIP_OPS:-}" ]; then # (G4_SKIP_OPS=1: not the op test, 2 minutes)
+    run_step test_cuda_backend 300 "$TESTS/test_cuda_backend"
+    sed -n '/^| op |/,$p' "$OUT/test_cuda_backend.log" | tee -a "$summary"
+    grep -E "^  (gemv|gemm|attention|moe) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
+  fi
   run_step test_cuda_fixtures 300 "$TESTS/test_cuda_fixtures"
   grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
+  # speculative decoding on the GPU (its CPU half runs too); needs models/tiny and models/tiny-assistant
+  if [ -x "$TESTS/test_assistant" ]; then
+    G4_SOURCE=$PWD run_step test_assistant 300 "$TESTS/test_assistant"
+    grep -E "^-- CUDA|transformers drafter calls|assisted|no CUDA" "$OUT/test_assistant.log" | tail -8 | tee -a "$summary"
+  fi
   if [ -z "${G4_SKIP_MEMCHECK:-}" ] && command -v compute-sanitizer > /dev/null; then
     run_step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS/test_cuda_fixtures" \
       ${MEMCHECK_FIXTURES:-dense moe-mlx4 e2b-mlx4}
@@ -129,6 +136,14 @@ if [ "$mode" != tests ] && [ -n "${STREAMS:-}" ]; then
   timeout 120 "$GEMMA4" bench --device cuda --synthetic e2b --format bf16 -p 16 -n 128 -r 1 --streams "$STREAMS" \
     2>&1 | grep "streams" | tee -a "$summary"
 fi
+# speculative decoding at forced acceptance with a synthetic drafter: DRAFT_CONFIGS="31b:mlx4 e2b:bf16"
+# (DRAFT_MAX drafts a round, default 4; FORCE: the kept counts, default 0,2,3,4; tg64, two runs)
+for cfg in ${DRAFT_CONFIGS:-}; do
+  name=${cfg%%:*} fmt=${cfg##*:}
+  timeout 300 "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 0 -n 64 -r 2 --draft synthetic \
+    --draft-max "${DRAFT_MAX:-4}" --force-accept "${FORCE:-0,2,3,4}" > "$OUT/draft-$name-$fmt.log" 2>&1
+  note "draft $name $fmt: rc=$?"; grep -E "^\| synthetic|error" "$OUT/draft-$name-$fmt.log" | tee -a "$summary"
+done
 # the op test's speed section alone (SPEED=1; SPEED=attn: its prefill attention cases, gemv4: one-token 4-bit GEMVs)
 if [ -n "${SPEED:-}" ]; then
   G4_ONLY_SPEED=$SPEED run_step speed 240 "$TESTS/test_cuda_backend"

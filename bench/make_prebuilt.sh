@@ -7,7 +7,7 @@ set -eu
 build=$1 out=$2
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib"
-cp "$build/gemma4" "$build/tests/test_cuda_backend" "$build/tests/test_cuda_fixtures" "$stage/bin/"
+cp "$build/gemma4" "$build/tests/test_cuda_backend" "$build/tests/test_cuda_fixtures" "$build/tests/test_assistant" "$stage/bin/"
 for b in "$stage"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in

@@ -26,7 +26,9 @@ static void usage(FILE *f) {
             "                    [--ctx N]   (session positions; default max(p, d + n) + 8)\n"
             "                    [--streams 1,8,32]   (aggregate decode of concurrent streams, batched)\n"
             "                    [--draft DIR [--draft-max N] [--draft-prompt TEXT]]   (greedy decoding of the\n"
-            "                    prompt with and without speculation by an MTP drafter: tg tokens/s of each)\n"
+            "                    prompt with and without speculation by an MTP drafter: tg tokens/s of each;\n"
+            "                    --draft synthetic: a random drafter for the --synthetic target;\n"
+            "                    --force-accept 0,1,2: the speed when verification keeps that many drafts)\n"
             "  NAME: e2b, e4b, 26b-a4b, 31b or 12b (full-size, random weights; real release configs)\n");
 }
 
@@ -112,7 +114,7 @@ int cmd_bench(int argc, char **argv) {
     int json = 0;
     g4_precision precision = G4_PRECISION_FAST;
     cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
-    const char *draft_prompt = "In the beginning God created the heaven and the earth.";
+    const char *draft_prompt = "In the beginning God created the heaven and the earth.", *force_accept = NULL;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) ||
@@ -125,7 +127,8 @@ int cmd_bench(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--streams", &streams_text)) ||
             (r = cli_option(argc, argv, &i, "-d", &depth_text)) || (r = cli_option(argc, argv, &i, "--ctx", &ctx_text)) ||
             (r = cli_draft_option(argc, argv, &i, &draft)) ||
-            (r = cli_option(argc, argv, &i, "--draft-prompt", &draft_prompt))) {
+            (r = cli_option(argc, argv, &i, "--draft-prompt", &draft_prompt)) ||
+            (r = cli_option(argc, argv, &i, "--force-accept", &force_accept))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--json")) {
             json = 1;
@@ -314,7 +317,12 @@ int cmd_bench(int argc, char **argv) {
                    model->path, streams[k], tps, tps / streams[k], base > 0 ? tps / base : 0.0);
     }
     free(streams);
-    if (rc == 0 && draft.dir) rc = bench_draft(model, &draft, draft_prompt, (int)(tg > 1 ? tg : 2), (int)reps, json);
+    if (rc == 0 && draft.dir) {
+        bench_draft_options o = {.draft = &draft, .synthetic = synthetic, .prompt = draft_prompt,
+                                 .force_accept = force_accept, .tg = (int)(tg > 1 ? tg : 2), .reps = (int)reps,
+                                 .json = json};
+        rc = bench_draft(model, &o);
+    }
     cli_close_model(be, model);
     return rc;
 }

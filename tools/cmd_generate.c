@@ -25,37 +25,15 @@ static int is_eos(const g4_model *m, int32_t id) {
  * sampler without processors); the drafts' acceptance to stderr. */
 static g4_status generate_drafted(g4_session *s, const g4_assistant *drafter, int draft_max, const int32_t *ids,
                                   int n, int n_new, int ignore_eos, int32_t *out, int *n_out) {
-    *n_out = 0;
-    if (n_new == 0) return G4_OK;
-    g4_speculative *sp = NULL;
-    g4_sampler *sampler = NULL;
-    g4_sampler_params params;
-    g4_sampler_params_default(&params);
-    g4_status st = g4_speculative_create(s, drafter, draft_max, &sp);
-    if (st == G4_OK) st = g4_sampler_create(s->model->config.text.vocab_size, &params, &sampler);
-    int32_t tok = -1, round[G4_DRAFT_MAX + 1];
-    if (st == G4_OK) st = g4_speculative_prefill(sp, ids, n, NULL, sampler, &tok);
-    int done = 0;
-    if (st == G4_OK) {
-        out[(*n_out)++] = tok;
-        done = (is_eos(s->model, tok) && !ignore_eos) || *n_out == n_new;
-    }
-    while (st == G4_OK && !done) {
-        int k = 0;
-        st = g4_sampler_accept(sampler, tok);
-        if (st == G4_OK) st = g4_speculative_step(sp, tok, sampler, n_new - *n_out, round, &k);
-        for (int i = 0; st == G4_OK && i < k && !done; i++) {
-            out[(*n_out)++] = tok = round[i];
-            done = (is_eos(s->model, tok) && !ignore_eos) || *n_out == n_new;
-        }
-    }
-    if (sp) {
+    const g4_model *m = s->model;
+    g4_speculative_stats stats;
+    g4_status st = g4_speculative_greedy(s, drafter, draft_max, -1, ids, n, n_new, m->config.tokens.eos_ids,
+                                         ignore_eos ? 0 : m->config.tokens.n_eos, out, n_out, &stats, NULL);
+    if (st == G4_OK && n_new > 0) {
         char line[256];
-        cli_format_draft_stats(g4_speculative_get_stats(sp), draft_max, line, sizeof line);
+        cli_format_draft_stats(&stats, draft_max, line, sizeof line);
         fprintf(stderr, "[%d tokens%s]\n", *n_out, line);
     }
-    g4_sampler_free(sampler);
-    g4_speculative_free(sp);
     return st;
 }
 

@@ -19,12 +19,14 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: gemma4 serve (-m DIR|ORG/NAME | --synthetic NAME [--format bf16|mlx4|mlx8|mxfp4]) [options]\n"
             "\n"
-            "OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
-            "GET /health, GET /metrics, POST /tokenize, POST /detokenize.\n"
+            "OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses\n"
+            "(GET/DELETE /v1/responses/ID), GET /v1/models, GET /health, GET /metrics, POST /tokenize,\n"
+            "POST /detokenize; Anthropic-compatible POST /v1/messages and /v1/messages/count_tokens.\n"
             "\n"
             "  --host ADDR             address to listen on (default 127.0.0.1)\n"
             "  --port N                port (default 8080; 0 picks a free one, printed at start)\n"
-            "  --api-key KEY           require 'Authorization: Bearer KEY' (also $GEMMA4_API_KEY) on every\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (also\n"
+            "                          $GEMMA4_API_KEY) on every\n"
             "                          endpoint but /health (and /metrics with --metrics-public)\n"
             "  --metrics-public        /metrics answers without the API key\n"
             "  --no-special-in-content special-token text inside message content is tokenized as plain text\n"
@@ -48,6 +50,8 @@ static void usage(FILE *f) {
             "                          start or its previous request (default 30)\n"
             "  --idle-timeout S        connections with no activity close after S seconds (default 60)\n"
             "  --max-connections N     open connections (default 1024)\n"
+            "  --responses-store MIB   memory for stored /v1/responses (previous_response_id; default 64, 0: none)\n"
+            "  --responses-store-entries N  stored responses kept, least recently used dropped (default 1000)\n"
             "  --shutdown-grace S      on SIGINT/SIGTERM, let requests finish for S seconds, then cancel (default 10)\n"
             "  --threads N             CPU threads (default: all cores)\n"
             "  --device cpu|cuda       (default: cuda when present)\n"
@@ -104,15 +108,15 @@ static char *default_model_name(const char *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *device = NULL;
-    const char *v[21] = {0};
+    const char *v[23] = {0};
     enum { HOST, PORT, KEY, NAME, SEQS, CTX, BLOCKS, QUEUE, BATCH, BODY, MAXTOK, MAXPROMPT, IMAGES, AUDIO, MEDIA,
-           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET };
+           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET, STORE_MIB, STORE_N };
     static const char *const names[] = {"--host",       "--port",       "--api-key",         "--model-name",
                                         "--max-seqs",   "--ctx",        "--kv-blocks",       "--max-queue",
                                         "--max-batch-tokens", "--max-body", "--max-tokens",  "--max-prompt-tokens",
                                         "--max-images", "--max-audio",  "--allowed-media-dir", "--request-timeout",
                                         "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads",
-                                        "--body-budget"};
+                                        "--body-budget", "--responses-store", "--responses-store-entries"};
     int quiet = 0, metrics_public = 0, no_special = 0;
     g4_precision precision = G4_PRECISION_FAST;
     for (int i = 1; i < argc; i++) {
@@ -150,11 +154,16 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     long port = 8080, seqs = 0, ctx_len = 0, blocks = 0, queue = 0, batch = 0, body = 0, max_tok = 0, max_prompt = 0,
-         images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0, budget = 0;
+         images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0, budget = 0,
+         store_mib = 64, store_n = 1000;
     long *nums[] = {NULL, &port, NULL, NULL, &seqs, &ctx_len, &blocks, &queue, &batch, &body, &max_tok, &max_prompt,
-                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget};
-    for (int k = 0; k < 21; k++)
+                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget, &store_mib, &store_n};
+    for (int k = 0; k < 23; k++)
         if (nums[k] && parse_count(v[k], names[k], nums[k])) return 2;
+    if (store_mib > (1L << 20)) {
+        fprintf(stderr, "gemma4 serve: --responses-store is in MiB, at most 1048576\n");
+        return 2;
+    }
     if (port > 65535) {
         fprintf(stderr, "gemma4 serve: --port must be in 0..65535\n");
         return 2;
@@ -220,7 +229,9 @@ int cmd_serve(int argc, char **argv) {
                             .max_connections = (int)conns,
                             .threads = (int)threads,
                             .metrics_public = metrics_public,
-                            .no_special_in_content = no_special};
+                            .no_special_in_content = no_special,
+                            .responses_store_entries = store_mib == 0 || store_n == 0 ? -1 : (int)store_n,
+                            .responses_store_bytes = (size_t)store_mib << 20};
     if (st == G4_OK) st = g4_server_start(ctx, engine, &so, &srv);
     if (st != G4_OK) {
         cli_report_error("serve", st);

@@ -37,6 +37,12 @@ typedef struct {
 g4_status g4_assistant_load_dir(const char *dir, g4_backend *be, g4_assistant **out);
 void g4_assistant_release(g4_assistant *a);
 
+/* A drafter with random weights for the synthetic target `preset` (see
+ * assistant_synth.c for its shape); attach it to that target as usual. */
+g4_status g4_assistant_synthesize(const char *preset, g4_backend *be, g4_assistant **out);
+/* Its config.json (malloc'd; NULL when target_json is not a config). */
+char *g4_assistant_synth_config(const char *target_json, size_t len);
+
 /* Checks that the drafter fits `target` (vocabulary, backbone width, head
  * sizes, KV heads and RoPE per layer kind) and picks the target layers it
  * reads; the error names every mismatch. */

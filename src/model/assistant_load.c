@@ -38,6 +38,13 @@ static void load_layer(g4_weight_loader *L, int i, g4_text_layer *w) {
 static void load_token_ordering(g4_weight_loader *L, g4_assistant *a) {
     const char *name = "masked_embedding.token_ordering";
     const int64_t V = L->model->config.text.vocab_size;
+    if (L->synthetic) { /* a fixed shuffle: an odd multiplier permutes 0..V-1 when V is a power of two */
+        const int64_t mul = (V & (V - 1)) == 0 ? 40503 : 1;
+        a->token_ordering = malloc((size_t)V * sizeof *a->token_ordering);
+        if (!a->token_ordering) g4_loader_problem(L, "out of memory for %s", name);
+        for (int64_t i = 0; a->token_ordering && i < V; i++) a->token_ordering[i] = (int32_t)((i * mul) % V);
+        return;
+    }
     const g4_st_tensor *t = g4_loader_find(L, name);
     if (!t) {
         g4_loader_problem(L, "missing tensor %s (expected I64 [%lld])", name, (long long)V);
@@ -117,41 +124,56 @@ static int has_suffix(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-g4_status g4_assistant_load_dir(const char *dir, g4_backend *be, g4_assistant **out) {
-    *out = NULL;
+/* A drafter without weights yet: a->model has its path and backend. */
+static g4_assistant *assistant_new(const char *path, g4_backend *be) {
     g4_assistant *a = calloc(1, sizeof *a);
     g4_model *m = calloc(1, sizeof *m);
-    if (!a || !m) {
+    char *p = strdup(path);
+    if (!a || !m || !p) {
         free(a);
         free(m);
-        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+        free(p);
+        return NULL;
     }
     a->model = m;
     a->target_layer[0] = a->target_layer[1] = -1;
     m->backend = be;
-    m->path = strdup(dir);
+    m->path = p;
     m->text_prefix = "model.";
     m->layout = G4_LAYOUT_HF;
-    g4_status st = m->path ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    if (st == G4_OK && !g4_is_directory(dir)) st = g4_fail(G4_ERR_NOT_FOUND, "%s: not a model directory", dir);
-    if (st == G4_OK) st = g4_config_load(dir, &m->config);
-    if (st == G4_OK && !m->config.assistant.present)
-        st = g4_fail(G4_ERR_FORMAT,
-                     "%s: model_type '%s' is not a drafter (expected gemma4_assistant or gemma4_unified_assistant)",
-                     dir, m->config.model_type);
-    if (st == G4_OK) {
-        const g4_assistant_config *ac = &m->config.assistant;
-        a->backbone_hidden = ac->backbone_hidden_size;
-        a->ordered = ac->ordered_embeddings;
-        a->n_centroids = ac->n_centroids;
-        a->centroid_top_k = ac->centroid_top_k;
-        if (a->ordered) {
-            a->tokens_per_centroid = m->config.text.vocab_size / ac->n_centroids;
-            if (a->tokens_per_centroid * ac->n_centroids != m->config.text.vocab_size)
-                st = g4_fail(G4_ERR_FORMAT, "%s: vocab_size %d is not a multiple of num_centroids %d", dir,
-                             m->config.text.vocab_size, ac->n_centroids);
-        }
+    return a;
+}
+
+/* The drafter fields of a parsed config. */
+static g4_status read_assistant_config(g4_assistant *a) {
+    const g4_model *m = a->model;
+    if (!m->config.assistant.present)
+        return g4_fail(G4_ERR_FORMAT,
+                       "%s: model_type '%s' is not a drafter (expected gemma4_assistant or gemma4_unified_assistant)",
+                       m->path, m->config.model_type);
+    const g4_assistant_config *ac = &m->config.assistant;
+    a->backbone_hidden = ac->backbone_hidden_size;
+    a->ordered = ac->ordered_embeddings;
+    a->n_centroids = ac->n_centroids;
+    a->centroid_top_k = ac->centroid_top_k;
+    if (a->ordered) {
+        a->tokens_per_centroid = m->config.text.vocab_size / ac->n_centroids;
+        if (a->tokens_per_centroid * ac->n_centroids != m->config.text.vocab_size)
+            return g4_fail(G4_ERR_FORMAT, "%s: vocab_size %d is not a multiple of num_centroids %d", m->path,
+                           m->config.text.vocab_size, ac->n_centroids);
     }
+    return G4_OK;
+}
+
+g4_status g4_assistant_load_dir(const char *dir, g4_backend *be, g4_assistant **out) {
+    *out = NULL;
+    g4_assistant *a = assistant_new(dir, be);
+    if (!a) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    g4_model *m = a->model;
+    g4_status st = G4_OK;
+    if (!g4_is_directory(dir)) st = g4_fail(G4_ERR_NOT_FOUND, "%s: not a model directory", dir);
+    if (st == G4_OK) st = g4_config_load(dir, &m->config);
+    if (st == G4_OK) st = read_assistant_config(a);
     if (st == G4_OK) st = g4_st_open(dir, &m->tensors);
     if (st == G4_OK && m->config.quant.present) st = g4_fail(G4_ERR_UNSUPPORTED, "%s: quantised (MLX) drafters are not supported yet", dir);
     for (size_t t = 0; st == G4_OK && t < g4_st_count(m->tensors); t++)
@@ -161,6 +183,33 @@ g4_status g4_assistant_load_dir(const char *dir, g4_backend *be, g4_assistant **
     if (st == G4_OK) st = load_weights(a);
     if (st == G4_OK)
         for (size_t t = 0; t < g4_st_count(m->tensors); t++) m->n_unused_tensors += !m->tensor_used[t];
+    if (st != G4_OK) {
+        g4_assistant_release(a);
+        return st;
+    }
+    *out = a;
+    return G4_OK;
+}
+
+g4_status g4_assistant_synthesize(const char *preset, g4_backend *be, g4_assistant **out) {
+    *out = NULL;
+    const char *target_json;
+    size_t len;
+    g4_status st = g4_model_preset_config(preset, "bf16", &target_json, &len);
+    if (st != G4_OK) return st;
+    char *json = g4_assistant_synth_config(target_json, len);
+    char label[128];
+    snprintf(label, sizeof label, "synthetic %s drafter", preset);
+    g4_assistant *a = json ? assistant_new(label, be) : NULL;
+    if (!a) {
+        free(json);
+        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    a->model->synthetic = 1;
+    st = g4_config_parse(json, strlen(json), label, &a->model->config);
+    free(json);
+    if (st == G4_OK) st = read_assistant_config(a);
+    if (st == G4_OK) st = load_weights(a);
     if (st != G4_OK) {
         g4_assistant_release(a);
         return st;

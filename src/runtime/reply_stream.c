@@ -359,3 +359,7 @@ const char *g4_reply_stream_text(const g4_reply_stream *s, size_t *len) {
     *len = s->text.len;
     return s->text.data ? s->text.data : "";
 }
+
+int g4_reply_stream_in_reasoning(const g4_reply_stream *s) {
+    return s && (s->state == S_HEADER || s->state == S_REASONING);
+}

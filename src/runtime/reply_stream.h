@@ -72,6 +72,9 @@ g4_status g4_reply_stream_finish(g4_reply_stream *s, g4_reply_delta *out);
 
 /* After finish: the tool calls found (CHAT mode), in order. */
 const g4_tool_call *g4_reply_stream_tool_calls(const g4_reply_stream *s, size_t *n);
+/* Whether the text so far ends inside a thought channel (its header or
+ * body): the tokens pushed then are reasoning tokens. */
+int g4_reply_stream_in_reasoning(const g4_reply_stream *s);
 /* Whether any reasoning block was seen (an empty one counts). */
 int g4_reply_stream_has_reasoning(const g4_reply_stream *s);
 /* The whole text fed to the splitter so far (after stop strings; markers kept). */

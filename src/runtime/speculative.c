@@ -15,6 +15,7 @@ struct g4_speculative {
     float *hidden;   /* host [draft_max + 1][hidden]: their final-normed states */
     float *next_hidden; /* host [hidden]: the state that chose the pending token */
     int have_hidden;
+    int forced_accept; /* >= 0: benchmarks keep exactly this many drafts a round */
     /* sampling: the sampler's kept tokens and probabilities of one row */
     int32_t *cand_ids; /* [vocab] */
     double *cand_probs; /* [vocab] */
@@ -48,6 +49,7 @@ g4_status g4_speculative_create(g4_session *s, const g4_assistant *a, int draft_
     sp->session = s;
     sp->assistant = a;
     sp->draft_max = draft_max;
+    sp->forced_accept = -1;
     sp->vocab = target->config.text.vocab_size;
     sp->hidden_size = target->config.text.hidden_size;
     sp->logits = malloc((size_t)(draft_max + 1) * sp->vocab * sizeof *sp->logits);
@@ -79,6 +81,8 @@ void g4_speculative_free(g4_speculative *sp) {
 }
 
 const g4_speculative_stats *g4_speculative_get_stats(const g4_speculative *sp) { return &sp->stats; }
+
+void g4_speculative_force_acceptance(g4_speculative *sp, int n) { sp->forced_accept = n < 0 ? -1 : n; }
 
 void g4_speculative_reset_stats(g4_speculative *sp) { memset(&sp->stats, 0, sizeof sp->stats); }
 
@@ -197,7 +201,15 @@ g4_status g4_speculative_verify(g4_speculative *sp, int32_t token, const int32_t
             break;
         }
         int keep = 0;
-        st = keep_draft(sp, sampler, logits, row[i + 1], &keep, &next);
+        if (sp->forced_accept >= 0 && i < sp->forced_accept) {
+            keep = 1, next = row[i + 1];
+        } else if (sp->forced_accept >= 0) { /* rejected: the target's own token */
+            g4_sample sample;
+            st = g4_sampler_sample(sampler, logits, &sample);
+            next = sample.token;
+        } else {
+            st = keep_draft(sp, sampler, logits, row[i + 1], &keep, &next);
+        }
         if (st != G4_OK) return st;
         if (!keep) break;
         st = g4_sampler_accept(sampler, next);
@@ -245,5 +257,48 @@ g4_status g4_speculative_step(g4_speculative *sp, int32_t token, g4_sampler *sam
     st = g4_speculative_verify(sp, token, drafts, k, sampler, out, n_out);
     sp->stats.draft_seconds += t1 - t0;
     sp->stats.verify_seconds += g4_now_seconds() - t1;
+    return st;
+}
+
+static int is_stop_id(int32_t id, const int32_t *stop_ids, int n_stop) {
+    for (int i = 0; i < n_stop; i++)
+        if (id == stop_ids[i]) return 1;
+    return 0;
+}
+
+g4_status g4_speculative_greedy(g4_session *s, const g4_assistant *a, int draft_max, int forced_accept,
+                                const int32_t *prompt, int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, int32_t *out,
+                                int *n_out, g4_speculative_stats *stats, double *decode_seconds) {
+    *n_out = 0;
+    if (decode_seconds) *decode_seconds = 0;
+    if (max_new <= 0) return G4_OK;
+    g4_speculative *sp = NULL;
+    g4_sampler *sampler = NULL;
+    g4_sampler_params params;
+    g4_sampler_params_default(&params); /* temperature 0: the argmax, no processors */
+    g4_status st = g4_speculative_create(s, a, draft_max, &sp);
+    if (st == G4_OK) g4_speculative_force_acceptance(sp, forced_accept);
+    if (st == G4_OK) st = g4_sampler_create(s->model->config.text.vocab_size, &params, &sampler);
+    int32_t tok = -1, round[G4_DRAFT_MAX + 1];
+    if (st == G4_OK) st = g4_speculative_prefill(sp, prompt, n_prompt, NULL, sampler, &tok);
+    const double t0 = g4_now_seconds();
+    int done = 0;
+    if (st == G4_OK) {
+        out[(*n_out)++] = tok;
+        done = is_stop_id(tok, stop_ids, n_stop) || *n_out == max_new;
+    }
+    while (st == G4_OK && !done) {
+        int k = 0;
+        st = g4_sampler_accept(sampler, tok);
+        if (st == G4_OK) st = g4_speculative_step(sp, tok, sampler, max_new - *n_out, round, &k);
+        for (int i = 0; st == G4_OK && i < k && !done; i++) {
+            out[(*n_out)++] = tok = round[i];
+            done = is_stop_id(tok, stop_ids, n_stop) || *n_out == max_new;
+        }
+    }
+    if (decode_seconds) *decode_seconds = g4_now_seconds() - t0;
+    if (sp && stats) *stats = *g4_speculative_get_stats(sp);
+    g4_sampler_free(sampler);
+    g4_speculative_free(sp);
     return st;
 }

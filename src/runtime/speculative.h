@@ -64,6 +64,22 @@ g4_status g4_speculative_step(g4_speculative *sp, int32_t token, g4_sampler *sam
 g4_status g4_speculative_verify(g4_speculative *sp, int32_t token, const int32_t *drafts, int k,
                                 g4_sampler *sampler, int32_t *out, int *n_out);
 
+/* Greedy decoding of up to max_new tokens after prompt[0..n_prompt) (appended
+ * to s) through a drafter (forced_accept as g4_speculative_force_acceptance;
+ * -1 for real decoding): the ids plain greedy decoding gives, into
+ * out[0..*n_out), ending after the first of stop_ids (n_stop may be 0). The
+ * run's stats into *stats and the seconds after the prefill into
+ * *decode_seconds where not NULL. */
+g4_status g4_speculative_greedy(g4_session *s, const g4_assistant *a, int draft_max, int forced_accept,
+                                const int32_t *prompt, int n_prompt, int max_new, const int32_t *stop_ids, int n_stop, int32_t *out,
+                                int *n_out, g4_speculative_stats *stats, double *decode_seconds);
+
+/* Benchmarks on random weights only (where drafts are never right): every
+ * later verification keeps exactly min(n, drafts) drafts, whatever the target
+ * says, and then the target's own token, so that the speed at each acceptance
+ * length can be measured; the tokens are then not the model's. n < 0: off. */
+void g4_speculative_force_acceptance(g4_speculative *sp, int n);
+
 const g4_speculative_stats *g4_speculative_get_stats(const g4_speculative *sp);
 void g4_speculative_reset_stats(g4_speculative *sp);
 

@@ -79,6 +79,7 @@ static void on_token(void *user, const g4_token_event *ev) {
         }
         q->n_prompt = ev->n_prompt;
         q->n_generated = ev->n_generated;
+        q->n_cached = ev->n_cached;
         q->time = now;
     } else {
         j->overflow = 1;

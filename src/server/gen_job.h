@@ -17,6 +17,7 @@ typedef struct {
     g4_finish_reason finish; /* G4_FINISH_NONE until the last event */
     char message[256];       /* with G4_FINISH_ERROR */
     int n_prompt, n_generated;
+    int n_cached; /* prompt tokens the prefix cache supplied */
     double time; /* g4_now_seconds() when the engine produced it */
 } g4_job_event;
 

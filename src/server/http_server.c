@@ -30,6 +30,11 @@ typedef enum {
     R_COMPLETIONS,
     R_TOKENIZE,
     R_DETOKENIZE,
+    R_RESPONSES,
+    R_RESPONSE,        /* /v1/responses/ID: GET */
+    R_RESPONSE_DELETE, /* ... DELETE */
+    R_MESSAGES,
+    R_COUNT_TOKENS,
 } route_id;
 
 static const struct {
@@ -45,6 +50,10 @@ static const struct {
     {"/v1/completions", "POST", R_COMPLETIONS, "completions"},
     {"/tokenize", "POST", R_TOKENIZE, "tokenize"},
     {"/detokenize", "POST", R_DETOKENIZE, "detokenize"},
+    {"/v1/responses", "POST", R_RESPONSES, "responses"},
+    {"/v1/responses/", "GET, DELETE", R_RESPONSE, "responses"},
+    {"/v1/messages", "POST", R_MESSAGES, "messages"},
+    {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS, "count_tokens"},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -61,6 +70,8 @@ typedef struct {
     route_id route;
     const char *label;
     char *model_in_url; /* /v1/models/NAME */
+    char *id_in_url;    /* /v1/responses/ID */
+    int anthropic;      /* a Messages API path: errors in Anthropic's shape */
     g4_strbuf body;
     size_t accounted; /* bytes of body counted in the server's body_bytes */
     double t_arrival;
@@ -150,6 +161,7 @@ static void mark_busy(g4_server *s, http_req *hr) {
 
 static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_req *hr, g4_http_reply *r) {
     hr->answered = 1;
+    if (hr->anthropic) g4_anthropic_reshape_error(r);
     if (r->status == 0) {
         if (r->stream.free) r->stream.free(r->stream.cls);
         free(r->body);
@@ -182,7 +194,7 @@ static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_r
     if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     /* every 503 is a transient state (overload, memory, shutdown): say when to retry */
-    if (r->status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (r->status == 503 || r->status == 529) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (atomic_load(&s->draining) || r->status == 413 || r->close)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     hr->status = r->status;
@@ -193,15 +205,21 @@ static enum MHD_Result send_reply(g4_server *s, struct MHD_Connection *c, http_r
 
 /* ---- requests ------------------------------------------------------------- */
 
-static int key_matches(const char *header, const char *key) {
-    if (!header || strncasecmp(header, "Bearer ", 7) != 0) return 0;
-    header += 7;
+/* value equals key, white space around it aside */
+static int key_equal(const char *header, const char *key) {
+    if (!header) return 0;
     while (*header == ' ' || *header == '\t') header++;
     size_t a = strlen(header), b = strlen(key);
     while (a && (header[a - 1] == ' ' || header[a - 1] == '\t')) a--; /* optional white space ends a field */
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < b; i++) diff |= (unsigned char)(i < a ? header[i] : 0) ^ (unsigned char)key[i];
     return diff == 0; /* no early exit: timing says nothing about the key */
+}
+
+/* "Authorization: Bearer KEY" */
+static int key_matches(const char *header, const char *key) {
+    if (!header || strncasecmp(header, "Bearer ", 7) != 0) return 0;
+    return key_equal(header + 7, key);
 }
 
 /* A NUL byte in a header line (RFC 9110 5.5 forbids it). libmicrohttpd
@@ -314,16 +332,24 @@ static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, c
     for (size_t i = 0; i < N_ROUTES; i++) {
         int match = !strcmp(url, routes[i].path);
         if (!match && routes[i].id == R_MODELS && !strncmp(url, "/v1/models/", 11) && url[11]) match = 2;
+        if (routes[i].id == R_RESPONSE) match = !strncmp(url, "/v1/responses/", 14) && url[14] ? 3 : 0;
         if (!match) continue;
         path_known = 1;
         want = routes[i].method;
         hr->label = routes[i].label;
-        if (strcmp(routes[i].method, "GET") == 0 ? is_get : !strcmp(method, routes[i].method)) {
+        if (match == 3) {
+            /* GET or DELETE /v1/responses/ID */
+            if (is_get || !strcmp(method, "DELETE")) {
+                hr->route = is_get ? R_RESPONSE : R_RESPONSE_DELETE;
+                hr->id_in_url = strdup(url + 14);
+            }
+        } else if (strcmp(routes[i].method, "GET") == 0 ? is_get : !strcmp(method, routes[i].method)) {
             hr->route = match == 2 ? R_MODEL : routes[i].id;
             if (match == 2) hr->model_in_url = strdup(url + 11);
         }
         break;
     }
+    hr->anthropic = !strncmp(url, "/v1/messages", 12);
     if (bad_framing(c, hr, method, version, r)) {
         if (!hr->label) hr->label = "other";
         return 1;
@@ -346,9 +372,11 @@ static int check_request(g4_server *s, struct MHD_Connection *c, http_req *hr, c
     int is_public = hr->route == R_HEALTH || (hr->route == R_METRICS && s->opt.metrics_public);
     if (s->opt.api_key && !is_public) {
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-        if (!key_matches(auth, s->opt.api_key)) {
+        const char *x_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's header */
+        if (!key_matches(auth, s->opt.api_key) && !key_equal(x_key, s->opt.api_key)) {
             g4_reply_errorf(r, 401, NULL,
-                            auth ? "Incorrect API key provided." : "Missing API key: send 'Authorization: Bearer KEY'.");
+                            auth || x_key ? "Incorrect API key provided."
+                                          : "Missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'.");
             return 1;
         }
     }
@@ -380,6 +408,11 @@ static void dispatch(g4_server *s, http_req *hr, int fd, g4_http_reply *r) {
     case R_COMPLETIONS: g4_serve_generate(&q, G4_OAI_COMPLETION, r); break;
     case R_TOKENIZE: g4_serve_tokenize(&q, r); break;
     case R_DETOKENIZE: g4_serve_detokenize(&q, r); break;
+    case R_RESPONSES: g4_serve_responses(&q, r); break;
+    case R_RESPONSE: g4_serve_response_stored(&q, hr->id_in_url ? hr->id_in_url : "", 0, r); break;
+    case R_RESPONSE_DELETE: g4_serve_response_stored(&q, hr->id_in_url ? hr->id_in_url : "", 1, r); break;
+    case R_MESSAGES: g4_serve_messages(&q, r); break;
+    case R_COUNT_TOKENS: g4_serve_count_tokens(&q, r); break;
     default: g4_reply_errorf(r, 404, NULL, "no such endpoint"); break;
     }
 }
@@ -472,6 +505,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, en
     atomic_fetch_sub(&s->body_bytes, hr->accounted);
     g4_strbuf_free(&hr->body);
     free(hr->model_in_url);
+    free(hr->id_in_url);
     free(hr);
 }
 
@@ -571,6 +605,7 @@ static void free_server(g4_server *s) {
         pthread_join(s->reaper, NULL);
     }
     g4_metrics_free(s->metrics);
+    g4_response_store_free(s->responses);
     pthread_mutex_destroy(&s->media_lock);
     pthread_mutex_destroy(&s->jobs_lock);
     pthread_mutex_destroy(&s->conn_lock);
@@ -606,11 +641,14 @@ g4_status g4_server_start(g4_context *ctx, g4_engine *engine, const g4_server_op
     s->model_name = strdup(o->model_name ? o->model_name : "gemma4");
     s->created = (long)time(NULL);
     s->metrics = g4_metrics_create();
+    if (o->responses_store_entries == 0) o->responses_store_entries = 1000;
+    if (o->responses_store_bytes == 0) o->responses_store_bytes = (size_t)64 << 20;
+    s->responses = g4_response_store_create(o->responses_store_entries, o->responses_store_bytes);
     pthread_mutex_init(&s->media_lock, NULL);
     pthread_mutex_init(&s->jobs_lock, NULL);
     pthread_mutex_init(&s->conn_lock, NULL);
     pthread_cond_init(&s->reaper_wake, NULL);
-    if (!s->model_name || !s->metrics) {
+    if (!s->model_name || !s->metrics || !s->responses) {
         free_server(s);
         return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     }

@@ -11,15 +11,27 @@
 #include "runtime/constraints.h"
 #include "runtime/prompt.h"
 #include "runtime/reply_stream.h"
+#include "server/api_writer.h"
 #include "server/openai_media.h"
 #include "server/openai_response.h"
 #include "server/server_internal.h"
 #include "text/strbuf.h"
 
-typedef struct {
+typedef struct generation generation;
+
+/* The stream of a generation as API writers see it. */
+struct g4_sse {
+    generation *g;
+};
+
+struct generation {
     g4_server *srv;
     g4_context *ctx;
     g4_oai_request req;
+    /* another API's writer (Responses, Messages); NULL: chat completions / completions */
+    const g4_api_writer *api;
+    void *api_state;
+    g4_sse sse;
     g4_job *job;
     g4_reply_stream *reply;
     int fd;
@@ -46,7 +58,11 @@ typedef struct {
     size_t out_pos;
     double t_last_out; /* when the stream last handed bytes to the connection */
     int oom;
-} generation;
+    /* how the reply ended, for API writers */
+    int n_cached, n_reasoning;
+    g4_gen_end end;
+    int stop_index;
+};
 
 static int fail_status(g4_status st) {
     return st == G4_ERR_OUT_OF_MEMORY ? 503 : (st == G4_ERR_INTERNAL || st == G4_ERR_IO) ? 500 : 400;
@@ -61,6 +77,29 @@ static void sse(generation *g, cJSON *obj) {
         !g4_strbuf_append(&g->out, "\n\n", 2))
         g->oom = 1;
     free(text);
+}
+
+void g4_sse_event(g4_sse *out, const char *event, cJSON *obj) {
+    generation *g = out->g;
+    if (event && (!g4_strbuf_append(&g->out, "event: ", 7) || !g4_strbuf_append(&g->out, event, strlen(event)) ||
+                  !g4_strbuf_append(&g->out, "\n", 1)))
+        g->oom = 1;
+    sse(g, obj);
+}
+
+static g4_gen_summary summary(generation *g) {
+    g4_gen_summary sum = {.n_prompt = g->n_prompt,
+                          .n_cached = g->n_cached,
+                          .n_completion = g->n_completion,
+                          .n_reasoning = g->n_reasoning,
+                          .end = g->end,
+                          .stop_index = g->stop_index,
+                          .has_reasoning = g->reply ? g4_reply_stream_has_reasoning(g->reply) : 0,
+                          .prompt_ids = g->req.return_token_ids ? g->prompt_ids : NULL,
+                          .out_ids = g->out_ids,
+                          .n_out = g->n_out};
+    if (g->reply) sum.calls = g4_reply_stream_tool_calls(g->reply, &sum.n_calls);
+    return sum;
 }
 
 static cJSON *new_chunk(generation *g, cJSON **choice) {
@@ -84,6 +123,12 @@ static size_t token_offset(generation *g, int32_t token) {
 /* One token's text, log-probabilities (sample, NULL for none) and id (-1
  * for none): a chunk, or added to the answer. */
 static void emit(generation *g, const g4_reply_delta *d, const g4_sample *sample, int32_t token) {
+    if (g->api) {
+        if (d->content_len || d->reasoning_len)
+            g->api->text(g->api_state, g->req.stream ? &g->sse : NULL, d->content, d->content_len, d->reasoning,
+                         d->reasoning_len);
+        return;
+    }
     int with_lp = g->req.logprobs && sample;
     if (!g->req.stream) {
         if (!g4_strbuf_append(&g->content, d->content, d->content_len) ||
@@ -143,6 +188,13 @@ static void finalize(generation *g) {
     g->finalized = 1;
     g4_server *s = g->srv;
     g4_metrics_duration(s->metrics, g4_now_seconds() - g->t_arrival);
+    if (g->err_status && g->api) {
+        g4_oai_error e;
+        g4_oai_fail(&e, g->err_status, NULL, "%s", g->err_message);
+        if (g->err_status >= 500) e.type = "server_error";
+        if (g->req.stream) g->api->fail(g->api_state, &g->sse, &e);
+        return;
+    }
     if (g->err_status) {
         if (g->req.stream) {
             g4_oai_error e;
@@ -164,6 +216,11 @@ static void finalize(generation *g) {
     size_t n_calls = 0;
     const g4_tool_call *calls = g4_reply_stream_tool_calls(g->reply, &n_calls);
     if (n_calls && !strcmp(g->finish_reason, "stop")) g->finish_reason = "tool_calls";
+    if (g->api) {
+        g4_gen_summary sum = summary(g);
+        g->api->close(g->api_state, g->req.stream ? &g->sse : NULL, &sum);
+        return;
+    }
     if (!g->req.stream) return;
     cJSON *choice;
     if (n_calls) {
@@ -184,7 +241,7 @@ static void finalize(generation *g) {
         chunk = new_chunk(g, &choice);
         cJSON_DeleteItemFromObject(chunk, "choices");
         cJSON_AddArrayToObject(chunk, "choices");
-        cJSON_ReplaceItemInObject(chunk, "usage", g4_oai_usage(g->n_prompt, g->n_completion));
+        cJSON_ReplaceItemInObject(chunk, "usage", g4_oai_usage(g->n_prompt, g->n_completion, g->n_cached));
         sse(g, chunk);
     }
     if (!g4_strbuf_append(&g->out, "data: [DONE]\n\n", 14)) g->oom = 1;
@@ -198,6 +255,7 @@ static void on_events(generation *g) {
     if (n_tokens) g4_metrics_tokens(g->srv->metrics, 0, n_tokens); /* as they come: rates stay current */
     for (int i = 0; i < n && !g->done; i++) {
         const g4_job_event *e = &ev[i];
+        if (e->n_cached > g->n_cached) g->n_cached = e->n_cached;
         if (e->has_token) {
             if (g->n_completion == 0) g4_metrics_first_token(g->srv->metrics, e->time - g->t_arrival);
             else g4_metrics_token_gap(g->srv->metrics, e->time - g->t_prev);
@@ -212,15 +270,19 @@ static void on_events(generation *g) {
                 if (g->n_out < g->cap_out) g->out_ids[g->n_out++] = e->sample.token;
             }
             g4_reply_delta d = {.content = "", .reasoning = "", .stop_index = -1};
+            int thinking = g4_reply_stream_in_reasoning(g->reply);
             if (!e->is_stop_token && g4_reply_stream_push(g->reply, e->sample.token, &d) != G4_OK) {
                 fail(g, 500, g4_error_message());
                 break;
             }
+            if (!e->is_stop_token && (thinking || g4_reply_stream_in_reasoning(g->reply))) g->n_reasoning++;
             /* a stop token is no text: it gets no log-probability entry */
             emit(g, &d, e->is_stop_token ? NULL : &e->sample, e->sample.token);
             if (d.ended) {
                 /* a stop string or an end marker in the text: nothing more is wanted */
                 g->finish_reason = "stop";
+                g->end = d.stop_index >= 0 ? G4_GEN_END_STOP_STRING : G4_GEN_END_TURN;
+                g->stop_index = d.stop_index;
                 g->done = 1;
                 g4_job_cancel(g->job);
                 break;
@@ -229,7 +291,7 @@ static void on_events(generation *g) {
         switch (e->finish) {
         case G4_FINISH_NONE: break;
         case G4_FINISH_STOP: g->finish_reason = "stop", g->done = 1; break;
-        case G4_FINISH_LENGTH: g->finish_reason = "length", g->done = 1; break;
+        case G4_FINISH_LENGTH: g->finish_reason = "length", g->end = G4_GEN_END_LENGTH, g->done = 1; break;
         case G4_FINISH_CANCELLED: fail(g, 503, "the request was cancelled: the server is shutting down"); break;
         default: fail(g, 500, e->message[0] ? e->message : "the engine failed"); break;
         }
@@ -255,6 +317,7 @@ static void free_generation(generation *g) {
     g4_strbuf_free(&g->reasoning);
     g4_strbuf_free(&g->out);
     cJSON_Delete(g->logprobs);
+    if (g->api && g->api->free) g->api->free(g->api_state);
     free(g);
 }
 
@@ -395,6 +458,18 @@ static int check_lengths(generation *g, int n_prompt, int *max_tokens, g4_oai_er
 }
 
 static void answer(generation *g, g4_http_reply *r) {
+    if (g->api) {
+        g4_oai_error e;
+        g4_gen_summary sum = summary(g);
+        if (!g->err_status) {
+            g->api->answer(g->api_state, &sum, r);
+            return;
+        }
+        g4_oai_fail(&e, g->err_status, NULL, "%s", g->err_message);
+        if (g->err_status >= 500) e.type = "server_error";
+        g->api->reply_error(r, &e);
+        return;
+    }
     if (g->err_status) {
         g4_reply_errorf(r, g->err_status, NULL, "%s", g->err_message);
         return;
@@ -445,7 +520,7 @@ static void answer(generation *g, g4_http_reply *r) {
         cJSON_AddItemToObject(choice, "token_ids", cJSON_CreateIntArray(g->out_ids ? g->out_ids : (int32_t[]){0},
                                                                          g->n_out));
     }
-    cJSON_AddItemToObject(root, "usage", g4_oai_usage(g->n_prompt, g->n_completion));
+    cJSON_AddItemToObject(root, "usage", g4_oai_usage(g->n_prompt, g->n_completion, g->n_cached));
     g4_reply_json(r, 200, root);
 }
 
@@ -467,25 +542,81 @@ static int make_matcher(generation *g, const g4_prompt *prompt, g4_token_matcher
     return 0;
 }
 
+static generation *new_generation(const g4_http_request *q, g4_oai_kind kind) {
+    generation *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->srv = q->srv;
+    g->ctx = q->srv->ctx;
+    g->fd = q->fd;
+    g->t_arrival = q->t_arrival;
+    g->created = (long)time(NULL);
+    g->sse.g = g;
+    g->stop_index = -1;
+    g4_oai_new_id(kind == G4_OAI_CHAT ? "chatcmpl-" : "cmpl-", g->id, sizeof g->id);
+    return g;
+}
+
+static void run_generation(const g4_http_request *q, generation *g, int rc, g4_oai_error *errp, g4_http_reply *r);
+
 void g4_serve_generate(const g4_http_request *q, g4_oai_kind kind, g4_http_reply *r) {
     g4_server *s = q->srv;
     g4_context *ctx = s->ctx;
-    generation *g = calloc(1, sizeof *g);
+    generation *g = new_generation(q, kind);
     if (!g) {
         g4_reply_errorf(r, 503, NULL, "out of memory");
         return;
     }
-    g->srv = s;
-    g->ctx = ctx;
-    g->fd = q->fd;
-    g->t_arrival = q->t_arrival;
-    g->created = (long)time(NULL);
-    g4_oai_new_id(kind == G4_OAI_CHAT ? "chatcmpl-" : "cmpl-", g->id, sizeof g->id);
     g4_oai_error err;
     g4_oai_limits lim = {s->model_name, ctx->model->config.text.vocab_size, &ctx->generation, s->max_json_values};
+    int rc = g4_oai_parse(q->body, q->body_len, kind, &lim, &g->req, &err);
+    run_generation(q, g, rc, &err, r);
+}
+
+void g4_serve_chat_with(const g4_http_request *q, g4_oai_request *req, const g4_api_writer *w, void *api,
+                        g4_http_reply *r) {
+    generation *g = new_generation(q, G4_OAI_CHAT);
+    if (!g) {
+        g4_oai_request_free(req);
+        w->free(api);
+        g4_oai_error e;
+        g4_oai_fail(&e, 503, NULL, "out of memory");
+        e.type = "server_error";
+        w->reply_error(r, &e);
+        return;
+    }
+    g->req = *req;
+    memset(req, 0, sizeof *req);
+    g->api = w;
+    g->api_state = api;
+    g4_oai_error err;
+    run_generation(q, g, 0, &err, r);
+}
+
+int g4_count_chat_prompt(const g4_http_request *q, g4_oai_request *req, int *n_tokens, g4_oai_error *err) {
+    generation *g = new_generation(q, G4_OAI_CHAT);
+    if (!g) {
+        g4_oai_request_free(req);
+        return g4_oai_fail(err, 503, NULL, "out of memory");
+    }
+    g->req = *req;
+    memset(req, 0, sizeof *req);
+    g->done = 1; /* never submitted */
+    g4_prompt prompt = {0};
+    int rc = build_prompt(g, &prompt, err);
+    *n_tokens = prompt.n_ids;
+    g4_prompt_free(g->ctx, &prompt);
+    free_generation(g);
+    return rc;
+}
+
+/* Everything after the request is parsed (rc != 0: it failed, with *errp). */
+static void run_generation(const g4_http_request *q, generation *g, int rc, g4_oai_error *errp, g4_http_reply *r) {
+    g4_server *s = q->srv;
+    g4_context *ctx = s->ctx;
+    g4_oai_kind kind = g->req.kind;
+    g4_oai_error err = *errp;
     g4_prompt prompt = {0};
     int max_tokens = 0;
-    int rc = g4_oai_parse(q->body, q->body_len, kind, &lim, &g->req, &err);
     if (!rc && g->req.n_stop && !ctx->tokenizer)
         rc = g4_oai_fail(&err, 400, "stop", "stop strings need a tokenizer, and this model has no tokenizer.json");
     if (!rc) rc = build_prompt(g, &prompt, &err);
@@ -533,13 +664,17 @@ void g4_serve_generate(const g4_http_request *q, g4_oai_kind kind, g4_http_reply
     g4_token_matcher_free(matcher);
     if (rc) {
         g->done = 1; /* never submitted: nothing to cancel */
+        void (*reply_error)(g4_http_reply *, const g4_oai_error *) = g->api ? g->api->reply_error : g4_reply_error;
         free_generation(g);
-        g4_reply_error(r, &err);
+        reply_error(r, &err);
         return;
     }
     g->logprobs = kind == G4_OAI_CHAT ? cJSON_CreateArray() : g4_oai_completion_logprobs_new();
     if (g->req.stream) {
-        if (kind == G4_OAI_CHAT) {
+        if (g->api) {
+            g4_gen_summary sum = summary(g);
+            g->api->open(g->api_state, &g->sse, &sum);
+        } else if (kind == G4_OAI_CHAT) {
             cJSON *choice;
             cJSON *chunk = new_chunk(g, &choice);
             cJSON *delta = cJSON_AddObjectToObject(choice, "delta");

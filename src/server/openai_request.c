@@ -364,9 +364,16 @@ cJSON *g4_oai_parse_json(const char *body, size_t len, size_t max_values, g4_oai
 int g4_oai_parse(const char *body, size_t len, g4_oai_kind kind, const g4_oai_limits *lim, g4_oai_request *out,
                  g4_oai_error *err) {
     memset(out, 0, sizeof *out);
+    cJSON *root = g4_oai_parse_json(body, len, lim->max_json_values, err);
+    if (!root) return -1;
+    return g4_oai_parse_root(root, kind, lim, out, err);
+}
+
+int g4_oai_parse_root(cJSON *root, g4_oai_kind kind, const g4_oai_limits *lim, g4_oai_request *out,
+                      g4_oai_error *err) {
+    memset(out, 0, sizeof *out);
     out->kind = kind;
-    out->root = g4_oai_parse_json(body, len, lim->max_json_values, err);
-    if (!out->root) return -1;
+    out->root = root;
     if (parse_common(out->root, lim, out, err)) return -1;
     if (kind == G4_OAI_CHAT ? parse_chat(out->root, out, err) : parse_completion(out->root, lim, out, err)) return -1;
     out->sampling.logprobs = out->logprobs;

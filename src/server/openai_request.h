@@ -103,6 +103,11 @@ cJSON *g4_oai_parse_json(const char *body, size_t len, size_t max_values, g4_oai
 /* Parses and validates body[0..len). Returns 0, or -1 with err filled. */
 int g4_oai_parse(const char *body, size_t len, g4_oai_kind kind, const g4_oai_limits *lim, g4_oai_request *out,
                  g4_oai_error *err);
+/* The same for a body already parsed (the Responses and Messages APIs
+ * translate theirs into a chat completions body): takes root, which the
+ * request owns (and frees) whatever the outcome. */
+int g4_oai_parse_root(cJSON *root, g4_oai_kind kind, const g4_oai_limits *lim, g4_oai_request *out,
+                      g4_oai_error *err);
 void g4_oai_request_free(g4_oai_request *r);
 
 /* Fills r->constraint from the body's response_format / tool_choice (chat;

@@ -28,11 +28,13 @@ void g4_oai_new_id(const char *prefix, char *out, size_t cap) {
              (unsigned long long)(words[1] & 0xffffffffu));
 }
 
-cJSON *g4_oai_usage(long prompt_tokens, long completion_tokens) {
+cJSON *g4_oai_usage(long prompt_tokens, long completion_tokens, long cached_tokens) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt_tokens + completion_tokens));
+    cJSON *details = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(details, "cached_tokens", (double)cached_tokens);
     return u;
 }
 

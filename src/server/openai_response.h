@@ -13,7 +13,8 @@
 /* "PREFIX" + 24 random hex digits (e.g. "chatcmpl-", "cmpl-", "call_"). */
 void g4_oai_new_id(const char *prefix, char *out, size_t cap);
 
-cJSON *g4_oai_usage(long prompt_tokens, long completion_tokens);
+/* With prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache supplied. */
+cJSON *g4_oai_usage(long prompt_tokens, long completion_tokens, long cached_tokens);
 
 /* Chat: {"token", "logprob", "bytes", "top_logprobs": [...]} for one token. */
 cJSON *g4_oai_chat_logprob(const g4_context *ctx, const g4_sample *s, int top);

@@ -1,10 +1,12 @@
 /* gemma4's OpenAI-compatible HTTP server (libmicrohttpd).
  *
- * Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models
- * (and /v1/models/NAME), GET /health, GET /metrics (Prometheus), POST
- * /tokenize, POST /detokenize (vLLM shapes). With an API key, every endpoint
- * but /health (and /metrics when metrics_public) needs "Authorization:
- * Bearer KEY".
+ * Endpoints: POST /v1/chat/completions, POST /v1/completions, POST
+ * /v1/responses (and GET / DELETE /v1/responses/ID), POST /v1/messages and
+ * /v1/messages/count_tokens (Anthropic), GET /v1/models (and
+ * /v1/models/NAME), GET /health, GET /metrics (Prometheus), POST /tokenize,
+ * POST /detokenize (vLLM shapes). With an API key, every endpoint but
+ * /health (and /metrics when metrics_public) needs "Authorization: Bearer
+ * KEY" or "x-api-key: KEY".
  *
  * Threading: one thread per connection (libmicrohttpd's thread-per-
  * connection mode), so a connection may block while its prompt is built
@@ -50,6 +52,8 @@ typedef struct {
     int threads;                   /* OpenMP threads for prompt building (0: default) */
     int metrics_public;            /* /metrics answers without the API key */
     int no_special_in_content;     /* special-token text in message content stays text */
+    int responses_store_entries;   /* Responses API: stored responses kept (default 1000; -1: none) */
+    size_t responses_store_bytes;  /* ... and their bytes (default 64 MiB) */
 } g4_server_options;
 
 typedef struct g4_server g4_server;

@@ -11,6 +11,7 @@
 #include "server/gen_job.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/responses_store.h"
 #include "server/server.h"
 
 typedef struct conn_entry conn_entry;
@@ -31,6 +32,7 @@ struct g4_server {
     size_t max_json_values; /* per request body: bounds its cJSON tree */
     size_t max_token_bytes; /* the tokenizer's longest token */
     pthread_mutex_t media_lock; /* one prompt with media at a time: the towers are heavy */
+    g4_response_store *responses; /* the Responses API's stored responses */
     /* generations in progress, cancelled at shutdown */
     pthread_mutex_t jobs_lock;
     g4_job **jobs;
@@ -84,6 +86,20 @@ void g4_serve_metrics(const g4_http_request *q, g4_http_reply *r);
 void g4_serve_tokenize(const g4_http_request *q, g4_http_reply *r);
 void g4_serve_detokenize(const g4_http_request *q, g4_http_reply *r);
 void g4_serve_generate(const g4_http_request *q, g4_oai_kind kind, g4_http_reply *r);
+/* The Responses API (responses_api.c): POST /v1/responses, and GET or
+ * (remove) DELETE /v1/responses/ID. */
+void g4_serve_responses(const g4_http_request *q, g4_http_reply *r);
+void g4_serve_response_stored(const g4_http_request *q, const char *id, int remove, g4_http_reply *r);
+/* The Anthropic Messages API (anthropic_api.c): POST /v1/messages and
+ * /v1/messages/count_tokens; its error shape for replies made elsewhere
+ * (authentication, limits) on those paths. */
+void g4_serve_messages(const g4_http_request *q, g4_http_reply *r);
+void g4_serve_count_tokens(const g4_http_request *q, g4_http_reply *r);
+void g4_anthropic_reply_error(g4_http_reply *r, const g4_oai_error *e);
+void g4_anthropic_reshape_error(g4_http_reply *r);
+/* The prompt a chat request renders to, counted (/v1/messages/count_tokens):
+ * takes req. Returns 0 with *n_tokens, or -1 with err. */
+int g4_count_chat_prompt(const g4_http_request *q, g4_oai_request *req, int *n_tokens, g4_oai_error *err);
 
 /* Generations in progress (cancelled by g4_server_stop). */
 void g4_server_track(g4_server *s, g4_job *j);

@@ -45,6 +45,14 @@ drafted = run("generate", "-m", MODEL, "--ids", prompt_ids, "-n", "64", "--ignor
 check(plain.returncode == 0 and drafted.returncode == 0, "bundled generate runs (%s)" % drafted.stderr.strip()[-300:])
 check(plain.stdout == drafted.stdout, "bundled generate: drafted ids = plain ids")
 
+# --draft auto finds models/tiny-assistant beside models/tiny; a model with none is refused, naming what was looked for
+auto = run("generate", "-m", MODEL, "--ids", prompt_ids, "-n", "64", "--ignore-eos", "--draft", "auto")
+check(auto.returncode == 0 and auto.stdout == drafted.stdout and "tiny-assistant" in auto.stderr,
+      "--draft auto uses the drafter beside the model (%s)" % auto.stderr.strip()[-300:])
+none = run("generate", "-m", os.path.join(FIX, "moe"), "--ids", "2,5,7", "-n", "4", "--draft", "auto")
+check(none.returncode != 0 and "no drafter beside" in none.stderr and "moe-assistant" in none.stderr,
+      "--draft auto without a drafter beside the model fails clearly: %r" % none.stderr.strip()[-300:])
+
 for prompt in ("And God said", "Who is the king of glory?"):
     plain = run("run", "-m", MODEL, "-p", prompt, "-n", "48", "--temp", "0")
     drafted = run("run", "-m", MODEL, "-p", prompt, "-n", "48", "--temp", "0", "--draft", DRAFTER, "--draft-max", "3")

@@ -28,7 +28,9 @@
 #include "text/tokenizer.h"
 #include "test_util.h"
 
-static const double TOL = 1e-4;
+/* The spec's bound on the CPU; on CUDA the decode tolerance of
+ * test_cuda_fixtures (its float32 sums run in another order). */
+static double TOL = 1e-4;
 
 static const cJSON *jget(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
 
@@ -52,10 +54,19 @@ static const float *tensor(const fixture_ref *r, const char *name, size_t want) 
     return t && n == want ? t : NULL;
 }
 
+/* A copy of host bytes in backend memory (the CUDA backend's ops read only
+ * device memory). */
+static void *on_backend(g4_backend *be, const void *host, size_t bytes) {
+    void *p = be->ops->alloc(be, bytes ? bytes : 4);
+    if (p && bytes) be->ops->to_device(be, p, host, bytes);
+    return p;
+}
+
 /* Writes K/V given as [Hkv][L][D] at positions 0..L-1 of a target layer. */
 static void store_kv(g4_backend *be, g4_kv_pool *pool, g4_kv_seq *seq, int layer, const float *k, const float *v,
                      int Hkv, int L, int D, int sliding) {
-    float *kt = malloc((size_t)L * Hkv * D * sizeof *kt), *vt = malloc((size_t)L * Hkv * D * sizeof *vt);
+    const size_t n = (size_t)L * Hkv * D;
+    float *kt = malloc(n * sizeof *kt), *vt = malloc(n * sizeof *vt);
     int32_t *pos = malloc((size_t)L * sizeof *pos), *sq = calloc((size_t)L, sizeof *sq);
     for (int t = 0; t < L; t++) {
         pos[t] = t;
@@ -64,10 +75,15 @@ static void store_kv(g4_backend *be, g4_kv_pool *pool, g4_kv_seq *seq, int layer
             memcpy(vt + ((size_t)t * Hkv + h) * D, v + ((size_t)h * L + t) * D, (size_t)D * sizeof *vt);
         }
     }
-    g4_attn_batch ab = {.n_tokens = L, .pos = pos, .seq = sq, .full_tables = seq->full_blocks,
-                        .full_table_stride = seq->cap_full, .sliding_tables = seq->ring,
+    void *bufs[] = {on_backend(be, kt, n * sizeof *kt), on_backend(be, vt, n * sizeof *vt),
+                    on_backend(be, pos, (size_t)L * sizeof *pos), on_backend(be, sq, (size_t)L * sizeof *sq),
+                    on_backend(be, seq->full_blocks, (size_t)seq->cap_full * sizeof(int32_t)),
+                    on_backend(be, seq->ring, (size_t)pool->ring_blocks * sizeof(int32_t))};
+    g4_attn_batch ab = {.n_tokens = L, .pos = bufs[2], .seq = bufs[3], .full_tables = bufs[4],
+                        .full_table_stride = seq->cap_full, .sliding_tables = bufs[5],
                         .ring_blocks = pool->ring_blocks, .block_size = pool->block_size};
-    be->ops->kv_store(be, pool->layer_kv[layer], kt, vt, &ab, sliding);
+    be->ops->kv_store(be, pool->layer_kv[layer], bufs[0], bufs[1], &ab, sliding);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->release(be, bufs[i]);
     free(kt);
     free(vt);
     free(pos);
@@ -305,31 +321,12 @@ static int plain_greedy(g4_session *s, const int32_t *prompt, int P, int n, int3
 /* Assisted greedy decoding: n tokens after the prompt into out. */
 static int assisted_greedy(g4_session *s, const g4_assistant *a, int draft_max, const int32_t *prompt, int P, int n,
                            int32_t *out, g4_speculative_stats *stats) {
-    const int V = s->model->config.text.vocab_size;
     g4_session_reset(s);
-    g4_speculative *sp = NULL;
-    g4_sampler *sampler = NULL;
-    g4_sampler_params params;
-    g4_sampler_params_default(&params);
-    g4_status st = g4_speculative_create(s, a, draft_max, &sp);
-    if (st == G4_OK) st = g4_sampler_create(V, &params, &sampler);
-    if (st == G4_OK) st = g4_sampler_add_prompt(sampler, prompt, (size_t)P);
-    int32_t tok = -1;
-    if (st == G4_OK) st = g4_speculative_prefill(sp, prompt, P, NULL, sampler, &tok);
     int got = 0;
-    if (st == G4_OK) out[got++] = tok;
-    while (st == G4_OK && got < n) {
-        st = g4_sampler_accept(sampler, tok);
-        int32_t step[G4_DRAFT_MAX + 1];
-        int k = 0;
-        if (st == G4_OK) st = g4_speculative_step(sp, tok, sampler, n - got, step, &k);
-        for (int i = 0; st == G4_OK && i < k && got < n; i++) out[got++] = step[i];
-        if (k) tok = step[k - 1];
-    }
+    g4_speculative_stats run_stats;
+    g4_status st = g4_speculative_greedy(s, a, draft_max, -1, prompt, P, n, NULL, 0, out, &got, &run_stats, NULL);
     CHECK(st == G4_OK, "assisted decoding: %s", g4_error_message());
-    if (sp && stats) *stats = *g4_speculative_get_stats(sp);
-    g4_sampler_free(sampler);
-    g4_speculative_free(sp);
+    if (stats) *stats = run_stats;
     return st == G4_OK && got == n;
 }
 
@@ -545,6 +542,72 @@ static void bundled_pair(g4_backend *be) {
     g4_model_release(m);
 }
 
+/* Every synthetic drafter's config parses and fits its synthetic target by
+ * the rules real drafters are held to (g4_assistant_attach), with the
+ * centroid head exactly where the target has per-layer inputs. */
+static void synthetic_drafters_fit(void) {
+    static const char *const presets[] = {"e2b", "e4b", "26b-a4b", "31b"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const char *json;
+        size_t len;
+        g4_model target = {.path = (char *)presets[i]}, drafter = {.path = "synthetic drafter"};
+        g4_status st = g4_model_preset_config(presets[i], "bf16", &json, &len);
+        if (st == G4_OK) st = g4_config_parse(json, len, presets[i], &target.config);
+        char *djson = st == G4_OK ? g4_assistant_synth_config(json, len) : NULL;
+        CHECK(djson, "%s: no synthetic drafter config", presets[i]);
+        if (djson) st = g4_config_parse(djson, strlen(djson), "synthetic drafter", &drafter.config);
+        CHECK(st == G4_OK, "%s: %s", presets[i], g4_error_message());
+        free(djson);
+        if (st != G4_OK) continue;
+        const g4_assistant_config *ac = &drafter.config.assistant;
+        g4_assistant a = {.model = &drafter, .backbone_hidden = ac->backbone_hidden_size,
+                          .ordered = ac->ordered_embeddings, .target_layer = {-1, -1}};
+        st = g4_assistant_attach(&a, &target);
+        CHECK(st == G4_OK, "%s: %s", presets[i], g4_error_message());
+        CHECK(a.ordered == (target.config.text.ple_dim > 0), "%s: centroid head %d", presets[i], a.ordered);
+        CHECK(drafter.config.text.n_layers == 4 && drafter.config.text.layers[3].kind == G4_LAYER_FULL,
+              "%s: drafter layers", presets[i]);
+        printf("synthetic %s drafter: reads target layers %d/%d, %s head\n", presets[i],
+               a.target_layer[G4_LAYER_SLIDING], a.target_layer[G4_LAYER_FULL], a.ordered ? "centroid" : "dense");
+        g4_config_free(&drafter.config);
+        g4_config_free(&target.config);
+    }
+}
+
+/* Forced acceptance (benchmarks): every round keeps exactly min(n, k) drafts,
+ * whatever the drafts are. */
+static void forced_acceptance(g4_backend *be) {
+    fixture_ref tref;
+    g4_model *target = NULL;
+    if (!fixture_model_open("dense", be, &tref, &target)) return;
+    g4_assistant *a = NULL;
+    g4_status st = g4_assistant_load_dir(test_fixture("dense-assistant"), be, &a);
+    if (st == G4_OK) st = g4_assistant_attach(a, target);
+    g4_session *s = NULL;
+    if (st == G4_OK) st = g4_session_create(target, NULL, &s);
+    CHECK(st == G4_OK, "forced acceptance setup: %s", g4_error_message());
+    const int32_t prompt[] = {2, 17, 99, 301, 5, 42};
+    for (int n = 0; st == G4_OK && n <= 3; n++) {
+        enum { N = 40, K = 3 };
+        int32_t out[N];
+        int got = 0;
+        g4_speculative_stats stats;
+        g4_session_reset(s);
+        st = g4_speculative_greedy(s, a, K, n, prompt, 6, N, NULL, 0, out, &got, &stats, NULL);
+        CHECK(st == G4_OK && got == N, "forced %d: %s", n, g4_error_message());
+        for (int i = 0; i < K; i++) {
+            const long want = i < n ? stats.drafted_at[i] : 0;
+            CHECK(stats.accepted_at[i] == want, "forced %d: position %d kept %ld of %ld drafts", n, i,
+                  stats.accepted_at[i], stats.drafted_at[i]);
+        }
+        CHECK(stats.rounds == (N - 1 + n) / (n + 1), "forced %d: %ld rounds for %d tokens", n, stats.rounds, N);
+    }
+    g4_session_destroy(s);
+    g4_assistant_release(a);
+    g4_model_release(target);
+    fixture_ref_close(&tref);
+}
+
 int main(void) {
     g4_backend *be = NULL;
     g4_status st = g4_backend_cpu_create(0, &be);
@@ -554,6 +617,22 @@ int main(void) {
     fixture_pair(be, "e2b", "e2b-assistant");
     fixture_pair(be, "unified", "unified-assistant");
     bundled_pair(be);
+    forced_acceptance(be);
+    synthetic_drafters_fit();
     g4_backend_destroy(be);
+    /* the same on a GPU where there is one (the CUDA build without a GPU, and
+     * the CPU-only build, stop here) */
+    be = NULL;
+    if (g4_backend_cuda_create(0, &be) == G4_OK) {
+        printf("-- CUDA --\n");
+        TOL = 5e-4;
+        fixture_pair(be, "dense", "dense-assistant");
+        fixture_pair(be, "e2b", "e2b-assistant");
+        fixture_pair(be, "unified", "unified-assistant");
+        bundled_pair(be);
+        g4_backend_destroy(be);
+    } else {
+        printf("no CUDA device: the CUDA half not run\n");
+    }
     return test_finish();
 }
