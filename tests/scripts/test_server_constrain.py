@@ -8,6 +8,8 @@ and the random-weight e2b fixture:
     arguments validate against the tool's parameters; a strict tool in auto
     mode too, once the model calls it;
   - the official openai client's chat.completions.parse with a Pydantic model;
+  - the Responses API's text.format and forced tool calls there and in the
+    Messages API (the same constraint field);
   - json_object, the llama-server and vLLM aliases (json_schema, grammar,
     guided_json, guided_regex, guided_choice), streaming;
   - 400s naming the unsupported keyword and its JSON pointer, and conflicts.
@@ -123,6 +125,34 @@ def check_aliases(srv, label):
     check(validate(schema, text) is None, "%s: streamed deltas form a valid instance" % label, repr(text))
 
 
+def check_agent_apis(srv, label):
+    """The Responses and Messages APIs fill the same constraint: text.format and forced tool calls."""
+    schema = next(x["schema"] for x in SCHEMAS if x["name"] == "enum_status")
+    st, r = srv.post("/v1/responses", {"input": "Status?", "temperature": 1, "max_output_tokens": 60,
+                                       "text": {"format": {"type": "json_schema", "name": "s", "schema": schema,
+                                                           "strict": True}}})
+    text = "".join(c.get("text", "") for o in (r.get("output") or []) if o.get("type") == "message"
+                   for c in o.get("content", [])) if st == 200 else None
+    check(st == 200 and validate(schema, text) is None, "%s: Responses text.format json_schema validates" % label,
+          "%s %r" % (st, text if text is not None else r))
+    params = PARAMS["get_weather"]
+    st, r = srv.post("/v1/responses", {"input": "Weather?", "temperature": 1, "max_output_tokens": 120,
+                                       "tools": [{"type": "function", "name": "get_weather", "parameters": params}],
+                                       "tool_choice": "required"})
+    calls = [o for o in (r.get("output") or []) if o.get("type") == "function_call"] if st == 200 else []
+    check(calls and all(o["name"] == "get_weather" and jsonschema.Draft202012Validator(params).is_valid(
+        json.loads(o["arguments"])) for o in calls), "%s: Responses tool_choice required gives valid calls" % label,
+          json.dumps(r)[:600])
+    st, r = srv.post("/v1/messages", {"max_tokens": 120, "temperature": 1,
+                                      "messages": [{"role": "user", "content": "Weather?"}],
+                                      "tools": [{"name": "get_weather", "input_schema": params}],
+                                      "tool_choice": {"type": "tool", "name": "get_weather"}})
+    uses = [b for b in (r.get("content") or []) if b.get("type") == "tool_use"] if st == 200 else []
+    check(len(uses) == 1 and uses[0]["name"] == "get_weather" and
+          jsonschema.Draft202012Validator(params).is_valid(uses[0]["input"]),
+          "%s: Messages tool_choice {type: tool} gives one valid tool_use" % label, json.dumps(r)[:600])
+
+
 def check_errors(srv, label):
     msgs = [{"role": "user", "content": "x"}]
     for schema, needle in [({"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}},
@@ -178,6 +208,7 @@ def main():
             timed(label + ' schemas', check_schemas, srv, label)
             timed(label + ' tools', check_tools, srv, label)
             timed(label + ' aliases', check_aliases, srv, label)
+            timed(label + ' agent_apis', check_agent_apis, srv, label)
             timed(label + ' errors', check_errors, srv, label)
             timed(label + ' openai_parse', check_openai_parse, srv, label)
         finally:
