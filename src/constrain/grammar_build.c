@@ -414,7 +414,7 @@ g4_status g4_grammar_finish(g4_gbuilder *b, int root, g4_grammar **out) {
     }
     g->root = root;
     g->n_classes = b->n_classes;
-    memcpy(g->classes, b->classes, (size_t)b->n_classes * sizeof *g->classes);
+    if (b->n_classes) memcpy(g->classes, b->classes, (size_t)b->n_classes * sizeof *g->classes);
     int ne = 0, na = 0;
     for (int r = 0; r < b->n_rules; r++) {
         g->rule_alt[r] = na;
