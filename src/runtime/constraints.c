@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CACHE_SIZE 16
+#define CACHE_SIZE 8 /* compiled grammars kept; each may hold up to 64 MiB of masks (touched as used) */
 
 typedef struct {
     g4_constraint_kind kind;

@@ -1,7 +1,7 @@
 /* Constraints against one tokenizer: the vocabulary trie (built on first
  * use: a third of a second for Gemma's 262,144 tokens), the special tokens
  * the grammars need, and a small cache of compiled grammars keyed by their
- * spec, so that requests repeating a schema share its automaton and token
+ * spec (8), so that requests repeating a schema share its automaton and token
  * masks. Thread-safe. */
 #ifndef G4_RUNTIME_CONSTRAINTS_H
 #define G4_RUNTIME_CONSTRAINTS_H
