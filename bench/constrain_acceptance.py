@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--device", default=None)
     ap.add_argument("--batch", type=int, default=64, help="requests in flight")
+    ap.add_argument("--seed0", type=int, default=0, help="first seed (reply k of a schema has seed seed0 + k)")
     a = ap.parse_args()
     by_name = {s["name"]: s["schema"] for s in SCHEMAS}
     failed = 0
@@ -33,7 +34,7 @@ def main():
         srv = Server(model, "--max-seqs", str(a.batch), *extra, name="acceptance_" + label)
         t = time.time()
         try:
-            results = sample_schemas(srv, a.n, a.max_tokens, workers=a.batch)
+            results = sample_schemas(srv, a.n, a.max_tokens, seed0=a.seed0, workers=a.batch)
         finally:
             srv.stop()
         per = collections.defaultdict(lambda: [0, 0, collections.Counter()])
