@@ -108,6 +108,7 @@ typedef struct {
     const char *error;         /* with "error": what went wrong */
     const char *tool_calls;    /* with done: JSON array [{"name": ..., "arguments": {...}}], or NULL */
     int prompt_tokens, completion_tokens;
+    int cached_tokens;  /* prompt tokens whose KV the engine's prefix cache supplied */
 } g4_event;
 
 typedef void (*g4_event_callback)(void *user, const g4_event *ev);

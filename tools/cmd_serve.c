@@ -37,6 +37,10 @@ static void usage(FILE *f) {
             "  --kv-blocks N           KV cache blocks of 16 positions in the shared pool\n"
             "                          (default max-seqs * ctx / 16: every sequence fits its whole context)\n"
             "  --max-queue N           requests waiting for admission before 503 (default 256)\n"
+            "  --no-prefix-cache       prefill every prompt whole (default: a prompt that starts like an earlier\n"
+            "                          prompt + reply reuses its KV; /metrics gemma4_prefix_cache_*)\n"
+            "  --cache-snapshots N     sliding-window snapshots the prefix cache keeps beyond the running\n"
+            "                          sequences (default 2 x max-seqs; each holds the window's KV)\n"
             "  --max-batch-tokens N    tokens per forward pass (default 512)\n"
             "  --max-body BYTES        request body limit (default 33554432)\n"
             "  --body-budget BYTES     request bodies held at once, all connections (default max(8 x max-body,\n"
@@ -108,16 +112,17 @@ static char *default_model_name(const char *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *device = NULL;
-    const char *v[23] = {0};
+    const char *v[24] = {0};
     enum { HOST, PORT, KEY, NAME, SEQS, CTX, BLOCKS, QUEUE, BATCH, BODY, MAXTOK, MAXPROMPT, IMAGES, AUDIO, MEDIA,
-           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET, STORE_MIB, STORE_N };
+           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET, STORE_MIB, STORE_N, SNAPSHOTS };
     static const char *const names[] = {"--host",       "--port",       "--api-key",         "--model-name",
                                         "--max-seqs",   "--ctx",        "--kv-blocks",       "--max-queue",
                                         "--max-batch-tokens", "--max-body", "--max-tokens",  "--max-prompt-tokens",
                                         "--max-images", "--max-audio",  "--allowed-media-dir", "--request-timeout",
                                         "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads",
-                                        "--body-budget", "--responses-store", "--responses-store-entries"};
-    int quiet = 0, metrics_public = 0, no_special = 0;
+                                        "--body-budget", "--responses-store", "--responses-store-entries",
+                                        "--cache-snapshots"};
+    int quiet = 0, metrics_public = 0, no_special = 0, no_prefix_cache = 0;
     g4_precision precision = G4_PRECISION_FAST;
     for (int i = 1; i < argc; i++) {
         int r = 0;
@@ -139,6 +144,8 @@ int cmd_serve(int argc, char **argv) {
             metrics_public = 1;
         } else if (cli_flag(argv, i, "--no-special-in-content")) {
             no_special = 1;
+        } else if (cli_flag(argv, i, "--no-prefix-cache")) {
+            no_prefix_cache = 1;
         } else if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
             usage(stdout);
             return 0;
@@ -155,10 +162,11 @@ int cmd_serve(int argc, char **argv) {
     }
     long port = 8080, seqs = 0, ctx_len = 0, blocks = 0, queue = 0, batch = 0, body = 0, max_tok = 0, max_prompt = 0,
          images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0, budget = 0,
-         store_mib = 64, store_n = 1000;
+         store_mib = 64, store_n = 1000, snapshots = 0;
     long *nums[] = {NULL, &port, NULL, NULL, &seqs, &ctx_len, &blocks, &queue, &batch, &body, &max_tok, &max_prompt,
-                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget, &store_mib, &store_n};
-    for (int k = 0; k < 23; k++)
+                    &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget, &store_mib, &store_n,
+                    &snapshots};
+    for (int k = 0; k < 24; k++)
         if (nums[k] && parse_count(v[k], names[k], nums[k])) return 2;
     if (store_mib > (1L << 20)) {
         fprintf(stderr, "gemma4 serve: --responses-store is in MiB, at most 1048576\n");
@@ -208,7 +216,8 @@ int cmd_serve(int argc, char **argv) {
         if (name) sprintf(name, "synthetic-%s", synthetic);
     }
     g4_engine_options eo = {.max_seqs = (int)seqs, .n_ctx = (int)ctx_len, .kv_blocks = (int)blocks,
-                            .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads};
+                            .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads,
+                            .no_prefix_cache = no_prefix_cache, .cache_snapshots = (int)snapshots};
     g4_engine *engine = NULL;
     st = g4_engine_create(ctx->model, &eo, &engine);
     if (st == G4_OK) st = g4_engine_start(engine);

@@ -88,7 +88,8 @@ static void deliver(api_request *r, const g4_token_event *ev, const char *text, 
                     .error = error,
                     .tool_calls = tools,
                     .prompt_tokens = ev->n_prompt,
-                    .completion_tokens = ev->n_generated};
+                    .completion_tokens = ev->n_generated,
+                    .cached_tokens = ev->n_cached};
     r->cb(r->user, &out);
 }
 

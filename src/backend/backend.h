@@ -234,6 +234,11 @@ typedef struct {
     /* The inverse of kv_store: k[t], v[t] read back from each token's slot
      * (tests and inspection). */
     void (*kv_read)(g4_backend *be, const void *kv, float *k, float *v, const g4_attn_batch *b, int sliding);
+    /* Block dst[i] of the pool takes a copy of block src[i], K and V, for
+     * i < n (host arrays; no dst is also a src). Whole blocks as opaque
+     * storage, whatever the element type: what the prefix cache saves and
+     * restores sliding windows with. */
+    void (*kv_copy_blocks)(g4_backend *be, void *kv, const int32_t *src, const int32_t *dst, int n);
     /* A layer's attention input from its merged projection qkv (rows as
      * g4_qkv_params describes) in one pass, exactly as the sequence
      *   q = rmsnorm_rope(q part, q_norm); k = rmsnorm_rope(k part, k_norm);

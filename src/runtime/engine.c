@@ -6,8 +6,10 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "model/kv_cache.h"
 #include "model/text_decoder.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/session.h"
 
 typedef struct {
@@ -31,6 +33,15 @@ typedef struct {
     g4_token_matcher *matcher; /* NULL: unconstrained */
     const uint32_t *mask;      /* the next token's allowed set (the matcher's buffer) */
     int mask_result;           /* of g4_token_matcher_mask for this step: 1 masked, 0 free, -1 failed */
+    /* prefix cache */
+    int32_t *generated;         /* [max_tokens] sampled ids: the reply's block hashes */
+    g4_block_hash *hashes;      /* chain hashes of the prompt's full blocks (and the reply's at the end) */
+    int n_hashes;
+    g4_block_hash *media_keys;  /* [media.n] */
+    int hashed;                 /* hashes computed (at the first admission attempt) */
+    int n_cached;               /* prompt positions whose KV came from the cache */
+    int registered;             /* leading blocks registered in the cache */
+    int branch;                 /* block depth where the prompt leaves a cached chain (0: none) */
 } sequence;
 
 struct g4_engine {
@@ -38,6 +49,7 @@ struct g4_engine {
     g4_engine_options opt;
     int bidir_mode;
     g4_kv_pool *kv;
+    g4_prefix_cache *cache; /* NULL: no_prefix_cache */
     g4_text_scratch *scratch;
     float *media_stage;   /* backend [max_batch_tokens][hidden] */
     /* host batch arrays, sized for max_batch_tokens rows / max_seqs sequences */
@@ -101,7 +113,11 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
                         : e->opt.vision_mask == G4_VISION_MASK_ALL_LAYERS ? 2 : 1;
     int ring = g4_kv_ring_blocks(tc->sliding_window, e->opt.max_batch_tokens, bs);
     const int N = e->opt.max_batch_tokens, S = e->opt.max_seqs;
-    g4_status st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, ring * S, ring, &e->kv);
+    /* sliding blocks beyond the rings hold the prefix cache's window snapshots */
+    int snap = e->opt.no_prefix_cache ? 0 : g4_prefix_snapshot_blocks(m, bs);
+    if (e->opt.cache_snapshots <= 0) e->opt.cache_snapshots = 2 * S;
+    g4_status st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, ring * S + snap * e->opt.cache_snapshots, ring, &e->kv);
+    if (st == G4_OK && !e->opt.no_prefix_cache) st = g4_prefix_cache_create(m, e->kv, &e->cache);
     if (st == G4_OK) st = g4_text_scratch_create(m, N, S, &e->scratch);
     if (st == G4_OK) {
         e->media_stage = m->backend->ops->alloc(m->backend, (size_t)N * tc->hidden_size * sizeof(float));
@@ -148,14 +164,28 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     pthread_cond_init(&e->mask_done, NULL);
     e->next_id = 1;
     e->stats.kv_blocks_total = e->opt.kv_blocks;
+    e->stats.prefix_cache = e->cache != NULL;
+    if (e->cache && snap)
+        g4_log(G4_LOG_INFO, "prefix cache: on, room for %d sliding-window snapshots of %d positions beyond the rings "
+               "(%.1f MiB)", e->opt.cache_snapshots, snap * bs,
+               (double)g4_prefix_snapshot_bytes(e->cache) * e->opt.cache_snapshots / (1024.0 * 1024.0));
     *out = e;
     return G4_OK;
+}
+
+static void release_kv(g4_engine *e, g4_kv_seq *kv) {
+    if (!kv->ring) return;
+    if (e->cache) g4_prefix_release(e->cache, kv);
+    else g4_kv_seq_release(e->kv, kv);
 }
 
 static void free_sequence(g4_engine *e, sequence *s) {
     if (!s) return;
     g4_backend *be = e->model->backend;
-    if (s->kv.ring) g4_kv_seq_release(e->kv, &s->kv);
+    release_kv(e, &s->kv);
+    free(s->generated);
+    free(s->hashes);
+    free(s->media_keys);
     if (s->media.embeds) be->ops->release(be, s->media.embeds);
     free(s->media.rows);
     g4_sampler_free(s->sampler);
@@ -165,9 +195,36 @@ static void free_sequence(g4_engine *e, sequence *s) {
     free(s);
 }
 
+/* Registers the reply's full blocks and snapshots the window at its end:
+ * where the next turn's prompt, which repeats prompt + reply, resumes. */
+static void remember_reply(g4_engine *e, sequence *s) {
+    const int bs = e->kv->block_size;
+    const int length = s->n_prompt + s->n_generated - 1; /* the last sampled token was never run */
+    const int from = s->n_hashes, to = length / bs;
+    if (!s->hashes) return;
+    if (to <= from) { /* the reply did not complete a block: the window where it ends is the prompt's */
+        g4_prefix_snapshot(e->cache, &s->kv, length, s->hashes, to);
+        return;
+    }
+    int32_t *ids = malloc((size_t)length * sizeof *ids);
+    g4_block_hash *grown = realloc(s->hashes, (size_t)to * sizeof *grown);
+    if (grown) s->hashes = grown;
+    if (ids && grown) {
+        memcpy(ids, s->prompt, (size_t)s->n_prompt * sizeof *ids);
+        memcpy(ids + s->n_prompt, s->generated, (size_t)(length - s->n_prompt) * sizeof *ids);
+        g4_prefix_hash_blocks(e->cache, ids, s->media.rows, s->media_keys, s->media.n, from, to, s->hashes);
+        s->n_hashes = to;
+        g4_prefix_register(e->cache, &s->kv, s->hashes, from, to);
+        g4_prefix_snapshot(e->cache, &s->kv, length, s->hashes, to);
+    }
+    free(ids);
+}
+
 static void finish(g4_engine *e, sequence *s, g4_finish_reason why, const char *message) {
+    if (e->cache && s->kv.ring && (why == G4_FINISH_STOP || why == G4_FINISH_LENGTH)) remember_reply(e, s);
     g4_token_event ev = {.request_id = s->id, .n_prompt = s->n_prompt, .n_generated = s->n_generated,
-                         .prompt_seconds = s->prompt_seconds, .finish = why, .message = message};
+                         .n_cached = s->n_cached, .prompt_seconds = s->prompt_seconds, .finish = why,
+                         .message = message};
     if (s->on_token) s->on_token(s->user, &ev);
     free_sequence(e, s);
 }
@@ -233,6 +290,7 @@ void g4_engine_destroy(g4_engine *e) {
         pthread_mutex_destroy(&e->mask_lock), pthread_cond_destroy(&e->mask_wake), pthread_cond_destroy(&e->mask_done);
     }
     g4_text_scratch_free(e->scratch);
+    g4_prefix_cache_free(e->cache);
     g4_kv_pool_free(e->kv);
     if (e->media_stage) be->ops->release(be, e->media_stage);
     free(e->ids), free(e->pos), free(e->seq), free(e->ranges), free(e->glo), free(e->ghi), free(e->mm_rows);
@@ -277,7 +335,10 @@ g4_status g4_engine_submit(g4_engine *e, const g4_request *req, uint64_t *reques
     if (!s) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     s->prompt = malloc((size_t)req->n_prompt * sizeof *s->prompt);
     s->stop_ids = malloc((size_t)(req->n_stop + 1) * sizeof *s->stop_ids);
-    g4_status st = (s->prompt && s->stop_ids) ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (e->cache) s->generated = malloc((size_t)req->max_tokens * sizeof *s->generated);
+    g4_status st = (s->prompt && s->stop_ids && (!e->cache || s->generated))
+                       ? G4_OK
+                       : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == G4_OK) st = g4_sampler_create(tc->vocab_size, &req->sampling, &s->sampler);
     if (st == G4_OK) st = g4_sampler_add_prompt(s->sampler, req->prompt, (size_t)req->n_prompt);
     if (st != G4_OK) {
@@ -323,8 +384,84 @@ int g4_engine_n_ctx(const g4_engine *e) { return e->opt.n_ctx; }
 void g4_engine_get_stats(g4_engine *e, g4_engine_stats *out) {
     pthread_mutex_lock(&e->lock);
     *out = e->stats;
-    out->kv_blocks_used = e->opt.kv_blocks - e->kv->n_free_full;
+    if (!e->cache) out->kv_blocks_used = e->opt.kv_blocks - e->kv->n_free_full;
     pthread_mutex_unlock(&e->lock);
+}
+
+/* The cache's counters into the stats (lock held; the cache itself is the
+ * engine thread's alone). */
+static void publish_cache_stats(g4_engine *e) {
+    if (!e->cache) return;
+    g4_prefix_stats ps;
+    g4_prefix_get_stats(e->cache, &ps);
+    g4_engine_stats *st = &e->stats;
+    st->kv_blocks_used = g4_prefix_blocks_held(e->cache);
+    st->prefix_hits = ps.hits;
+    st->prefix_misses = ps.misses;
+    st->prefix_tokens_reused = ps.tokens_reused;
+    st->prefix_blocks_evicted = ps.blocks_evicted;
+    st->prefix_snapshots_taken = ps.snapshots_taken;
+    st->prefix_snapshots_evicted = ps.snapshots_evicted;
+    st->prefix_cached_blocks = ps.cached_blocks;
+    st->prefix_idle_blocks = ps.idle_blocks;
+    st->prefix_snapshots = ps.snapshots;
+    st->prefix_cached_bytes = ps.cached_bytes;
+}
+
+/* The chain hashes of s's full prompt blocks, once; the soft tokens' content
+ * keys from their embeddings (what the model actually sees). On failure s
+ * simply matches nothing. */
+static void hash_prompt(g4_engine *e, sequence *s) {
+    s->hashed = 1;
+    const int n_blocks = s->n_prompt / e->kv->block_size, d = e->model->config.text.hidden_size;
+    g4_backend *be = e->model->backend;
+    s->hashes = malloc((size_t)(n_blocks + 1) * sizeof *s->hashes);
+    if (!s->hashes) return;
+    if (s->media.n > 0) {
+        float *host = malloc((size_t)s->media.n * d * sizeof *host);
+        s->media_keys = malloc((size_t)s->media.n * sizeof *s->media_keys);
+        if (!host || !s->media_keys) {
+            free(host);
+            free(s->hashes);
+            s->hashes = NULL;
+            return;
+        }
+        be->ops->to_host(be, host, s->media.embeds, (size_t)s->media.n * d * sizeof *host);
+        g4_prefix_media_keys(s->media.rows, host, s->media.n, d, s->media_keys);
+        free(host);
+    }
+    g4_prefix_hash_blocks(e->cache, s->prompt, s->media.rows, s->media_keys, s->media.n, 0, n_blocks, s->hashes);
+    s->n_hashes = n_blocks;
+}
+
+/* Admits s through the prefix cache: 1 when it fits (reusing what it can). */
+static int admit_cached(g4_engine *e, sequence *s, int need) {
+    const int bs = e->kv->block_size;
+    if (!s->hashed) hash_prompt(e, s);
+    /* at least the prompt's last token is run, for its logits */
+    int reusable = s->hashes ? (s->n_prompt - 1) / bs : 0;
+    g4_prefix_match mt = g4_prefix_lookup(e->cache, s->hashes, reusable);
+    if (!g4_prefix_can_admit(e->cache, &mt, need) || g4_prefix_admit(e->cache, &mt, need, &s->kv) != G4_OK) return 0;
+    s->prefilled = s->n_cached = mt.resume * bs;
+    s->registered = mt.resume;
+    s->branch = mt.matched > mt.resume ? mt.matched : 0;
+    g4_prefix_count(e->cache, s->n_cached);
+    return 1;
+}
+
+/* After a prefill chunk of s ending at s->prefilled (from `before`): its
+ * completed blocks join the cache, and the sliding window is saved where
+ * the prompt leaves a cached chain and where it ends. */
+static void cache_prefilled(g4_engine *e, sequence *s, int before) {
+    const int bs = e->kv->block_size;
+    int done = s->prefilled / bs < s->n_hashes ? s->prefilled / bs : s->n_hashes;
+    if (done > s->registered) {
+        g4_prefix_register(e->cache, &s->kv, s->hashes, s->registered, done);
+        s->registered = done;
+    }
+    if (s->branch && before < s->branch * bs && s->branch * bs <= s->prefilled)
+        g4_prefix_snapshot(e->cache, &s->kv, s->prefilled, s->hashes, s->branch);
+    if (s->prefilled == s->n_prompt) g4_prefix_snapshot(e->cache, &s->kv, s->prefilled, s->hashes, s->n_hashes);
 }
 
 /* Drops cancelled requests and admits waiting ones while sequences and KV
@@ -335,7 +472,7 @@ static int admit(g4_engine *e, sequence **done, int max_done) {
     for (int i = 0; i < e->n_running;) {
         if (e->running[i]->cancelled && n_done < max_done) {
             done[n_done++] = e->running[i];
-            g4_kv_seq_release(e->kv, &e->running[i]->kv); /* room for the waiting ones below */
+            release_kv(e, &e->running[i]->kv); /* room for the waiting ones below */
             e->running[i] = e->running[--e->n_running];
         } else {
             i++;
@@ -351,7 +488,13 @@ static int admit(g4_engine *e, sequence **done, int max_done) {
         int admitted = 0;
         /* strict arrival order: a request that does not fit holds back the
          * ones behind it, so large requests are not starved */
-        if (!blocked && e->n_running < e->opt.max_seqs) {
+        if (!blocked && e->n_running < e->opt.max_seqs && e->cache) {
+            if (admit_cached(e, s, g4_kv_blocks_for(e->kv, s->n_prompt + s->max_tokens))) {
+                s->t_admitted = g4_now_seconds();
+                e->running[e->n_running++] = s;
+                admitted = 1;
+            }
+        } else if (!blocked && e->n_running < e->opt.max_seqs) {
             int need = g4_kv_blocks_for(e->kv, s->n_prompt + s->max_tokens);
             if (need <= e->kv->n_free_full && e->kv->n_free_sliding >= e->kv->ring_blocks &&
                 g4_kv_seq_init(e->kv, &s->kv) == G4_OK) {
@@ -372,6 +515,7 @@ static int admit(g4_engine *e, sequence **done, int max_done) {
     e->n_waiting = w;
     e->stats.waiting = e->n_waiting;
     e->stats.running = e->n_running;
+    publish_cache_stats(e);
     return n_done;
 }
 
@@ -443,7 +587,11 @@ int g4_engine_step(g4_engine *e) {
                     }
                     int u = t;
                     while (u < len && is_vision(tk, e->ids[n + u])) u++;
-                    for (int k = t; k < u; k++) e->glo[n + k] = base + t, e->ghi[n + k] = base + u;
+                    /* a chunk that resumes from the cache inside an image:
+                     * the image starts before it */
+                    int lo = base + t;
+                    while (t == 0 && lo > 0 && is_vision(tk, s->prompt[lo - 1])) lo--;
+                    for (int k = t; k < u; k++) e->glo[n + k] = lo, e->ghi[n + k] = base + u;
                     t = u;
                 }
             }
@@ -552,8 +700,10 @@ int g4_engine_step(g4_engine *e) {
         if (!decoding) {
             int len = 0;
             for (int t = 0; t < n; t++) len += e->seq[t] == b;
+            int before = s->prefilled;
             s->prefilled += len;
             n_prefilled += len;
+            if (e->cache && st == G4_OK) cache_prefilled(e, s, before);
         }
         if (next_logit >= n_logits || e->logit_owner[next_logit] != b) continue;
         const int row = next_logit++;
@@ -610,13 +760,14 @@ int g4_engine_step(g4_engine *e) {
             continue;
         }
         if (s->n_generated == 0) s->prompt_seconds = g4_now_seconds() - s->t_admitted;
+        if (s->generated) s->generated[s->n_generated] = sample.token;
         s->n_generated++;
         n_generated++;
         s->last_token = sample.token;
         int stop = is_stop(s, sample.token);
         int full = s->n_generated >= s->max_tokens || s->n_prompt + s->n_generated >= e->opt.n_ctx;
         g4_token_event ev = {.request_id = s->id, .has_token = 1, .sample = sample, .is_stop_token = stop,
-                             .n_prompt = s->n_prompt, .n_generated = s->n_generated,
+                             .n_prompt = s->n_prompt, .n_generated = s->n_generated, .n_cached = s->n_cached,
                              .prompt_seconds = s->prompt_seconds,
                              .finish = stop ? G4_FINISH_STOP : full ? G4_FINISH_LENGTH : G4_FINISH_NONE};
         if (s->on_token) s->on_token(s->user, &ev);
@@ -647,6 +798,7 @@ int g4_engine_step(g4_engine *e) {
     pthread_mutex_unlock(&e->lock);
     for (int k = 0; k < n_finished; k++) finish(e, finished[k], reasons[k], reasons[k] == G4_FINISH_ERROR ? message : NULL);
     pthread_mutex_lock(&e->lock);
+    publish_cache_stats(e);
     int pending = e->n_running + e->n_waiting;
     pthread_mutex_unlock(&e->lock);
     return st == G4_OK ? pending : -1;

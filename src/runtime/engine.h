@@ -7,7 +7,13 @@
  * budget. Finished or cancelled sequences leave at once and their KV blocks
  * return to the shared pool. Admission reserves every KV block a request can
  * need (prompt + max_tokens), so a running sequence never runs out; when the
- * pool is full, new requests wait in a bounded queue. */
+ * pool is full, new requests wait in a bounded queue.
+ *
+ * Prefix cache (runtime/prefix_cache.h, on unless no_prefix_cache): a prompt
+ * that starts like an earlier prompt or prompt + reply reuses that KV and
+ * prefills only the rest, resuming at a block boundary where a snapshot of
+ * the sliding window exists (g4_token_event.n_cached says how much). On the
+ * CPU's exact path the results are bit-identical to a cold prefill. */
 #ifndef G4_RUNTIME_ENGINE_H
 #define G4_RUNTIME_ENGINE_H
 
@@ -75,12 +81,22 @@ typedef struct {
     int max_queue;        /* waiting requests before submit refuses (0: 256) */
     int vision_mask;      /* g4_vision_mask of session.h */
     int threads;          /* OpenMP threads of the engine thread (0: the runtime's default) */
+    int no_prefix_cache;  /* 1: every prompt is prefilled whole (no reuse of cached KV) */
+    int cache_snapshots;  /* sliding-window snapshots kept beyond the running sequences' rings
+                             (0: 2 x max_seqs; ignored without the prefix cache) */
 } g4_engine_options;
 
 typedef struct {
     int running, waiting;
-    int kv_blocks_total, kv_blocks_used;
+    int kv_blocks_total, kv_blocks_used; /* used: held by sequences (idle cached blocks are free room) */
     uint64_t steps, tokens_prefilled, tokens_generated;
+    /* the prefix cache (all 0 without it) */
+    int prefix_cache;                    /* 1 when on */
+    uint64_t prefix_hits, prefix_misses; /* admitted requests that reused cached KV / did not */
+    uint64_t prefix_tokens_reused;       /* prompt tokens whose KV the cache supplied */
+    uint64_t prefix_blocks_evicted, prefix_snapshots_taken, prefix_snapshots_evicted;
+    int prefix_cached_blocks, prefix_idle_blocks, prefix_snapshots;
+    uint64_t prefix_cached_bytes;
 } g4_engine_stats;
 
 typedef struct g4_engine g4_engine;

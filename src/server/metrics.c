@@ -153,6 +153,25 @@ char *g4_metrics_render(g4_metrics *m, const g4_engine_stats *e, size_t *len) {
         ok &= gauge(&b, "gemma4_kv_cache_usage_ratio", "Fraction of the KV cache pool in use.", ratio);
         ok &= counter(&b, "gemma4_engine_steps_total", "Batched forward passes.", e->steps);
         ok &= counter(&b, "gemma4_engine_prefill_tokens_total", "Prompt tokens run through the model.", e->tokens_prefilled);
+        ok &= gauge(&b, "gemma4_prefix_cache_enabled", "1 when prompts reuse cached KV (serve --no-prefix-cache: 0).",
+                    e->prefix_cache);
+        ok &= counter(&b, "gemma4_prefix_cache_hits_total", "Admitted requests that reused cached KV.", e->prefix_hits);
+        ok &= counter(&b, "gemma4_prefix_cache_misses_total", "Admitted requests that reused nothing.", e->prefix_misses);
+        ok &= counter(&b, "gemma4_prefix_cache_reused_tokens_total", "Prompt tokens whose KV came from the cache.",
+                      e->prefix_tokens_reused);
+        ok &= counter(&b, "gemma4_prefix_cache_evicted_blocks_total", "Cached KV blocks taken back for new requests.",
+                      e->prefix_blocks_evicted);
+        ok &= counter(&b, "gemma4_prefix_cache_snapshots_taken_total", "Sliding-window snapshots saved.",
+                      e->prefix_snapshots_taken);
+        ok &= counter(&b, "gemma4_prefix_cache_snapshots_evicted_total", "Sliding-window snapshots dropped for room.",
+                      e->prefix_snapshots_evicted);
+        ok &= gauge(&b, "gemma4_prefix_cache_blocks", "Full-attention KV blocks in the cache (held or idle).",
+                    e->prefix_cached_blocks);
+        ok &= gauge(&b, "gemma4_prefix_cache_idle_blocks", "Cached blocks no request holds (evictable).",
+                    e->prefix_idle_blocks);
+        ok &= gauge(&b, "gemma4_prefix_cache_snapshots", "Sliding-window snapshots kept.", e->prefix_snapshots);
+        ok &= gauge(&b, "gemma4_prefix_cache_bytes", "KV bytes of the cached blocks and snapshots.",
+                    (double)e->prefix_cached_bytes);
     }
     if (!ok) {
         g4_strbuf_free(&b);

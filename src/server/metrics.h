@@ -8,6 +8,8 @@
  *   gemma4_requests_running, gemma4_requests_waiting  gauges (engine)
  *   gemma4_kv_cache_blocks_used / _total, gemma4_kv_cache_usage_ratio
  *   gemma4_engine_steps_total, gemma4_engine_prefill_tokens_total
+ *   gemma4_prefix_cache_{hits,misses,reused_tokens,evicted_blocks,snapshots_taken,snapshots_evicted}_total,
+ *   gemma4_prefix_cache_{enabled,blocks,idle_blocks,snapshots,bytes}   (the engine's prefix cache)
  * Thread-safe. */
 #ifndef G4_SERVER_METRICS_H
 #define G4_SERVER_METRICS_H

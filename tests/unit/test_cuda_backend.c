@@ -1137,6 +1137,53 @@ static void check_attention(const attn_case *ac) {
         free(perm);
 }
 
+/* kv_copy_blocks (the prefix cache's window snapshots): whole blocks, K and
+ * V, bit for bit as on the CPU and as the copies they are; runs of
+ * consecutive blocks and single ones, every other block untouched. */
+static void test_kv_copy_blocks(void) {
+    enum { NB = 12, BS = 4, HKV = 2, D = 64, N = NB * BS };
+    const size_t row = (size_t)HKV * D;
+    int32_t table[NB], pos[N], seq[N], ranges[4 * N];
+    for (int b = 0; b < NB; b++) table[b] = b;
+    for (int t = 0; t < N; t++) pos[t] = t, seq[t] = 0, ranges[4 * t] = ranges[4 * t + 1] = ranges[4 * t + 2] = ranges[4 * t + 3] = 0;
+    g4_attn_batch hb = {.n_tokens = N, .pos = pos, .seq = seq, .kv_range = ranges, .full_tables = table,
+                        .full_table_stride = NB, .sliding_tables = table, .ring_blocks = NB, .block_size = BS};
+    g4_attn_batch db;
+    void *bufs[5];
+    upload_batch(&hb, &db, 1, bufs);
+    void *kc = cpu->ops->kv_alloc(cpu, NB, BS, HKV, D), *kg = gpu->ops->kv_alloc(gpu, NB, BS, HKV, D);
+    float *k = rand_floats((size_t)N * row, 0.01f, 2.0f), *v = rand_floats((size_t)N * row, 0.01f, 2.0f);
+    float *dk = up(k, (size_t)N * row * 4), *dv = up(v, (size_t)N * row * 4);
+    cpu->ops->kv_store(cpu, kc, k, v, &hb, 0);
+    gpu->ops->kv_store(gpu, kg, dk, dv, &db, 0);
+    const int32_t src[] = {0, 1, 2, 7, 5}, dst[] = {8, 9, 10, 3, 11};
+    const int n = (int)(sizeof src / sizeof *src);
+    cpu->ops->kv_copy_blocks(cpu, kc, src, dst, n);
+    gpu->ops->kv_copy_blocks(gpu, kg, src, dst, n);
+    float *ck = malloc((size_t)N * row * 4), *cv = malloc((size_t)N * row * 4);
+    cpu->ops->kv_read(cpu, kc, ck, cv, &hb, 0);
+    gpu->ops->kv_read(gpu, kg, dk, dv, &db, 0);
+    float *gk = down(dk, (size_t)N * row), *gv = down(dv, (size_t)N * row);
+    int same = !memcmp(ck, gk, (size_t)N * row * 4) && !memcmp(cv, gv, (size_t)N * row * 4);
+    /* what each block should hold: its source's values, or its own */
+    int right = 1;
+    for (int b = 0; b < NB; b++) {
+        int from = b;
+        for (int i = 0; i < n; i++)
+            if (dst[i] == b) from = src[i];
+        const size_t off = (size_t)b * BS * row, src_off = (size_t)from * BS * row, len = (size_t)BS * row * 4;
+        right &= !memcmp(gk + off, k + src_off, len) && !memcmp(gv + off, v + src_off, len);
+    }
+    printf("  kv_copy_blocks %d blocks (3 consecutive, 2 single): %s\n", n, same && right ? "exact" : "WRONG");
+    CHECK(same, "kv_copy_blocks: CUDA pool differs from the CPU's");
+    CHECK(right, "kv_copy_blocks: a block does not hold its source's K and V");
+    free(k), free(v), free(ck), free(cv), free(gk), free(gv);
+    release(dk), release(dv);
+    for (int i = 0; i < 5; i++) release(bufs[i]);
+    cpu->ops->kv_free(cpu, kc);
+    gpu->ops->kv_free(gpu, kg);
+}
+
 static void test_attention(void) {
     const attn_case cases[] = {
         /* decode: one token of each of 6 sequences of different lengths */
@@ -2515,6 +2562,7 @@ int main(void) {
     test_moe_route();
     test_top_logits();
     test_attention();
+    test_kv_copy_blocks();
     test_qkv_prepare();
     test_prepare_stacked();
     test_matmul_gated();

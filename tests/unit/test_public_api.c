@@ -29,7 +29,7 @@ typedef struct {
     size_t len;
     int done, events;
     char finish[32];
-    int prompt_tokens, completion_tokens;
+    int prompt_tokens, completion_tokens, cached_tokens;
 } collector;
 
 static void collector_init(collector *c) {
@@ -53,6 +53,7 @@ static void on_event(void *user, const g4_event *ev) {
         snprintf(c->finish, sizeof c->finish, "%s", ev->finish_reason);
         c->prompt_tokens = ev->prompt_tokens;
         c->completion_tokens = ev->completion_tokens;
+        c->cached_tokens = ev->cached_tokens;
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->lock);
@@ -246,6 +247,27 @@ int main(void) {
     /* refusals */
     collector unused;
     collector_init(&unused);
+    /* the same long prompt twice: the second reuses the first's KV (the
+     * engine's prefix cache), down to the last full block before its end */
+    {
+        const char *lng = "[{\"role\": \"user\", \"content\": \"In the beginning God created the heaven and the "
+                          "earth. And the earth was without form, and void; and darkness was upon the face of the "
+                          "deep. And the Spirit of God moved upon the face of the waters.\"}]";
+        collector a, b;
+        collector_init(&a);
+        collector_init(&b);
+        CHECK(g4_submit_chat(h, lng, NULL, &p, on_event, &a, NULL) == G4_OK, "long prompt: %s", g4_error_message());
+        wait_done(&a);
+        CHECK(g4_submit_chat(h, lng, NULL, &p, on_event, &b, NULL) == G4_OK, "long prompt again: %s",
+              g4_error_message());
+        wait_done(&b);
+        CHECK(a.cached_tokens == 0 && a.prompt_tokens > 32, "first long prompt: %d of %d cached", a.cached_tokens,
+              a.prompt_tokens);
+        CHECK(b.cached_tokens == (b.prompt_tokens - 1) / 16 * 16, "again: cached_tokens %d of %d", b.cached_tokens,
+              b.prompt_tokens);
+        CHECK(b.n_tokens == a.n_tokens && !memcmp(a.tokens, b.tokens, (size_t)a.n_tokens * sizeof *a.tokens),
+              "the reused prefix gives the same reply");
+    }
     CHECK(g4_submit_chat(h, "{not json", NULL, &p, on_event, &unused, NULL) == G4_ERR_INVALID_ARGUMENT,
           "bad JSON is refused");
     CHECK(strstr(g4_error_message(), "messages") != NULL, "message: %s", g4_error_message());

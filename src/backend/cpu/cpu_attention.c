@@ -71,6 +71,20 @@ void cpu_kv_read(g4_backend *be, const void *kv, float *k, float *v, const g4_at
     }
 }
 
+void cpu_kv_copy_blocks(g4_backend *be, void *kv, const int32_t *src, const int32_t *dst, int n) {
+    (void)be;
+    cpu_kv *c = kv;
+    const size_t block = (size_t)c->block_size * c->n_kv_heads * c->head_dim * sizeof *c->k;
+    for (int i = 0; i < n;) {
+        /* runs of consecutive blocks on both sides in one copy */
+        int run = 1;
+        while (i + run < n && src[i + run] == src[i] + run && dst[i + run] == dst[i] + run) run++;
+        memcpy((char *)c->k + dst[i] * block, (const char *)c->k + src[i] * block, run * block);
+        memcpy((char *)c->v + dst[i] * block, (const char *)c->v + src[i] * block, run * block);
+        i += run;
+    }
+}
+
 void cpu_kv_slot_rows(void *kv, const g4_attn_batch *b, int t, int sliding, float **k, float **v) {
     cpu_kv *c = kv;
     size_t row = (size_t)c->n_kv_heads * c->head_dim;

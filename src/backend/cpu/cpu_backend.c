@@ -250,6 +250,7 @@ static const g4_backend_ops cpu_ops = {
     .kv_free = cpu_kv_free,
     .kv_store = cpu_kv_store,
     .kv_read = cpu_kv_read,
+    .kv_copy_blocks = cpu_kv_copy_blocks,
     .qkv_prepare = cpu_qkv_prepare,
     .attention = cpu_attention,
     .moe_route = cpu_moe_route,

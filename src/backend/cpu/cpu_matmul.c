@@ -219,7 +219,9 @@ static void matmul_decode(const cpu_kernel_table *k, float *out, const float *x,
     }
 }
 
-/* Tokens in block b: nr, or nr/2 for a last block that needs no more. */
+/* Tokens in block b: nr, or nr/2 for a last block that needs no more.
+ * (Each token is a lane of the micro-kernels: the same sums in the same
+ * order in either width, so its result does not depend on the block.) */
 static int block_width(int64_t b, int64_t n_tokens, int nr) {
     const int64_t left = n_tokens - b * nr;
     return left <= nr / 2 ? nr / 2 : nr;
@@ -343,7 +345,8 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
     free(scratch);
 }
 
-static void matmul_entry(float *out, const float *x, int64_t n_tokens, const g4_matrix *w, int precise) {
+static void matmul_entry(float *out, const float *x, int64_t n_tokens, const g4_matrix *w, int precise,
+                         int invariant) {
     if (n_tokens <= 0 || w->rows <= 0) return;
     if (w->cols <= 0) {
         memset(out, 0, (size_t)(n_tokens * w->rows) * sizeof *out);
@@ -354,16 +357,20 @@ static void matmul_entry(float *out, const float *x, int64_t n_tokens, const g4_
         return;
     }
     const cpu_kernel_table *k = cpu_kernels_for(cpu_isa_active());
-    if (!precise && n_tokens < k->prefill_min_tokens) matmul_decode(k, out, x, n_tokens, w);
+    if (!precise && !invariant && n_tokens < k->prefill_min_tokens) matmul_decode(k, out, x, n_tokens, w);
     else matmul_prefill(k, out, x, n_tokens, w, precise);
 }
 
 void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
-    matmul_entry(out, x, n_tokens, w, 0);
+    matmul_entry(out, x, n_tokens, w, 0, 0);
+}
+
+void cpu_matmul_invariant(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
+    matmul_entry(out, x, n_tokens, w, 0, 1);
 }
 
 void cpu_matmul_precise(float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
-    matmul_entry(out, x, n_tokens, w, 1);
+    matmul_entry(out, x, n_tokens, w, 1, 0);
 }
 
 void cpu_matrix_row(const g4_matrix *w, int64_t r, float scale, float *out) {

@@ -15,6 +15,14 @@
  * from several threads at once. */
 void cpu_matmul(float *out, const float *x, int64_t n_tokens, const g4_matrix *w);
 
+/* cpu_matmul computed the same way for every token, whatever the batch
+ * around it (the prefill kernel, also for one token, never the decode one):
+ * a row's result is bit-identical alone, in a decode batch or in any prefill
+ * chunk. The exact path (G4_PRECISION_EXACT) uses it, so that the engine's
+ * batching and its prefix cache change no bit; decode costs more compute
+ * than cpu_matmul's streaming kernel. */
+void cpu_matmul_invariant(float *out, const float *x, int64_t n_tokens, const g4_matrix *w);
+
 /* The same product with float64 accumulation across runs of 32 columns
  * (float32 within a run): rounding error ~5x below cpu_matmul's for rows of
  * 768-4304 at ~1.3x its cost. For the vision tower, whose float32 error the

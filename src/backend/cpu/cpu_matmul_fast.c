@@ -407,6 +407,6 @@ void cpu_matmul_fast(float *out, const float *x, int64_t n_tokens, const g4_matr
 }
 
 void cpu_matmul_with(g4_precision precision, float *out, const float *x, int64_t n_tokens, const g4_matrix *w) {
-    if (precision == G4_PRECISION_EXACT) cpu_matmul(out, x, n_tokens, w);
+    if (precision == G4_PRECISION_EXACT) cpu_matmul_invariant(out, x, n_tokens, w);
     else cpu_matmul_fast(out, x, n_tokens, w);
 }

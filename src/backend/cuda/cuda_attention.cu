@@ -97,6 +97,24 @@ void cuda_kv_read(g4_backend *be, const void *p, float *k, float *v, const g4_at
     cuda_launched(c, "kv_read");
 }
 
+/* Runs of blocks consecutive on both sides are one device-to-device copy
+ * each (a snapshot's blocks and a ring's mostly are). */
+void cuda_kv_copy_blocks(g4_backend *be, void *p, const int32_t *src, const int32_t *dst, int n) {
+    cuda_ctx *c = cuda_of(be);
+    cuda_kv *kv = (cuda_kv *)p;
+    const size_t block = (size_t)kv->block_size * kv->n_kv_heads * kv->head_dim * sizeof *kv->k;
+    for (int i = 0; i < n;) {
+        int run = 1;
+        while (i + run < n && src[i + run] == src[i] + run && dst[i + run] == dst[i] + run) run++;
+        char *k = (char *)kv->k, *v = (char *)kv->v;
+        cuda_check(c, cudaMemcpyAsync(k + dst[i] * block, k + src[i] * block, run * block, cudaMemcpyDeviceToDevice,
+                                      c->stream), "kv_copy_blocks");
+        cuda_check(c, cudaMemcpyAsync(v + dst[i] * block, v + src[i] * block, run * block, cudaMemcpyDeviceToDevice,
+                                      c->stream), "kv_copy_blocks");
+        i += run;
+    }
+}
+
 struct attn_params : attn_common {
     int rows_per_tile, splits;
     int split_len; /* positions per split, counted from the run's first key */

@@ -329,6 +329,7 @@ static const g4_backend_ops cuda_ops = {
     .kv_free = cuda_kv_free,
     .kv_store = cuda_kv_store,
     .kv_read = cuda_kv_read,
+    .kv_copy_blocks = cuda_kv_copy_blocks,
     .qkv_prepare = cuda_qkv_prepare,
     .attention = cuda_attention,
     .moe_route = cuda_moe_route,
