@@ -19,10 +19,12 @@ the steady-state generation rate once every client is streaming.
 usage:
   python3 bench/server_load.py --url http://127.0.0.1:8080 [--clients 64] [--duration 60]
       [--max-tokens 32] [--mode chat|completions] [--prompt-ids 2,17,33] [--verify]
-      [--api-key KEY] [--model NAME] [--warmup S] [--json OUT]
+      [--api-key KEY] [--model NAME] [--warmup S] [--json OUT] [--extra JSON]
 --prompt-ids makes every client send that token-id prompt to /v1/completions
 (for models without a tokenizer, e.g. `gemma4 serve --synthetic e2b`), with
 ignore_eos so each request generates exactly --max-tokens tokens.
+--extra merges a JSON object into every request body: constrained decoding's
+cost is TPOT with --extra '{"response_format": ...}' against TPOT without.
 Needs only the Python standard library.
 """
 import argparse
@@ -85,6 +87,8 @@ def make_request(args, i, stream):
         path = "/v1/chat/completions"
     if args.model:
         body["model"] = args.model
+    if args.extra:
+        body.update(json.loads(args.extra))
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -203,6 +207,7 @@ def main(argv=None):
     ap.add_argument("--model")
     ap.add_argument("--warmup", type=float, default=0)
     ap.add_argument("--json")
+    ap.add_argument("--extra", help="JSON object merged into every request body (e.g. a response_format)")
     args = ap.parse_args(argv)
 
     expected = {}

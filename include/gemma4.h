@@ -80,6 +80,15 @@ typedef struct {
     int enable_thinking;      /* chat: the template's thinking mode; reasoning comes as G4_TEXT_REASONING */
     const char *const *stop;  /* stop strings (copied); the text ends before the first match */
     int n_stop;
+    /* Constrained decoding, at most one (NULL: free text): the reply is JSON
+     * valid against json_schema (JSON Schema text, the subset in the README,
+     * "Constrained decoding"; "{}" or "{\"type\":\"object\"}" for any
+     * object), follows the GBNF `grammar`, or fully matches `regex`. A
+     * schema outside the subset makes the submit fail naming the keyword
+     * and its JSON pointer. */
+    const char *json_schema;
+    const char *grammar;
+    const char *regex;
 } g4_params;
 
 /* Greedy, no stop strings, no limit but the context. */

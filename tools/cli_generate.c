@@ -1,5 +1,10 @@
 #include "cli_generate.h"
 
+#include "base/file.h"
+#include "cli_common.h"
+#include "constrain/token_mask.h"
+#include "runtime/constraints.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +159,9 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
     soft.rows = rows;
     soft.embeds = p->media.n ? p->media.embeds + (size_t)first * c->model->config.text.hidden_size : NULL;
     g4_speculative *spec = NULL;
-    if (st == G4_OK && o->draft) st = g4_speculative_create(s, o->draft, o->draft_max, &spec);
+    if (o->draft && o->constraint) fprintf(stderr, "gemma4: drafting is off for a constrained reply\n");
+    if (st == G4_OK && o->draft && !o->constraint) st = g4_speculative_create(s, o->draft, o->draft_max, &spec);
+    int none = 0; /* the constraint allows no token: the reply is complete */
     double t0 = g4_now_seconds();
     r->n_prompt = p->n_ids - from;
     /* each evaluation chooses its next token: from the row's largest logits
@@ -165,7 +172,8 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
     if (st == G4_OK && spec)
         st = g4_speculative_prefill(spec, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, sampler, &sample.token);
     else if (st == G4_OK)
-        st = g4_session_eval_sample(s, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, sampler, logits, &sample);
+        st = g4_session_eval_sample_constrained(s, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, sampler, logits,
+                                                o->constraint, o->max_tokens, &sample, &none);
     r->prefill_seconds = g4_now_seconds() - t0;
     /* the cache length plain decoding would have now: speculation runs ahead */
     const int base_length = g4_session_length(s);
@@ -178,7 +186,12 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
     const int32_t close_id = g4_tokenizer_token_id(c->tokenizer, "<channel|>");
     t0 = g4_now_seconds();
     while (st == G4_OK && r->n_generated < o->max_tokens && !(interrupt && *interrupt)) {
+        if (none) {
+            r->hit_stop = 1;
+            break;
+        }
         if (!accepted_already) st = g4_sampler_accept(sampler, sample.token);
+        if (st == G4_OK && o->constraint) st = g4_token_matcher_accept(o->constraint, sample.token);
         if (st != G4_OK) break;
         int32_t tok = sample.token;
         int stop = 0;
@@ -200,7 +213,8 @@ g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int fro
         }
         if (r->n_generated == o->max_tokens || base_length + r->n_generated >= s->opt.n_ctx) break;
         if (!spec) {
-            st = g4_session_eval_sample(s, &tok, 1, NULL, sampler, logits, &sample);
+            st = g4_session_eval_sample_constrained(s, &tok, 1, NULL, sampler, logits, o->constraint,
+                                                    o->max_tokens - r->n_generated, &sample, &none);
             continue;
         }
         if (next_in_queue == queued) {
@@ -239,4 +253,62 @@ void cli_print_stats(const cli_generate_result *r) {
             r->prefill_seconds > 0 ? r->n_prompt / r->prefill_seconds : 0.0, r->n_generated,
             r->decode_seconds > 0 ? r->n_generated / r->decode_seconds : 0.0, draft,
             r->interrupted ? ", interrupted" : "");
+}
+
+int cli_constraint_option(int argc, char **argv, int *i, g4_constraint_spec *spec) {
+    static const struct {
+        const char *flag;
+        g4_constraint_kind kind;
+        int is_file;
+    } opts[] = {{"--json-schema", G4_CONSTRAINT_JSON_SCHEMA, 1},
+                {"--grammar", G4_CONSTRAINT_GBNF, 1},
+                {"--regex", G4_CONSTRAINT_REGEX, 0}};
+    if (cli_flag(argv, *i, "--json")) {
+        g4_constraint_spec_free(spec);
+        spec->kind = G4_CONSTRAINT_JSON_OBJECT;
+        return 1;
+    }
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+        const char *value;
+        int r = cli_option(argc, argv, i, opts[k].flag, &value);
+        if (r <= 0) {
+            if (r < 0) return -1;
+            continue;
+        }
+        g4_constraint_spec_free(spec);
+        spec->kind = opts[k].kind;
+        if (opts[k].is_file) {
+            size_t n;
+            if (g4_read_file(value, 64u << 20, &spec->text, &n) != G4_OK) {
+                fprintf(stderr, "gemma4: %s\n", g4_error_message());
+                return -1;
+            }
+        } else spec->text = strdup(value);
+        return 1;
+    }
+    return 0;
+}
+
+void cli_constraint_usage(FILE *f) {
+    fprintf(f, "  --json-schema FILE  the reply is JSON valid against this schema (constrained decoding)\n"
+               "  --grammar FILE      the reply follows this GBNF grammar\n"
+               "  --regex TEXT        the reply matches this regular expression\n"
+               "  --json              the reply is a JSON object\n");
+}
+
+int cli_constraint_matcher(g4_context *c, const g4_constraint_spec *spec, int think, int starts_in_reasoning,
+                           struct g4_token_matcher **out) {
+    *out = NULL;
+    if (spec->kind == G4_CONSTRAINT_NONE) return 0;
+    if (!c->constraints) {
+        fprintf(stderr, "gemma4: constrained decoding needs the model's tokenizer.json\n");
+        return 1;
+    }
+    g4_constraint_use use = {.stop_ids = c->stop_ids, .n_stop = c->n_stop, .thinking = think,
+                             .starts_in_thought = starts_in_reasoning};
+    if (g4_constraints_matcher(c->constraints, spec, &use, out) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", g4_error_message());
+        return 1;
+    }
+    return 0;
 }

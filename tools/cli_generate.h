@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdint.h>
 
+#include "constrain/constrain.h"
 #include "runtime/context.h"
 #include "runtime/prompt.h"
 #include "runtime/sampler.h"
@@ -22,6 +23,7 @@ typedef struct {
     int quiet_stats;    /* no timing line */
     const g4_assistant *draft; /* speculative decoding with this drafter (greedy only), or NULL */
     int draft_max;             /* drafts a round */
+    struct g4_token_matcher *constraint; /* the reply follows this grammar (drafting is then off), or NULL */
 } cli_generate_options;
 
 typedef struct {
@@ -49,6 +51,16 @@ void cli_sampling_usage(FILE *f);
  * max_tokens, the context end or *interrupt. */
 g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int from, const cli_generate_options *o,
                        volatile sig_atomic_t *interrupt, cli_generate_result *r);
+
+/* --json-schema FILE, --grammar FILE, --regex TEXT, --json at argv[*i] into
+ * spec (1 consumed, 0 not ours, -1 bad value); cli_constraint_usage prints
+ * them. */
+int cli_constraint_option(int argc, char **argv, int *i, g4_constraint_spec *spec);
+void cli_constraint_usage(FILE *f);
+/* The spec compiled for this context (NULL matcher for kind NONE); prints
+ * the error and returns nonzero on failure. */
+int cli_constraint_matcher(g4_context *c, const g4_constraint_spec *spec, int think, int starts_in_reasoning,
+                           struct g4_token_matcher **out);
 
 /* "[prompt 42 tokens, 350.2 tok/s | 17 tokens, 25.3 tok/s]" to stderr, with the
  * drafts' acceptance after speculative decoding. */

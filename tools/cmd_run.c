@@ -8,6 +8,7 @@
 #include "cli_draft.h"
 #include "cli_generate.h"
 #include "cli_media.h"
+#include "constrain/token_mask.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 run -m MODEL -p \"prompt\" [options]\n"
@@ -24,6 +25,7 @@ static void usage(FILE *f) {
     fputs(cli_precision_help, f);
     fputs(cli_kv_type_help, f);
     cli_sampling_usage(f);
+    cli_constraint_usage(f);
     cli_draft_usage(f);
 }
 
@@ -46,6 +48,7 @@ int cmd_run(int argc, char **argv) {
     g4_sampler_params_default(&go.sampling);
     cli_media media = {0};
     cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
+    g4_constraint_spec constraint = {0};
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "-p", &prompt)) ||
@@ -55,7 +58,8 @@ int cmd_run(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
             (r = cli_option(argc, argv, &i, "--ctx", &ctx_text)) || (r = cli_media_option(argc, argv, &i, &media))) {
             if (r < 0) goto usage_error;
-        } else if ((r = cli_sampling_option(argc, argv, &i, &go)) || (r = cli_draft_option(argc, argv, &i, &draft))) {
+        } else if ((r = cli_sampling_option(argc, argv, &i, &go)) || (r = cli_draft_option(argc, argv, &i, &draft)) ||
+                   (r = cli_constraint_option(argc, argv, &i, &constraint))) {
             if (r < 0) goto usage_error;
         } else if (cli_flag(argv, i, "--think")) {
             think = 1;
@@ -73,6 +77,7 @@ int cmd_run(int argc, char **argv) {
     if (!model_path) {
         cli_no_model_hint();
         cli_media_free(&media);
+        g4_constraint_spec_free(&constraint);
         return 2;
     }
     if (!prompt) {
@@ -90,6 +95,7 @@ int cmd_run(int argc, char **argv) {
     if (st != G4_OK) {
         fprintf(stderr, "gemma4 run: %s\n", g4_error_message());
         cli_media_free(&media);
+        g4_constraint_spec_free(&constraint);
         return 1;
     }
     cli_sampling_resolve(&go, &c->generation);
@@ -97,6 +103,7 @@ int cmd_run(int argc, char **argv) {
     if (draft.dir && cli_open_draft(&draft, c->model, &drafter) != 0) {
         g4_context_close(c);
         cli_media_free(&media);
+        g4_constraint_spec_free(&constraint);
         return 1;
     }
     go.draft = drafter;
@@ -129,6 +136,8 @@ int cmd_run(int argc, char **argv) {
         if (p.n_ids + 1 > so.n_ctx) so.n_ctx = p.n_ids + 1;
         st = g4_session_create(c->model, &so, &s);
     }
+    if (st == G4_OK && cli_constraint_matcher(c, &constraint, think && !raw, p.starts_in_reasoning, &go.constraint))
+        st = G4_ERR_INVALID_ARGUMENT;
     if (st == G4_OK) st = cli_generate(c, s, &p, 0, &go, NULL, &res);
     int rc = 0;
     if (st == G4_OK) {
@@ -138,6 +147,8 @@ int cmd_run(int argc, char **argv) {
         rc = 1;
     }
     free(res.ids);
+    g4_token_matcher_free(go.constraint);
+    g4_constraint_spec_free(&constraint);
     g4_session_destroy(s);
     g4_prompt_free(c, &p);
     g4_assistant_release(drafter);
@@ -147,5 +158,6 @@ int cmd_run(int argc, char **argv) {
 usage_error:
     usage(stderr);
     cli_media_free(&media);
+    g4_constraint_spec_free(&constraint);
     return 2;
 }

@@ -18,6 +18,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_audio(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_grammar(int argc, char **argv);
 
 const g4_command g4_commands[] = {
     {"run", cmd_run, "answer one prompt (text, images, audio), streamed"},
@@ -31,6 +32,7 @@ const g4_command g4_commands[] = {
     {"pull", cmd_pull, "download a model from the Hugging Face hub into the local cache"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"audio", cmd_audio, "decode an audio file and show or save the model's audio input"},
+    {"grammar", cmd_grammar, "compile a JSON schema / GBNF / regex constraint, check texts, time token masks"},
     {"synth", cmd_synth, "write a full-size checkpoint with random weights (loading and memory tests)"},
     {NULL, NULL, NULL},
 };

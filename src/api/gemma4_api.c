@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/constraints.h"
 #include "base/status.h"
 #include "model/kv_cache.h"
 #include "runtime/context.h"
@@ -203,6 +204,25 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
         free(r);
         return st;
     }
+    g4_token_matcher *matcher = NULL;
+    if (!!p->json_schema + !!p->grammar + !!p->regex > 1)
+        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "give at most one of json_schema, grammar and regex");
+    else if (p->json_schema || p->grammar || p->regex) {
+        g4_constraint_spec spec = {p->json_schema ? G4_CONSTRAINT_JSON_SCHEMA
+                                   : p->grammar   ? G4_CONSTRAINT_GBNF
+                                                  : G4_CONSTRAINT_REGEX,
+                                   (char *)(p->json_schema ? p->json_schema : p->grammar ? p->grammar : p->regex), 0};
+        g4_constraint_use use = {.stop_ids = h->ctx->stop_ids, .n_stop = h->ctx->n_stop,
+                                 .thinking = chat && p->enable_thinking,
+                                 .starts_in_thought = pr->starts_in_reasoning};
+        st = h->ctx->constraints ? g4_constraints_matcher(h->ctx->constraints, &spec, &use, &matcher)
+                                 : g4_fail(G4_ERR_INVALID_ARGUMENT, "constrained decoding needs a tokenizer");
+    }
+    if (st != G4_OK) {
+        g4_reply_stream_free(r->reply);
+        free(r);
+        return st;
+    }
     g4_request req = {.prompt = pr->ids,
                       .n_prompt = pr->n_ids,
                       .media = pr->media,
@@ -210,7 +230,8 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
                       .stop_ids = h->ctx->stop_ids,
                       .n_stop = h->ctx->n_stop,
                       .on_token = on_token,
-                      .user = r};
+                      .user = r,
+                      .constraint = matcher};
     g4_sampler_params_default(&req.sampling);
     req.sampling.temperature = p->temperature;
     req.sampling.top_k = p->top_k;
@@ -223,6 +244,7 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
     uint64_t id = 0;
     st = g4_engine_submit(h->engine, &req, &id);
     if (st != G4_OK) {
+        g4_token_matcher_free(matcher);
         g4_reply_stream_free(r->reply);
         free(r);
         return st;

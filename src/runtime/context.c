@@ -1,5 +1,7 @@
 #include "runtime/context.h"
 
+#include "runtime/constraints.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +87,7 @@ g4_status g4_context_open(const char *path, const g4_context_options *opt, g4_co
         if (c->tokenizer) {
             c->n_stop = (int)g4_chat_stop_ids(&c->generation, lookup_token, c->tokenizer, c->stop_ids,
                                               G4_MAX_STOP_IDS);
+            st = g4_constraints_create(c->tokenizer, &c->constraints);
         } else {
             const g4_token_ids *tk = &c->model->config.tokens;
             for (int i = 0; i < tk->n_eos && c->n_stop < G4_MAX_STOP_IDS; i++) c->stop_ids[c->n_stop++] = tk->eos_ids[i];
@@ -103,6 +106,7 @@ g4_status g4_context_open(const char *path, const g4_context_options *opt, g4_co
 
 void g4_context_close(g4_context *c) {
     if (!c) return;
+    g4_constraints_free(c->constraints);
     g4_tokenizer_free(c->tokenizer);
     g4_model_release(c->model);
     g4_backend_destroy(c->backend);

@@ -35,6 +35,7 @@ typedef struct g4_context {
     int image_tokens;         /* soft tokens per image by default (processor_config image_seq_length, else 280) */
     int audio_tokens_max;     /* processor_config audio_seq_length, else 750 */
     g4_image_backend image_backend; /* the resize whose pixels the references used */
+    struct g4_constraints *constraints; /* constrained decoding against the tokenizer (NULL without one) */
 } g4_context;
 
 /* `path` is a model directory or an ORG/NAME[@rev] already in the hub cache. */

@@ -31,6 +31,9 @@ typedef struct {
     int cancelled;
     double t_admitted;
     double prompt_seconds;
+    g4_token_matcher *matcher; /* NULL: unconstrained */
+    const uint32_t *mask;      /* the next token's allowed set (the matcher's buffer) */
+    int mask_result;           /* of g4_token_matcher_mask for this step: 1 masked, 0 free, -1 failed */
     /* prefix cache */
     int32_t *generated;         /* [max_tokens] sampled ids: the reply's block hashes */
     g4_block_hash *hashes;      /* chain hashes of the prompt's full blocks (and the reply's at the end) */
@@ -58,12 +61,22 @@ struct g4_engine {
     int32_t *cand_ids;
     float *cand_values;
     double *cand_lse;
-    int *cand_needed; /* per logit row: g4_sampler_candidates_needed, 0 = the full row */
+    int *cand_needed; /* per logit row: g4_sampler_candidates_needed, 0 = the full row, -k: a masked row's k */
+    int32_t *allowed_ids; /* a masked row's allowed candidates */
+    float *allowed_values;
     sequence **batch_seqs;
     int *logit_owner;
     /* a step's cancelled and finished sequences, max_seqs each */
     sequence **step_done, **step_finished;
     g4_finish_reason *step_reasons;
+    /* token masks of constrained sequences: computed by mask_thread while
+     * the forward pass runs on a GPU (inline on the CPU backend, whose
+     * threads the forward pass already uses) */
+    sequence **mask_jobs;
+    int n_mask_jobs, mask_pending, mask_thread_started, mask_thread_stop;
+    pthread_t mask_thread;
+    pthread_mutex_t mask_lock;
+    pthread_cond_t mask_wake, mask_done;
 
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -128,16 +141,19 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->cand_values = malloc((size_t)S * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_values);
         e->cand_lse = malloc((size_t)S * sizeof *e->cand_lse);
         e->cand_needed = malloc((size_t)S * sizeof *e->cand_needed);
+        e->allowed_ids = malloc(G4_SAMPLER_MAX_CANDIDATES * sizeof *e->allowed_ids);
+        e->allowed_values = malloc(G4_SAMPLER_MAX_CANDIDATES * sizeof *e->allowed_values);
         e->batch_seqs = malloc((size_t)S * sizeof *e->batch_seqs);
         e->step_done = malloc((size_t)S * sizeof *e->step_done);
         e->step_finished = malloc((size_t)S * sizeof *e->step_finished);
         e->step_reasons = malloc((size_t)S * sizeof *e->step_reasons);
+        e->mask_jobs = malloc((size_t)S * sizeof *e->mask_jobs);
         e->waiting = malloc((size_t)e->opt.max_queue * sizeof *e->waiting);
         e->running = malloc((size_t)S * sizeof *e->running);
         if (!e->media_stage || !e->ids || !e->pos || !e->seq || !e->ranges || !e->glo || !e->ghi || !e->mm_rows ||
             !e->logit_rows || !e->logit_owner || !e->full_tables || !e->sliding_tables || !e->logits ||
-            !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed ||
-            !e->batch_seqs || !e->step_done || !e->step_finished || !e->step_reasons || !e->waiting || !e->running)
+            !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed || !e->allowed_ids || !e->allowed_values ||
+            !e->batch_seqs || !e->step_done || !e->step_finished || !e->step_reasons || !e->mask_jobs || !e->waiting || !e->running)
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the engine");
     }
     if (st != G4_OK) {
@@ -146,6 +162,9 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     }
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
+    pthread_mutex_init(&e->mask_lock, NULL);
+    pthread_cond_init(&e->mask_wake, NULL);
+    pthread_cond_init(&e->mask_done, NULL);
     e->next_id = 1;
     e->stats.kv_blocks_total = e->opt.kv_blocks;
     e->stats.prefix_cache = e->cache != NULL;
@@ -178,6 +197,7 @@ static void free_sequence(g4_engine *e, sequence *s) {
     if (s->media.embeds) be->ops->release(be, s->media.embeds);
     free(s->media.rows);
     g4_sampler_free(s->sampler);
+    g4_token_matcher_free(s->matcher);
     free(s->prompt);
     free(s->stop_ids);
     free(s);
@@ -217,12 +237,66 @@ static void finish(g4_engine *e, sequence *s, g4_finish_reason why, const char *
     free_sequence(e, s);
 }
 
+static void *mask_thread_main(void *arg) {
+    g4_engine *e = arg;
+    pthread_mutex_lock(&e->mask_lock);
+    for (;;) {
+        while (!e->mask_pending && !e->mask_thread_stop) pthread_cond_wait(&e->mask_wake, &e->mask_lock);
+        if (e->mask_thread_stop) break;
+        pthread_mutex_unlock(&e->mask_lock);
+        for (int i = 0; i < e->n_mask_jobs; i++)
+            e->mask_jobs[i]->mask_result = g4_token_matcher_mask(e->mask_jobs[i]->matcher, &e->mask_jobs[i]->mask);
+        pthread_mutex_lock(&e->mask_lock);
+        e->mask_pending = 0;
+        pthread_cond_signal(&e->mask_done);
+    }
+    pthread_mutex_unlock(&e->mask_lock);
+    return NULL;
+}
+
+/* Starts the masks of this step's constrained rows: on the mask thread when
+ * the backend is not the CPU (so they overlap the forward pass), else now. */
+static void masks_begin(g4_engine *e) {
+    if (e->n_mask_jobs == 0) return;
+    int overlap = strcmp(e->model->backend->ops->name, "cpu") != 0;
+    if (overlap && !e->mask_thread_started) {
+        e->mask_thread_stop = 0;
+        if (pthread_create(&e->mask_thread, NULL, mask_thread_main, e) == 0) e->mask_thread_started = 1;
+    }
+    if (!overlap || !e->mask_thread_started) {
+        for (int i = 0; i < e->n_mask_jobs; i++)
+            e->mask_jobs[i]->mask_result = g4_token_matcher_mask(e->mask_jobs[i]->matcher, &e->mask_jobs[i]->mask);
+        return;
+    }
+    pthread_mutex_lock(&e->mask_lock);
+    e->mask_pending = 1;
+    pthread_cond_signal(&e->mask_wake);
+    pthread_mutex_unlock(&e->mask_lock);
+}
+
+static void masks_wait(g4_engine *e) {
+    if (!e->mask_thread_started) return;
+    pthread_mutex_lock(&e->mask_lock);
+    while (e->mask_pending) pthread_cond_wait(&e->mask_done, &e->mask_lock);
+    pthread_mutex_unlock(&e->mask_lock);
+}
+
 void g4_engine_destroy(g4_engine *e) {
     if (!e) return;
     g4_backend *be = e->model->backend;
+    if (e->mask_thread_started) {
+        pthread_mutex_lock(&e->mask_lock);
+        e->mask_thread_stop = 1;
+        pthread_cond_signal(&e->mask_wake);
+        pthread_mutex_unlock(&e->mask_lock);
+        pthread_join(e->mask_thread, NULL);
+    }
     for (int i = 0; i < e->n_running; i++) finish(e, e->running[i], G4_FINISH_CANCELLED, NULL);
     for (int i = 0; i < e->n_waiting; i++) finish(e, e->waiting[i], G4_FINISH_CANCELLED, NULL);
-    if (e->waiting) pthread_mutex_destroy(&e->lock), pthread_cond_destroy(&e->wake);
+    if (e->waiting) {
+        pthread_mutex_destroy(&e->lock), pthread_cond_destroy(&e->wake);
+        pthread_mutex_destroy(&e->mask_lock), pthread_cond_destroy(&e->mask_wake), pthread_cond_destroy(&e->mask_done);
+    }
     g4_text_scratch_free(e->scratch);
     g4_prefix_cache_free(e->cache);
     g4_kv_pool_free(e->kv);
@@ -230,8 +304,9 @@ void g4_engine_destroy(g4_engine *e) {
     free(e->ids), free(e->pos), free(e->seq), free(e->ranges), free(e->glo), free(e->ghi), free(e->mm_rows);
     free(e->logit_rows), free(e->logit_owner), free(e->full_tables), free(e->sliding_tables), free(e->logits);
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
+    free(e->allowed_ids), free(e->allowed_values);
     free(e->batch_seqs), free(e->waiting), free(e->running);
-    free(e->step_done), free(e->step_finished), free(e->step_reasons);
+    free(e->step_done), free(e->step_finished), free(e->step_reasons), free(e->mask_jobs);
     free(e);
 }
 
@@ -292,6 +367,7 @@ g4_status g4_engine_submit(g4_engine *e, const g4_request *req, uint64_t *reques
         return g4_fail(G4_ERR_LIMIT, "the request queue is full (%d waiting)", e->opt.max_queue);
     }
     s->media = req->media; /* ownership passes only on success */
+    s->matcher = req->constraint;
     s->id = e->next_id++;
     e->waiting[e->n_waiting++] = s;
     e->stats.waiting = e->n_waiting;
@@ -584,8 +660,28 @@ int g4_engine_step(g4_engine *e) {
      * back only those (the most any of them needs); the others, and rows the
      * candidates cannot decide, fetch their full row after the step. */
     int k_max = 0;
+    e->n_mask_jobs = 0;
     for (int r = 0; r < n_logits; r++) {
-        e->cand_needed[r] = g4_sampler_candidates_needed(e->batch_seqs[e->logit_owner[r]]->sampler);
+        sequence *s = e->batch_seqs[e->logit_owner[r]];
+        s->mask_result = 0;
+        if (s->matcher && g4_token_matcher_constrained(s->matcher)) {
+            int left = s->max_tokens - s->n_generated, ctx_left = e->opt.n_ctx - s->n_prompt - s->n_generated;
+            g4_token_matcher_set_budget(s->matcher, left < ctx_left ? left : ctx_left);
+            e->mask_jobs[e->n_mask_jobs++] = s;
+            /* A masked row draws from the largest logits the mask allows:
+             * more candidates than the sampler needs come back, and when
+             * enough of them are allowed they decide exactly (every token
+             * outside the list is below all of them); otherwise, or with
+             * log-probabilities (of the masked row), the full row. */
+            int need = g4_sampler_candidates_needed(s->sampler);
+            int k = need * 4 > 256 ? need * 4 : 256;
+            if (k > G4_SAMPLER_MAX_CANDIDATES) k = G4_SAMPLER_MAX_CANDIDATES;
+            if (k > V) k = V;
+            e->cand_needed[r] = need > 0 && !g4_sampler_wants_logprobs(s->sampler) ? -k : 0;
+            if (k > k_max && e->cand_needed[r] < 0) k_max = k;
+            continue;
+        }
+        e->cand_needed[r] = g4_sampler_candidates_needed(s->sampler);
         if (e->cand_needed[r] > k_max) k_max = e->cand_needed[r];
     }
     if (k_max > 0) {
@@ -595,7 +691,9 @@ int g4_engine_step(g4_engine *e) {
         batch.cand_values = e->cand_values;
         batch.cand_lse = e->cand_lse;
     }
+    masks_begin(e);
     g4_status st = g4_text_forward(m, e->kv, e->scratch, &batch);
+    masks_wait(e);
 
     /* advance every sequence in the batch; sample where logits came back */
     int n_prefilled = 0, n_generated = 0;
@@ -629,9 +727,42 @@ int g4_engine_step(g4_engine *e) {
             ss = g4_sampler_sample_top(s->sampler, e->cand_ids + (size_t)row * k_max,
                                        e->cand_values + (size_t)row * k_max, k_max, e->cand_lse[row], &sample,
                                        &need_full);
+        int sampled = k_max > 0 && e->cand_needed[row] > 0 && !need_full;
+        if (ss == G4_OK && k_max > 0 && e->cand_needed[row] < 0 && s->mask_result > 0) {
+            /* the allowed ones among the candidates, in their order */
+            const int32_t *ci = e->cand_ids + (size_t)row * k_max;
+            const float *cv = e->cand_values + (size_t)row * k_max;
+            const int mv = g4_token_matcher_vocab(s->matcher);
+            int n_ok = 0;
+            for (int i = 0; i < k_max; i++)
+                if (ci[i] >= 0 && ci[i] < mv && g4_mask_has(s->mask, ci[i])) {
+                    e->allowed_ids[n_ok] = ci[i];
+                    e->allowed_values[n_ok++] = cv[i];
+                }
+            need_full = 1;
+            if (n_ok >= g4_sampler_candidates_needed(s->sampler)) {
+                ss = g4_sampler_sample_top(s->sampler, e->allowed_ids, e->allowed_values, n_ok, e->cand_lse[row],
+                                           &sample, &need_full);
+                sampled = ss == G4_OK && !need_full;
+            }
+        } else if (k_max > 0 && e->cand_needed[row] < 0) {
+            need_full = 1;
+        }
         if (ss == G4_OK && need_full) ss = g4_text_scratch_logits(e->scratch, row, logits);
-        if (ss == G4_OK && (k_max == 0 || need_full)) ss = g4_sampler_sample(s->sampler, logits, &sample);
+        if (s->mask_result < 0) ss = G4_ERR_LIMIT;
+        if (ss == G4_OK && s->mask_result > 0 && !sampled) {
+            if (g4_mask_apply(s->mask, g4_token_matcher_vocab(s->matcher), logits, V) == 0) {
+                /* the grammar is complete and no stop token may follow (ignore_eos, or none given) */
+                finished[n_finished] = s;
+                reasons[n_finished++] = g4_token_matcher_can_end(s->matcher) ? G4_FINISH_STOP : G4_FINISH_ERROR;
+                if (!g4_token_matcher_can_end(s->matcher))
+                    g4_fail(G4_ERR_INVALID_ARGUMENT, "constraint: no token of the vocabulary can continue the reply");
+                continue;
+            }
+        }
+        if (ss == G4_OK && !sampled && (k_max == 0 || need_full)) ss = g4_sampler_sample(s->sampler, logits, &sample);
         if (ss == G4_OK) ss = g4_sampler_accept(s->sampler, sample.token);
+        if (ss == G4_OK && s->matcher) ss = g4_token_matcher_accept(s->matcher, sample.token);
         if (ss != G4_OK) {
             finished[n_finished] = s, reasons[n_finished++] = G4_FINISH_ERROR;
             continue;

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "constrain/token_mask.h"
 #include "model/model.h"
 #include "runtime/sampler.h"
 
@@ -64,6 +65,11 @@ typedef struct {
     int n_stop;
     g4_token_callback on_token;
     void *user;
+    /* Optional: the reply follows this matcher's grammar (tokens outside its
+     * mask get -inf before the sampler sees the row; stop ids only where the
+     * grammar may end; the reply stops when the grammar is complete and no
+     * stop id is allowed). Ownership passes to the engine on success. */
+    g4_token_matcher *constraint;
 } g4_request;
 
 typedef struct {

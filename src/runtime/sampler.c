@@ -565,6 +565,8 @@ int g4_sampler_candidates_needed(const g4_sampler *s) {
     return k <= G4_SAMPLER_MAX_CANDIDATES ? k : 0;
 }
 
+int g4_sampler_wants_logprobs(const g4_sampler *s) { return s->p.logprobs || s->p.top_logprobs > 0; }
+
 static int ascending_id(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);

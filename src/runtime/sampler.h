@@ -128,6 +128,8 @@ int g4_sampler_is_greedy(const g4_sampler *s);
  * logits anywhere in the row); at most G4_SAMPLER_MAX_CANDIDATES. */
 #define G4_SAMPLER_MAX_CANDIDATES 1024
 int g4_sampler_candidates_needed(const g4_sampler *s);
+/* 1 when samples carry log-probabilities (logprobs or top_logprobs asked). */
+int g4_sampler_wants_logprobs(const g4_sampler *s);
 
 /* Chooses from the row's n >= g4_sampler_candidates_needed(s) largest logits
  * (ids/values ordered by value descending, equal values by ascending id;

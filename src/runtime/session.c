@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include "constrain/token_mask.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -242,4 +244,22 @@ g4_status g4_session_eval_sample(g4_session *s, const int32_t *ids, int n, const
         if (st == G4_OK) st = g4_sampler_sample(sampler, logits, out);
     }
     return st;
+}
+
+g4_status g4_session_eval_sample_constrained(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                                             g4_sampler *sampler, float *logits, g4_token_matcher *m,
+                                             int tokens_left, g4_sample *out, int *none) {
+    *none = 0;
+    if (!m || !g4_token_matcher_constrained(m)) return g4_session_eval_sample(s, ids, n, soft, sampler, logits, out);
+    g4_status st = g4_session_eval(s, ids, n, soft, G4_LOGITS_LAST, logits);
+    if (st != G4_OK) return st;
+    g4_token_matcher_set_budget(m, tokens_left);
+    const uint32_t *mask;
+    int r = g4_token_matcher_mask(m, &mask);
+    if (r < 0) return G4_ERR_LIMIT;
+    if (r > 0 && g4_mask_apply(mask, g4_token_matcher_vocab(m), logits, s->model->config.text.vocab_size) == 0) {
+        *none = 1;
+        return G4_OK;
+    }
+    return g4_sampler_sample(sampler, logits, out);
 }

@@ -89,4 +89,15 @@ g4_status g4_session_last_logits(g4_session *s, float *logits);
 g4_status g4_session_eval_sample(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft,
                                  g4_sampler *sampler, float *logits, g4_sample *out);
 
+/* The same under a constraint: where the matcher masks the next token the
+ * full row comes back, tokens outside the mask get -inf and the sampler
+ * draws from the rest (tokens_left: the reply's budget, see
+ * g4_token_matcher_set_budget). *none is set (and nothing sampled) when the
+ * mask allows no token: the grammar is complete and no stop token may
+ * follow. The caller still accepts the token into the matcher. */
+struct g4_token_matcher;
+g4_status g4_session_eval_sample_constrained(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                                             g4_sampler *sampler, float *logits, struct g4_token_matcher *m,
+                                             int tokens_left, g4_sample *out, int *none);
+
 #endif

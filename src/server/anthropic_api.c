@@ -9,7 +9,7 @@
  *   assistant blocks: text -> content, thinking -> reasoning,
  *     tool_use -> tool_calls (input as the arguments object)
  *   tools [{name, description, input_schema}] -> chat tools
- *   tool_choice auto / none, max_tokens (required), stop_sequences,
+ *   tool_choice auto / none / any / {type: tool, name}, max_tokens (required), stop_sequences,
  *   temperature [0, 1], top_p, top_k
  *   thinking {type: enabled, budget_tokens} / adaptive -> the template's
  *     thinking switch (the budget is checked as Anthropic does, and
@@ -427,14 +427,22 @@ static cJSON *translate(cJSON *root, int count_only, messages *st, g4_oai_error 
     if (!rc) rc = translate_tools(g4_api_field(root, "tools"), chat, err);
     const cJSON *choice = g4_api_field(root, "tool_choice");
     if (!rc && choice) {
+        /* {"type": "any"} and {"type": "tool", "name"} force calls (constrained decoding, openai_constraint.c) */
+        const cJSON *tname = cJSON_IsObject(choice) ? cJSON_GetObjectItemCaseSensitive(choice, "name") : NULL;
         if (block_type(choice, "auto") || block_type(choice, "none"))
             cJSON_AddStringToObject(chat, "tool_choice", block_type(choice, "auto") ? "auto" : "none");
-        else if (!cJSON_IsObject(choice))
+        else if (block_type(choice, "any"))
+            cJSON_AddStringToObject(chat, "tool_choice", "required");
+        else if (block_type(choice, "tool") && cJSON_IsString(tname)) {
+            cJSON *tc = cJSON_AddObjectToObject(chat, "tool_choice");
+            cJSON_AddStringToObject(tc, "type", "function");
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(tc, "function"), "name", tname->valuestring);
+        } else if (!cJSON_IsObject(choice))
             rc = g4_oai_fail(err, 400, "tool_choice", "tool_choice: must be an object such as {\"type\": \"auto\"}");
         else
             rc = g4_oai_fail(err, 400, "tool_choice",
-                             "tool_choice: only {\"type\": \"auto\"} and {\"type\": \"none\"} are supported (a forced "
-                             "tool call is not)");
+                             "tool_choice: {\"type\": \"auto\"}, {\"type\": \"none\"}, {\"type\": \"any\"} or "
+                             "{\"type\": \"tool\", \"name\": ...}");
     }
     const cJSON *thinking = g4_api_field(root, "thinking");
     if (!rc && thinking) {

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/file.h"
+#include "runtime/constraints.h"
 #include "runtime/prompt.h"
 #include "runtime/reply_stream.h"
 #include "server/api_writer.h"
@@ -523,6 +524,24 @@ static void answer(generation *g, g4_http_reply *r) {
     g4_reply_json(r, 200, root);
 }
 
+/* The request's constraint compiled against the tokenizer: 400 naming the
+ * field for a schema or grammar outside what the compiler takes. */
+static int make_matcher(generation *g, const g4_prompt *prompt, g4_token_matcher **out, g4_oai_error *err) {
+    g4_context *ctx = g->ctx;
+    const g4_constraint_spec *spec = &g->req.constraint;
+    const char *param = g->req.constraint_param;
+    if (!ctx->constraints) return g4_oai_fail(err, 400, param, "constrained decoding needs the model's tokenizer.json");
+    g4_constraint_use use = {.stop_ids = g->req.ignore_eos ? NULL : ctx->stop_ids,
+                             .n_stop = g->req.ignore_eos ? 0 : ctx->n_stop,
+                             .thinking = g->req.kind == G4_OAI_CHAT && g->req.enable_thinking,
+                             .starts_in_thought = prompt->starts_in_reasoning};
+    g4_status st = g4_constraints_matcher(ctx->constraints, spec, &use, out);
+    if (st == G4_ERR_INVALID_ARGUMENT || st == G4_ERR_LIMIT)
+        return g4_oai_fail(err, 400, param, "%s", g4_error_message());
+    if (st != G4_OK) return g4_oai_fail(err, fail_status(st), NULL, "%s", g4_error_message());
+    return 0;
+}
+
 static generation *new_generation(const g4_http_request *q, g4_oai_kind kind) {
     generation *g = calloc(1, sizeof *g);
     if (!g) return NULL;
@@ -602,6 +621,8 @@ static void run_generation(const g4_http_request *q, generation *g, int rc, g4_o
         rc = g4_oai_fail(&err, 400, "stop", "stop strings need a tokenizer, and this model has no tokenizer.json");
     if (!rc) rc = build_prompt(g, &prompt, &err);
     if (!rc) rc = check_lengths(g, prompt.n_ids, &max_tokens, &err);
+    g4_token_matcher *matcher = NULL;
+    if (!rc && g->req.constraint.kind != G4_CONSTRAINT_NONE) rc = make_matcher(g, &prompt, &matcher, &err);
     g4_status st = G4_OK;
     if (!rc) {
         g4_reply_options ro = {.mode = kind == G4_OAI_CHAT ? G4_REPLY_CHAT : G4_REPLY_RAW,
@@ -620,7 +641,8 @@ static void run_generation(const g4_http_request *q, generation *g, int rc, g4_o
                          .sampling = g->req.sampling,
                          .max_tokens = max_tokens,
                          .stop_ids = g->req.ignore_eos ? NULL : ctx->stop_ids,
-                         .n_stop = g->req.ignore_eos ? 0 : ctx->n_stop};
+                         .n_stop = g->req.ignore_eos ? 0 : ctx->n_stop,
+                         .constraint = matcher};
         g4_server_track(s, g->job);
         st = g4_job_submit(g->job, &er);
         if (st == G4_ERR_LIMIT) {
@@ -630,6 +652,7 @@ static void run_generation(const g4_http_request *q, generation *g, int rc, g4_o
             rc = g4_oai_fail(&err, fail_status(st), NULL, "%s", g4_error_message());
         }
         if (st == G4_OK) {
+            matcher = NULL; /* the engine owns it now */
             prompt.media = (g4_request_media){0}; /* the engine owns it now */
             g->prompt_ids = prompt.ids;
             g->n_prompt = prompt.n_ids;
@@ -638,6 +661,7 @@ static void run_generation(const g4_http_request *q, generation *g, int rc, g4_o
         }
     }
     g4_prompt_free(ctx, &prompt);
+    g4_token_matcher_free(matcher);
     if (rc) {
         g->done = 1; /* never submitted: nothing to cancel */
         void (*reply_error)(g4_http_reply *, const g4_oai_error *) = g->api ? g->api->reply_error : g4_reply_error;

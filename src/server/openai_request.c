@@ -261,20 +261,10 @@ static int parse_chat(cJSON *root, g4_oai_request *r, g4_oai_error *err) {
         if (cJSON_GetArraySize(tools) > 0) r->tools = tools;
     }
     const cJSON *choice = field(root, "tool_choice");
-    if (choice) {
-        if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))
-            r->tools = NULL;
-        else if (!cJSON_IsString(choice) || strcmp(choice->valuestring, "auto") != 0)
-            return g4_oai_fail(err, 400, "tool_choice", "only tool_choice \"auto\" and \"none\" are supported");
-    }
     if (field(root, "functions") || field(root, "function_call"))
         return g4_oai_fail(err, 400, "functions", "'functions' is deprecated and not supported: use 'tools'");
-    const cJSON *fmt = field(root, "response_format");
-    if (fmt) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(fmt, "type");
-        if (!cJSON_IsObject(fmt) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0)
-            return g4_oai_fail(err, 400, "response_format", "only response_format {\"type\": \"text\"} is supported");
-    }
+    if (g4_oai_parse_constraint(root, r, err)) return -1;
+    if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) r->tools = NULL;
     if (g4_oai_get_bool(root, "logprobs", &r->logprobs, err)) return -1;
     int64_t top = 0;
     if (g4_oai_get_int(root, "top_logprobs", 0, G4_SAMPLER_MAX_TOP_LOGPROBS, &top, err)) return -1;
@@ -332,7 +322,7 @@ static int parse_completion(const cJSON *root, const g4_oai_limits *lim, g4_oai_
     if (media && !r->prompt_ids)
         return g4_oai_fail(err, 400, "media", "'media' needs the prompt as token ids with placeholder ids");
     r->media = media;
-    return 0;
+    return g4_oai_parse_constraint(root, r, err);
 }
 
 cJSON *g4_oai_parse_json(const char *body, size_t len, size_t max_values, g4_oai_error *err) {
@@ -396,5 +386,6 @@ void g4_oai_request_free(g4_oai_request *r) {
     free(r->prompt_ids);
     free(r->logit_bias);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    g4_constraint_spec_free(&r->constraint);
     memset(r, 0, sizeof *r);
 }

@@ -10,11 +10,15 @@
  *           (0, 2], seed (any 64-bit integer), stop (string or up to 16
  *           strings), n (1 only), logit_bias {"id": -100..100},
  *           ignore_eos, return_token_ids (vLLM extensions)
- *   chat:   messages, tools, tool_choice ("auto" or "none"),
+ *   chat:   messages, tools, tool_choice ("auto", "none", "required" or
+ *           {"type": "function", "function": {"name"}}),
  *           max_completion_tokens (wins over max_tokens), logprobs (bool),
  *           top_logprobs 0..20, chat_template_kwargs.enable_thinking,
  *           reasoning_effort ("none" turns thinking off, any other value on),
- *           response_format {"type": "text"} only
+ *           response_format {"type": "text" | "json_object" | "json_schema"}
+ *   both, constraints (openai_constraint.c): json_schema, grammar
+ *           (llama-server), guided_json / guided_regex / guided_choice /
+ *           guided_grammar (vLLM); one constraint per request
  *   completions: prompt (string, token ids, or a one-element list of
  *           either), add_special_tokens (default true: a leading <bos>),
  *           logprobs 0..20 (top alternatives per token), echo false,
@@ -30,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "constrain/constrain.h"
 #include "io/config.h"
 #include "runtime/sampler.h"
 
@@ -82,6 +87,11 @@ typedef struct {
     int stream, include_usage;
     int logprobs, top_logprobs;
     int ignore_eos, return_token_ids;
+    /* what the reply must obey (kind NONE: free text). The one field every
+     * API layer fills (chat completions here, the Responses API's
+     * text.format, ...); compiled against the tokenizer when generating. */
+    g4_constraint_spec constraint;
+    const char *constraint_param; /* the field that set it (a static string), for errors */
 } g4_oai_request;
 
 /* Strict JSON text -> cJSON: valid UTF-8, RFC 8259 syntax (json_strict.h:
@@ -99,6 +109,18 @@ int g4_oai_parse(const char *body, size_t len, g4_oai_kind kind, const g4_oai_li
 int g4_oai_parse_root(cJSON *root, g4_oai_kind kind, const g4_oai_limits *lim, g4_oai_request *out,
                       g4_oai_error *err);
 void g4_oai_request_free(g4_oai_request *r);
+
+/* Fills r->constraint from the body's response_format / tool_choice (chat;
+ * r->tools already parsed) and the llama-server / vLLM aliases. -1 with err
+ * filled on a malformed or conflicting field. */
+int g4_oai_parse_constraint(const cJSON *root, g4_oai_request *r, g4_oai_error *err);
+/* One format object into r->constraint: chat's response_format (flat 0:
+ * {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}) or the
+ * Responses API's text.format (flat 1: {"type": "json_schema", "name",
+ * "schema", "strict"}); "text" leaves it free. param names the field in
+ * errors. -1 with err filled when malformed or when another constraint is
+ * already set. */
+int g4_oai_parse_format(const cJSON *fmt, int flat, const char *param, g4_oai_request *r, g4_oai_error *err);
 
 /* The chat messages list: a non-empty list of messages with known roles and
  * string / list content (required but for assistants); -1 with err naming

@@ -12,7 +12,7 @@
  *     function_call_output -> a tool message, reasoning -> the next
  *     assistant message's reasoning
  *   tools [{type: function, name, description, parameters}] -> chat tools
- *   tool_choice auto / none, max_output_tokens, temperature, top_p
+ *   tool_choice auto / none / required / {type: function, name}, max_output_tokens, temperature, top_p
  *   reasoning.effort      -> the template's thinking switch ("none": off;
  *                            absent: off, as chat completions)
  *   text.format           -> response_format
@@ -392,11 +392,21 @@ static cJSON *translate(g4_server *srv, cJSON *root, responses *st, g4_oai_error
     if (!rc) rc = translate_tools(g4_api_field(root, "tools"), chat, err);
     const cJSON *choice = g4_api_field(root, "tool_choice");
     if (!rc && choice) {
-        if (cJSON_IsString(choice) && (!strcmp(choice->valuestring, "auto") || !strcmp(choice->valuestring, "none")))
+        /* "required" and {"type": "function", "name"} force calls (constrained decoding, openai_constraint.c) */
+        const cJSON *fname = cJSON_IsObject(choice) ? cJSON_GetObjectItemCaseSensitive(choice, "name") : NULL;
+        if (cJSON_IsString(choice) && (!strcmp(choice->valuestring, "auto") || !strcmp(choice->valuestring, "none") ||
+                                       !strcmp(choice->valuestring, "required")))
             cJSON_AddStringToObject(chat, "tool_choice", choice->valuestring);
-        else
+        else if (cJSON_IsObject(choice) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(choice, "type")) &&
+                 !strcmp(cJSON_GetObjectItemCaseSensitive(choice, "type")->valuestring, "function") &&
+                 cJSON_IsString(fname)) {
+            cJSON *tc = cJSON_AddObjectToObject(chat, "tool_choice");
+            cJSON_AddStringToObject(tc, "type", "function");
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(tc, "function"), "name", fname->valuestring);
+        } else
             rc = g4_oai_fail(err, 400, "tool_choice",
-                             "only tool_choice \"auto\" and \"none\" are supported (a forced tool call is not)");
+                             "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                             "\"name\": ...}");
     }
     const cJSON *reasoning = g4_api_field(root, "reasoning");
     if (!rc && reasoning) {

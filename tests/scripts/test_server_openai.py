@@ -375,10 +375,17 @@ def part_tools(s, client, model):
                                        temperature=0, max_tokens=4, extra_body={"return_token_ids": True})
     want = HF.encode(render("dense", as_dicts), add_special_tokens=False).ids
     check(r.model_dump()["prompt_token_ids"] == want, "tool_choice none: no tools in the prompt")
-    for bad in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+    # forced calls (constrained decoding, test_server_constrain.py checks them in depth): tool_calls come back
+    for forced in ("required", {"type": "function", "function": {"name": "get_weather"}}):
         st, _, body = request(s.port, "POST", "/v1/chat/completions", {"messages": messages, "tools": [WEATHER],
-                                                                        "tool_choice": bad, "max_tokens": 2})
-        check(st == 400 and error_shape(body), "tool_choice %r refused" % (bad,))
+                                                                        "tool_choice": forced, "max_tokens": 80})
+        calls = json.loads(body)["choices"][0]["message"].get("tool_calls") if st == 200 else None
+        check(calls and all(c["function"]["name"] == "get_weather" and
+                            isinstance(json.loads(c["function"]["arguments"]).get("city"), str) for c in calls),
+              "tool_choice %r: calls of get_weather with a city: %s" % (forced, body[:500]))
+    st, _, body = request(s.port, "POST", "/v1/chat/completions", {"messages": messages, "tools": [WEATHER],
+                                                                    "tool_choice": "sometimes", "max_tokens": 2})
+    check(st == 400 and error_shape(body), "an unknown tool_choice is refused")
 
 
 def part_completions(s, client, model):

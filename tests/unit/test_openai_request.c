@@ -141,8 +141,78 @@ static void check_logit_bias(void) {
     g4_oai_request_free(&r);
 }
 
+/* The constraint fields: one spec, the schema text as given, conflicts and bad values refused. */
+static void constraint_case(g4_oai_kind kind, const char *fields, int want_status, g4_constraint_kind want_kind,
+                            const char *want_text_part, int want_mode) {
+    char body[2048];
+    snprintf(body, sizeof body, "{%s, %s}", kind == G4_OAI_CHAT ? "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]"
+                                                         : "\"prompt\": \"x\"",
+             fields);
+    g4_oai_limits lim = {.vocab_size = 100};
+    g4_oai_request r;
+    g4_oai_error err = {0};
+    int rc = g4_oai_parse(body, strlen(body), kind, &lim, &r, &err);
+    CHECK((rc ? err.status : 0) == want_status, "%s: status %d (%s), want %d", fields, rc ? err.status : 0,
+          rc ? err.message : "", want_status);
+    if (!rc) {
+        CHECK(r.constraint.kind == want_kind, "%s: kind %d, want %d", fields, r.constraint.kind, want_kind);
+        CHECK(!want_text_part || (r.constraint.text && strstr(r.constraint.text, want_text_part)), "%s: text %s",
+              fields, r.constraint.text ? r.constraint.text : "(none)");
+        CHECK(want_mode < 0 || (int)r.constraint.tool_mode == want_mode, "%s: tool mode %d", fields,
+              r.constraint.tool_mode);
+    }
+    g4_oai_request_free(&r);
+}
+
+static void check_constraints(void) {
+    const g4_oai_kind C = G4_OAI_CHAT, P = G4_OAI_COMPLETION;
+    const char *tools = "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+                        "\"object\"}}}, {\"type\": \"function\", \"function\": {\"name\": \"g\", \"strict\": true}}]";
+    char buf[1024];
+    constraint_case(C, "\"response_format\": {\"type\": \"text\"}", 0, G4_CONSTRAINT_NONE, NULL, -1);
+    constraint_case(C, "\"response_format\": {\"type\": \"json_object\"}", 0, G4_CONSTRAINT_JSON_OBJECT, NULL, -1);
+    constraint_case(C, "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"n\", \"schema\": "
+                       "{\"type\": \"integer\"}, \"strict\": true}}",
+                    0, G4_CONSTRAINT_JSON_SCHEMA, "\"integer\"", -1);
+    constraint_case(C, "\"response_format\": {\"type\": \"json_schema\"}", 400, 0, NULL, -1);
+    constraint_case(C, "\"response_format\": {\"type\": \"yaml\"}", 400, 0, NULL, -1);
+    constraint_case(C, "\"response_format\": \"json\"", 400, 0, NULL, -1);
+    snprintf(buf, sizeof buf, "%s, \"tool_choice\": \"required\"", tools);
+    constraint_case(C, buf, 0, G4_CONSTRAINT_TOOL_CALLS, "\"name\":\"g\"", G4_TOOLS_REQUIRED);
+    snprintf(buf, sizeof buf, "%s, \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}", tools);
+    constraint_case(C, buf, 0, G4_CONSTRAINT_TOOL_CALLS, "{\"name\":\"f\",\"parameters\"", G4_TOOLS_NAMED);
+    snprintf(buf, sizeof buf, "%s, \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"h\"}}", tools);
+    constraint_case(C, buf, 400, 0, NULL, -1);
+    snprintf(buf, sizeof buf, "%s, \"tool_choice\": \"auto\"", tools); /* g is strict: lazy calls, f's schema not applied */
+    constraint_case(C, buf, 0, G4_CONSTRAINT_TOOL_CALLS, "[{\"name\":\"f\"},{\"name\":\"g\"}]", G4_TOOLS_LAZY);
+    snprintf(buf, sizeof buf, "%s, \"tool_choice\": \"none\"", tools);
+    constraint_case(C, buf, 0, G4_CONSTRAINT_NONE, NULL, -1);
+    constraint_case(C, "\"tool_choice\": \"required\"", 400, 0, NULL, -1);
+    constraint_case(C, "\"tool_choice\": \"sometimes\"", 400, 0, NULL, -1);
+    constraint_case(C, "\"guided_json\": {\"type\": \"string\"}", 0, G4_CONSTRAINT_JSON_SCHEMA, "string", -1);
+    constraint_case(C, "\"guided_json\": \"{\\\"type\\\": \\\"null\\\"}\"", 0, G4_CONSTRAINT_JSON_SCHEMA, "null", -1);
+    constraint_case(P, "\"guided_regex\": \"a+b\"", 0, G4_CONSTRAINT_REGEX, "a+b", -1);
+    constraint_case(P, "\"guided_choice\": [\"x\", \"y\"]", 0, G4_CONSTRAINT_CHOICE, "[\"x\",\"y\"]", -1);
+    constraint_case(P, "\"grammar\": \"root ::= \\\"a\\\"\"", 0, G4_CONSTRAINT_GBNF, "root ::=", -1);
+    constraint_case(P, "\"json_schema\": {\"type\": \"boolean\"}", 0, G4_CONSTRAINT_JSON_SCHEMA, "boolean", -1);
+    constraint_case(P, "\"guided_regex\": 3", 400, 0, NULL, -1);
+    constraint_case(C, "\"response_format\": {\"type\": \"json_object\"}, \"guided_regex\": \"a\"", 400, 0, NULL, -1);
+    constraint_case(P, "\"grammar\": \"root ::= x\", \"json_schema\": {}", 400, 0, NULL, -1);
+    /* the Responses API's text.format shape */
+    g4_oai_request r = {0};
+    g4_oai_error err = {0};
+    cJSON *fmt = cJSON_Parse("{\"type\": \"json_schema\", \"name\": \"n\", \"schema\": {\"enum\": [1]}, \"strict\": true}");
+    CHECK(g4_oai_parse_format(fmt, 1, "text.format", &r, &err) == 0 && r.constraint.kind == G4_CONSTRAINT_JSON_SCHEMA &&
+              !strcmp(r.constraint.text, "{\"enum\":[1]}") && !strcmp(r.constraint_param, "text.format"),
+          "flat format: %s", err.message);
+    CHECK(g4_oai_parse_format(fmt, 1, "text.format", &r, &err) == -1 && err.status == 400, "a second constraint");
+    cJSON_Delete(fmt);
+    g4_constraint_spec_free(&r.constraint);
+}
+
 int main(void) {
     check_json();
+    check_constraints();
     check_messages();
     check_offsets();
     check_logit_bias();

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <regex.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -210,6 +211,32 @@ int main(void) {
         CHECK(at && cut.len == (size_t)(at - whole.text) && !strncmp(cut.text, whole.text, cut.len),
               "stop '%s': [%s] from [%s]", stop, cut.text, whole.text);
         CHECK(!strcmp(cut.finish, "stop"), "finish %s", cut.finish);
+    }
+
+    /* constrained decoding: the reply matches the regex (POSIX regexec is the reference), a bad schema fails */
+    {
+        collector rc;
+        collector_init(&rc);
+        g4_params pc = p;
+        pc.temperature = 1.0f;
+        pc.seed = 5;
+        pc.max_tokens = 40;
+        pc.regex = "[a-c]{2}-[0-9]{1,3}";
+        CHECK(g4_submit_text(h, "The quick brown fox", &pc, on_event, &rc, NULL) == G4_OK, "regex: %s",
+              g4_error_message());
+        wait_done(&rc);
+        regex_t re;
+        regcomp(&re, "^[a-c]{2}-[0-9]{1,3}$", REG_EXTENDED | REG_NOSUB);
+        CHECK(regexec(&re, rc.text, 0, NULL, 0) == 0, "constrained text [%s] matches", rc.text);
+        regfree(&re);
+        g4_params pb = p;
+        pb.json_schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}";
+        collector unused2;
+        collector_init(&unused2);
+        CHECK(g4_submit_chat(h, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, &pb, on_event, &unused2, NULL) ==
+                      G4_ERR_INVALID_ARGUMENT &&
+                  strstr(g4_error_message(), "'not' at #/properties/a/not"),
+              "a schema outside the subset: %s", g4_error_message());
     }
 
     /* cancellation */
