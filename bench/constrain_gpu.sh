@@ -16,19 +16,24 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 configs=("$@")
 [ ${#configs[@]} -eq 0 ] && configs=(e2b:bf16 31b:mlx4)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4_CUDA=ON >"$OUT/constrain_build.txt" 2>&1 &&
-  cmake --build build -j"$(nproc)" >>"$OUT/constrain_build.txt" 2>&1 || { echo "build failed"; tail -30 "$OUT/constrain_build.txt"; exit 1; }
-(cd build && timeout 900 ctest -R "test_constrain|test_openai_request|test_public_api|test_engine" --output-on-failure) \
-  >"$OUT/constrain_tests.txt" 2>&1
-tail -3 "$OUT/constrain_tests.txt"
-timeout 900 python3 bench/constrain_masks.py --walks 20 --tokenizer build/fixtures/tokenizer/tokenizer-gemma4-style.json \
-  >"$OUT/constrain_masks.txt" 2>&1
-tail -3 "$OUT/constrain_masks.txt"
+# GEMMA4 and G4_FIXTURES set (binaries built elsewhere, bench/cuda_prebuilt_env.sh): no build, no tests here,
+# straight to the decode runs (DURATION seconds each, default 45)
+if [ -z "${GEMMA4:-}" ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4_CUDA=ON >"$OUT/constrain_build.txt" 2>&1 &&
+    cmake --build build -j"$(nproc)" >>"$OUT/constrain_build.txt" 2>&1 || { echo "build failed"; tail -30 "$OUT/constrain_build.txt"; exit 1; }
+  (cd build && timeout 900 ctest -R "test_constrain|test_openai_request|test_public_api|test_engine" --output-on-failure) \
+    >"$OUT/constrain_tests.txt" 2>&1
+  tail -3 "$OUT/constrain_tests.txt"
+  timeout 900 python3 bench/constrain_masks.py --walks 20 --tokenizer build/fixtures/tokenizer/tokenizer-gemma4-style.json \
+    >"$OUT/constrain_masks.txt" 2>&1
+  tail -3 "$OUT/constrain_masks.txt"
+  GEMMA4=build/gemma4 G4_FIXTURES=build/fixtures
+fi
 # the vendored tokenizer has one id past the 262,144 of the configs (<image_soft_token>): leave it out
 tok=/tmp/constrain_tokenizer.json
-python3 - "$tok" <<'EOF'
+python3 - "$tok" "$G4_FIXTURES" <<'EOF'
 import json, sys
-t = json.load(open("build/fixtures/tokenizer/tokenizer-gemma4-style.json"))
+t = json.load(open(sys.argv[2] + "/tokenizer/tokenizer-gemma4-style.json"))
 t["added_tokens"] = [a for a in t["added_tokens"] if a["id"] < 262144]
 json.dump(t, open(sys.argv[1], "w"))
 EOF
@@ -39,7 +44,7 @@ schema='{"response_format": {"type": "json_schema", "json_schema": {"name": "ans
 for cfg in "${configs[@]}"; do
   preset=${cfg%%:*} fmt=${cfg##*:} dir=/tmp/constrain-$preset-$fmt
   rm -rf "$dir"
-  timeout 900 build/gemma4 synth --preset "$preset" --format "$fmt" -o "$dir" >/dev/null || { echo "$cfg: synth failed"; continue; }
+  timeout 900 "$GEMMA4" synth --preset "$preset" --format "$fmt" -o "$dir" >/dev/null || { echo "$cfg: synth failed"; continue; }
   cp "$tok" "$dir/tokenizer.json"
   case $preset in
     e2b) tpl=gemma-4-E2B-it ;; e4b) tpl=gemma-4-E4B-it ;; 26b-a4b) tpl=gemma-4-26B-A4B-it ;;
@@ -47,7 +52,7 @@ for cfg in "${configs[@]}"; do
   esac
   cp "tests/data/chat/templates/$tpl.chat_template.jinja" "$dir/chat_template.jinja" 2>/dev/null ||
     cp tests/data/chat/templates/gemma-4-E2B-it.chat_template.jinja "$dir/chat_template.jinja"
-  build/gemma4 serve -m "$dir" --device cuda --port 8931 --max-seqs 32 --quiet >"$OUT/constrain_serve_$preset.txt" 2>&1 &
+  "$GEMMA4" serve -m "$dir" --device cuda --port 8931 --max-seqs 32 --quiet >"$OUT/constrain_serve_$preset.txt" 2>&1 &
   pid=$!
   for _ in $(seq 300); do curl -sf http://127.0.0.1:8931/health >/dev/null && break; sleep 1; done
   for c in 1 32; do
@@ -55,7 +60,7 @@ for cfg in "${configs[@]}"; do
       extra=()
       [ "$mode" = schema ] && extra=(--extra "$schema")
       echo "== $cfg clients $c $mode" | tee -a "$OUT/constrain_decode.txt"
-      timeout 300 python3 bench/server_load.py --url http://127.0.0.1:8931 --clients $c --duration 45 --warmup 10 \
+      timeout 300 python3 bench/server_load.py --url http://127.0.0.1:8931 --clients $c --duration "${DURATION:-45}" --warmup 10 \
         --max-tokens 128 --json "$OUT/constrain_decode_${preset}_${fmt}_c${c}_$mode.json" "${extra[@]}" \
         2>&1 | tail -2 | tee -a "$OUT/constrain_decode.txt"
     done

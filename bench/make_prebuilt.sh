@@ -7,7 +7,9 @@ set -eu
 build=$1 out=$2
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib"
+# EXTRA_TESTS="test_engine ...": more test programs of $build/tests beside the CUDA ones
 cp "$build/gemma4" "$build/tests/test_cuda_backend" "$build/tests/test_cuda_fixtures" "$build/tests/test_assistant" "$stage/bin/"
+for t in ${EXTRA_TESTS:-}; do cp "$build/tests/$t" "$stage/bin/"; done
 for b in "$stage"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
