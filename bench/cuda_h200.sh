@@ -12,7 +12,8 @@
 # PREFILL_PROFILE="31b:bf16:VAR=V,.." (per-kernel prefill profile),
 # MEMCHECK_FIXTURES, G4_SKIP_MEMCHECK=1, EXACT_CONFIGS (prefill on the exact path, --precision exact).
 # The working tree travels to the GPU machine whole (64 MiB at most): remove what a call does not need
-# (e.g. models/tiny-assistant, or tests/fixtures for a bench-only call) and `git checkout` it after.
+# (e.g. models/tiny-assistant, or tests/fixtures for a bench-only call) and `git checkout` it after — never
+# `git commit -a` while files are moved out (that commits their deletion: 4332cc9 did).
 # G4_PREBUILT=path.tar.xz uses binaries built elsewhere (bin/, lib/ with the
 # shared libraries the GPU image may lack, COMMIT) instead of building there.
 # Each step has a time limit so that one hang cannot eat the whole lease.
@@ -34,17 +35,8 @@ gpu_txt=$(mktemp)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$gpu_txt" 2>&1
 t0=$(date +%s)
 if [ -n "${G4_PREBUILT:-}" ]; then
-  pre=/tmp/g4-prebuilt
-  rm -rf "$pre" && mkdir -p "$pre/libx" "$pre/fixtures" && tar -xJf "$G4_PREBUILT" -C "$pre" || exit 1
-  # carried libraries only where the image has none of that name
-  for f in "$pre"/lib/*; do
-    ldconfig -p | grep -q "$(basename "$f") " || cp -a "$f" "$pre/libx/"
-  done
-  export LD_LIBRARY_PATH=$pre/libx:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-  for a in tests/fixtures/*.tar.xz; do tar -xJf "$a" -C "$pre/fixtures"; done
-  GEMMA4=$pre/bin/gemma4 TESTS=$pre/bin
-  export G4_FIXTURES=$pre/fixtures
-  note "commit $(cat "$pre/COMMIT") (prebuilt); carried libs used: $(ls "$pre/libx" | tr '\n' ' ')"
+  . bench/cuda_prebuilt_env.sh "$G4_PREBUILT" > "$OUT/prebuilt.txt" || { note "PREBUILT UNPACK FAILED"; exit 1; }
+  note "$(cat "$OUT/prebuilt.txt")"
   ldd "$GEMMA4" | grep "not found" | tee -a "$summary"
 else
   if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4_CUDA=ON &&
