@@ -134,22 +134,27 @@ g4_status g4_kv_seq_init(g4_kv_pool *p, g4_kv_seq *s) {
     return G4_OK;
 }
 
+g4_status g4_kv_seq_grow_table(g4_kv_seq *s, int need) {
+    if (need <= s->cap_full) return G4_OK;
+    int cap = s->cap_full ? s->cap_full : 16;
+    while (cap < need) cap *= 2;
+    int32_t *grown = realloc(s->full_blocks, (size_t)cap * sizeof *grown);
+    if (!grown) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    /* entries past n_full are read as table padding, never as blocks */
+    memset(grown + s->cap_full, 0, (size_t)(cap - s->cap_full) * sizeof *grown);
+    s->full_blocks = grown;
+    s->cap_full = cap;
+    return G4_OK;
+}
+
 g4_status g4_kv_seq_reserve(g4_kv_pool *p, g4_kv_seq *s, int new_length) {
     int need = g4_kv_blocks_for(p, new_length);
     if (need <= s->n_full) return G4_OK;
     if (need - s->n_full > p->n_free_full)
         return g4_fail(G4_ERR_LIMIT, "KV cache full: %d positions need %d blocks, %d free", new_length,
                        need - s->n_full, p->n_free_full);
-    if (need > s->cap_full) {
-        int cap = s->cap_full ? s->cap_full : 16;
-        while (cap < need) cap *= 2;
-        int32_t *grown = realloc(s->full_blocks, (size_t)cap * sizeof *grown);
-        if (!grown) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-        /* entries past n_full are read as table padding, never as blocks */
-        memset(grown + s->cap_full, 0, (size_t)(cap - s->cap_full) * sizeof *grown);
-        s->full_blocks = grown;
-        s->cap_full = cap;
-    }
+    g4_status st = g4_kv_seq_grow_table(s, need);
+    if (st != G4_OK) return st;
     while (s->n_full < need) s->full_blocks[s->n_full++] = p->free_full[--p->n_free_full];
     return G4_OK;
 }

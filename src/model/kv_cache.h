@@ -43,6 +43,9 @@ void g4_kv_pool_free(g4_kv_pool *p);
 
 /* Takes the sequence's ring blocks (G4_ERR_LIMIT when the pool is full). */
 g4_status g4_kv_seq_init(g4_kv_pool *p, g4_kv_seq *s);
+/* Room in the sequence's full-layer table for `need` logical blocks (no
+ * blocks taken). */
+g4_status g4_kv_seq_grow_table(g4_kv_seq *s, int need);
 /* Ensures full-layer blocks exist for positions < new_length. */
 g4_status g4_kv_seq_reserve(g4_kv_pool *p, g4_kv_seq *s, int new_length);
 /* Forgets positions >= length (keeps blocks). */

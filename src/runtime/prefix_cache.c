@@ -305,26 +305,13 @@ static int32_t take_full_block(g4_prefix_cache *c) {
     return b;
 }
 
-static g4_status grow_table(g4_kv_seq *s, int need) {
-    if (need <= s->cap_full) return G4_OK;
-    int cap = s->cap_full ? s->cap_full : 16;
-    while (cap < need) cap *= 2;
-    int32_t *grown = realloc(s->full_blocks, (size_t)cap * sizeof *grown);
-    if (!grown) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    /* entries past n_full are read as table padding, never as blocks */
-    memset(grown + s->cap_full, 0, (size_t)(cap - s->cap_full) * sizeof *grown);
-    s->full_blocks = grown;
-    s->cap_full = cap;
-    return G4_OK;
-}
-
 g4_status g4_prefix_admit(g4_prefix_cache *c, const g4_prefix_match *mt, int total_blocks, g4_kv_seq *s) {
     g4_kv_pool *p = c->pool;
     memset(s, 0, sizeof *s);
     if (!g4_prefix_can_admit(c, mt, total_blocks))
         return g4_fail(G4_ERR_LIMIT, "KV cache full: %d blocks do not fit", total_blocks);
     s->ring = malloc((size_t)p->ring_blocks * sizeof *s->ring);
-    g4_status st = s->ring ? grow_table(s, total_blocks) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    g4_status st = s->ring ? g4_kv_seq_grow_table(s, total_blocks) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     if (st != G4_OK) {
         free(s->ring);
         free(s->full_blocks);
