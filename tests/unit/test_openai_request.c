@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/json_strict.h"
+#include "text/json_strict.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "test_util.h"
