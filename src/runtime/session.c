@@ -1,6 +1,7 @@
 #include "runtime/session.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 g4_status g4_session_create(const g4_model *m, const g4_session_options *opt, g4_session **out) {
     *out = NULL;
@@ -36,6 +37,7 @@ void g4_session_destroy(g4_session *s) {
     if (!s) return;
     if (s->seq.ring) g4_engine_seq_release(s->engine, &s->seq);
     g4_engine_destroy(s->engine);
+    free(s->history);
     free(s);
 }
 
@@ -43,10 +45,53 @@ void g4_session_reset(g4_session *s) { g4_kv_seq_truncate(&s->seq, 0); }
 
 int g4_session_length(const g4_session *s) { return s->seq.length; }
 
+static int is_vision(const g4_model *m, int32_t id) {
+    return id == m->config.tokens.image_id || id == m->config.tokens.video_id;
+}
+
+int g4_session_reuse(g4_session *s, const int32_t *ids, int n) {
+    const int held = s->seq.length; /* history[0..held) is what the cache holds */
+    int k = 0;
+    while (k < held && k < n && s->history[k] == ids[k]) k++;
+    if (k == n) k--; /* always evaluate at least one token to get logits */
+    /* an image's tokens attend to each other: never resume inside one,
+     * of the new prompt or of what the cache holds */
+    while (k > 0 && is_vision(s->model, ids[k - 1]) &&
+           ((k < n && is_vision(s->model, ids[k])) || (k < held && is_vision(s->model, s->history[k]))))
+        k--;
+    /* the sliding layers' ring must still hold the window before k */
+    const int ring_positions = s->kv->ring_blocks * s->kv->block_size;
+    if (k < held && k - s->model->config.text.sliding_window + 1 < held - ring_positions) k = 0;
+    if (k < 0) k = 0;
+    g4_kv_seq_truncate(&s->seq, k);
+    return k;
+}
+
+/* Room in the history for n more ids after the sequence. */
+static g4_status history_room(g4_session *s, int n) {
+    const int need = s->seq.length + n;
+    if (n <= 0 || need <= s->history_cap) return G4_OK;
+    int cap = need > 2 * s->history_cap ? need : 2 * s->history_cap;
+    int32_t *grown = realloc(s->history, (size_t)cap * sizeof *grown);
+    if (!grown) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    s->history = grown;
+    s->history_cap = cap;
+    return G4_OK;
+}
+
+/* The ids that ran from position `base` (every chunk before a failure). */
+static void remember(g4_session *s, const int32_t *ids, int base) {
+    if (s->seq.length > base) memcpy(s->history + base, ids, (size_t)(s->seq.length - base) * sizeof *ids);
+}
+
 static g4_status eval(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, g4_eval_output *o) {
+    const int base = s->seq.length;
+    g4_status st = history_room(s, n);
     o->hook = s->hook;
     o->hook_ctx = s->hook_ctx;
-    return g4_engine_eval(s->engine, &s->seq, ids, n, soft, o);
+    if (st == G4_OK) st = g4_engine_eval(s->engine, &s->seq, ids, n, soft, o);
+    remember(s, ids, base);
+    return st;
 }
 
 g4_status g4_session_eval(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft, g4_logits_mode mode,
@@ -83,5 +128,10 @@ g4_status g4_session_eval_sample_constrained(g4_session *s, const int32_t *ids, 
                                              int tokens_left, g4_sample *out, int *none) {
     if (s->hook) /* the engine's token choice takes no hook: the plain path keeps it */
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "a hidden-state hook works with g4_session_eval only");
-    return g4_engine_eval_sample(s->engine, &s->seq, ids, n, soft, sampler, m, tokens_left, logits, out, none);
+    const int base = s->seq.length;
+    g4_status st = history_room(s, n);
+    if (st == G4_OK)
+        st = g4_engine_eval_sample(s->engine, &s->seq, ids, n, soft, sampler, m, tokens_left, logits, out, none);
+    remember(s, ids, base);
+    return st;
 }

@@ -29,6 +29,8 @@ typedef struct g4_session {
     g4_kv_pool *kv;         /* the engine's */
     g4_text_scratch *scratch; /* the engine's */
     g4_kv_seq seq;
+    int32_t *history; /* [history_cap]: the ids of positions 0..seq.length (g4_session_reuse) */
+    int history_cap;
     g4_hidden_hook hook;
     void *hook_ctx;
 } g4_session;
@@ -38,6 +40,14 @@ void g4_session_destroy(g4_session *s);
 /* Forgets the sequence (the KV cache is reused). */
 void g4_session_reset(g4_session *s);
 int g4_session_length(const g4_session *s);
+
+/* A new prompt ids[0..n) for the same conversation (a chat's next turn,
+ * the whole conversation re-rendered): keeps the longest prefix of the
+ * sequence that the prompt repeats and that can be resumed (at least one
+ * id is left to evaluate, never inside an image, and the sliding layers'
+ * ring still holds the window before it), forgets the rest, and returns
+ * its length: evaluate ids[that..n) next. */
+int g4_session_reuse(g4_session *s, const int32_t *ids, int n);
 
 /* Appends ids[0..n) to the sequence, running them through the model.
  * logits: host buffer for the rows `mode` asks for (may be NULL for NONE). */
