@@ -60,7 +60,6 @@ struct gemv_tc_args : dev_matrix {
     float *partial;     /* [slot][part][rows_padded] when parts > 1 */
     int *counters;      /* [slot][tile]: parts finished; zero between calls */
     int64_t pair;       /* > 0: gated pairs (see cuda_gemv): a tile is 8 gate rows and their up rows */
-    int early;          /* without ids: the first weights before pdl_wait (the integer and pipelined kernels; see i8_run) */
 };
 
 /* How group scales are stored; MXFP4 is the E8M0 case. */
