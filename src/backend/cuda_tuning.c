@@ -138,6 +138,47 @@ int g4_cuda_tuning_parse(g4_cuda_tuning *t, const char *spec, char *err, size_t 
     return 1;
 }
 
+/* the former variables and what took their place */
+static const struct {
+    const char *name, *now;
+} former[] = {
+    {"G4_CUDA_GRAPHS", "G4_CUDA_TUNE=graphs=0"},
+    {"G4_CUDA_PDL", "G4_CUDA_TUNE=pdl=0"},
+    {"G4_CUDA_GEMV_I8_MIN8", "G4_CUDA_TUNE=i8_min8=N"},
+    {"G4_CUDA_GEMV_COPIES", "G4_CUDA_TUNE=gemv_copies=N"},
+    {"G4_CUDA_GEMV_SPLIT", "G4_CUDA_TUNE=gemv_split=0|1"},
+    {"G4_CUDA_ATTN_MIN_SPLIT", "G4_CUDA_TUNE=attn_min_split=N"},
+    {"G4_CUDA_ATTN_TC_SPLIT", "G4_CUDA_TUNE=attn_tc_split=N"},
+    {"G4_CUDA_MOE_CUBLAS", "G4_CUDA_TUNE=moe_cublas=N"},
+    {"G4_CUDA_GEMV_TC", "the test hook G4_CUDA_TUNE=gemv=float32"},
+    {"G4_CUDA_GEMV_I8", "the test hook G4_CUDA_TUNE=gemv=fp16"},
+    {"G4_CUDA_ATTN_TC", "the test hooks G4_CUDA_TUNE=attn=cores|tc"},
+    {"G4_CUDA_MOE_PIPE", "the test hook G4_CUDA_TUNE=moe=mma"},
+};
+
+int g4_cuda_tuning_check_env(char *const *env, char *err, size_t err_size) {
+    if (err_size) err[0] = '\0';
+    for (; env && *env; env++) {
+        const char *e = *env;
+        if (strncmp(e, "G4_CUDA_", 8) != 0 || strncmp(e, "G4_CUDA_TUNE=", 13) == 0) continue;
+        const char *eq = strchr(e, '=');
+        const size_t n = eq ? (size_t)(eq - e) : strlen(e);
+        const char *now = NULL;
+        for (size_t i = 0; i < sizeof former / sizeof former[0]; i++)
+            if (strlen(former[i].name) == n && memcmp(former[i].name, e, n) == 0) now = former[i].now;
+        if (now)
+            snprintf(err, err_size, "%.*s is no longer read: use %s (README.md, \"CUDA tuning\")", (int)(n > 64 ? 64 : n),
+                     e, now);
+        else
+            snprintf(err, err_size,
+                     "%.*s is not read: the CUDA backend's one setting is G4_CUDA_TUNE=key=value,... (README.md, "
+                     "\"CUDA tuning\"; the alternatives such variables selected measured slower and were removed)",
+                     (int)(n > 64 ? 64 : n), e);
+        return 0;
+    }
+    return 1;
+}
+
 int g4_cuda_tuning_format(const g4_cuda_tuning *t, char *buf, size_t size) {
     size_t used = 0;
     for (int i = 0; i < N_KEYS; i++) {

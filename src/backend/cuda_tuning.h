@@ -65,6 +65,12 @@ g4_cuda_tuning g4_cuda_tuning_defaults(const g4_cuda_caps *caps);
  * bytes) naming the unknown key or the bad value. */
 int g4_cuda_tuning_parse(g4_cuda_tuning *t, const char *spec, char *err, size_t err_size);
 
+/* Whether env (a NULL-terminated "NAME=value" array, as environ) sets a
+ * G4_CUDA_* variable other than G4_CUDA_TUNE: the backend's former knobs
+ * are read no more, so one set would silently change nothing. Returns 1
+ * when none is set, else 0 with err naming it and what replaced it. */
+int g4_cuda_tuning_check_env(char *const *env, char *err, size_t err_size);
+
 /* The settings as "key=value,..." (every key, parseable by the above) into
  * buf; returns the length it needed (as snprintf). */
 int g4_cuda_tuning_format(const g4_cuda_tuning *t, char *buf, size_t size);

@@ -111,10 +111,33 @@ static void test_format(void) {
     CHECK(need == n && strlen(tiny) == sizeof tiny - 1, "truncated format %d / %d", need, n);
 }
 
+/* the former G4_CUDA_* variables fail loudly instead of changing nothing */
+static void test_env(void) {
+    char err[512];
+    char *clean[] = {"PATH=/usr/bin", "G4_CUDA_TUNE=gemv=fp16", "G4_CUDAX=1", "G4_LOG=debug", NULL};
+    CHECK(g4_cuda_tuning_check_env(clean, err, sizeof err) && err[0] == '\0', "no former variable: %s", err);
+    CHECK(g4_cuda_tuning_check_env(NULL, err, sizeof err), "no environment");
+    char *graphs[] = {"HOME=/root", "G4_CUDA_GRAPHS=0", NULL};
+    CHECK(!g4_cuda_tuning_check_env(graphs, err, sizeof err) &&
+              strstr(err, "G4_CUDA_GRAPHS is no longer read: use G4_CUDA_TUNE=graphs=0"),
+          "graphs: %s", err);
+    char *i8[] = {"G4_CUDA_GEMV_I8=0", NULL};
+    CHECK(!g4_cuda_tuning_check_env(i8, err, sizeof err) && strstr(err, "G4_CUDA_GEMV_I8 ") &&
+              strstr(err, "gemv=fp16"),
+          "GEMV_I8: %s", err);
+    char *min8[] = {"G4_CUDA_GEMV_I8_MIN8=0", NULL};
+    CHECK(!g4_cuda_tuning_check_env(min8, err, sizeof err) && strstr(err, "i8_min8=N"), "MIN8: %s", err);
+    char *lost[] = {"G4_CUDA_GEMV_TC8_ONE=1", NULL};
+    CHECK(!g4_cuda_tuning_check_env(lost, err, sizeof err) && strstr(err, "G4_CUDA_GEMV_TC8_ONE is not read") &&
+              strstr(err, "measured slower"),
+          "a removed alternative: %s", err);
+}
+
 int main(void) {
     test_defaults();
     test_keys();
     test_errors();
     test_format();
+    test_env();
     return test_finish();
 }

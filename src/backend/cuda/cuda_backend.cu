@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* environ */
 
 #include "backend/cuda/cuda_internal.cuh"
 
@@ -383,6 +384,8 @@ extern "C" g4_status g4_backend_cuda_create_tuned(int device, const char *tune, 
     /* the measured defaults for this device, then the environment's override, then the caller's */
     g4_cuda_tuning tuning = g4_cuda_tuning_defaults(&caps);
     char tune_error[512];
+    if (!g4_cuda_tuning_check_env(environ, tune_error, sizeof tune_error))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s", tune_error);
     if (!g4_cuda_tuning_parse(&tuning, getenv("G4_CUDA_TUNE"), tune_error, sizeof tune_error))
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "G4_CUDA_TUNE: %s", tune_error);
     if (!g4_cuda_tuning_parse(&tuning, tune, tune_error, sizeof tune_error))
