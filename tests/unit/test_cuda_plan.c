@@ -47,6 +47,8 @@ static const plan_case cases[] = {
     /* 256 blocks < 528: split; on 16 SMs (256 >= 64) not */
     {"bf16 n=2 split", G4_WEIGHT_BF16, 0, 0, 4096, 1536, 0, 1, DENSE(2), 0, 0, NULL, 0, G4_KERNEL_GEMV_FLOAT, 2, 4, 1, 0, 0, 0, 1, 1},
     {"bf16 n=2 16 SMs", G4_WEIGHT_BF16, 0, 0, 4096, 1536, 0, 1, DENSE(2), 0, 0, NULL, 16, G4_KERNEL_GEMV_FLOAT, 2, 4, 0, 0, 0, 0, 1, 1},
+    /* exactly 512 columns: split although the rows alone give plenty of blocks */
+    {"bf16 x512 split", G4_WEIGHT_BF16, 0, 0, 262144, 512, 0, 1, DENSE(1), 0, 0, NULL, 0, G4_KERNEL_GEMV_FLOAT, 1, 2, 1, 0, 0, 0, 1, 1},
     {"f32 n=3", G4_WEIGHT_F32, 0, 0, 100, 64, 0, 1, DENSE(3), 0, 0, NULL, 0, G4_KERNEL_GEMV_FLOAT, 4, 4, 1, 0, 0, 0, 1, 1},
     {"f16 n=5", G4_WEIGHT_F16, 0, 0, 16384, 4096, 0, 1, DENSE(5), 0, 0, NULL, 0, G4_KERNEL_GEMV_FLOAT, 8, 4, 0, 0, 0, 0, 1, 1},
     {"f16 n=1", G4_WEIGHT_F16, 0, 0, 16384, 4096, 0, 1, DENSE(1), 0, 0, NULL, 0, G4_KERNEL_GEMV_FLOAT, 1, 4, 1, 0, 0, 0, 1, 1},
@@ -66,6 +68,10 @@ static const plan_case cases[] = {
     {"mxfp4 n=3", G4_WEIGHT_MXFP4, 4, 32, 2048, 1536, 0, 1, DENSE(3), 0, 0, NULL, 0, G4_KERNEL_GEMV_FP16_TOKENS, 4, 0, 0, 0, 4, 128, 1, 1},
     {"aff4 g64 n=2", G4_WEIGHT_AFFINE, 4, 64, 2048, 1536, 0, 1, DENSE(2), 0, 0, NULL, 0, G4_KERNEL_GEMV_FP16_TOKENS, 2, 0, 0, 0, 4, 128, 1, 1},
     {"aff4 g128 n=8", G4_WEIGHT_AFFINE, 4, 128, 72, 21504, 0, 1, DENSE(8), 0, 0, NULL, 0, G4_KERNEL_GEMV_FP16_TOKENS, 8, 0, 0, 0, 4, 5, 4, 1},
+    /* several tokens: 4 blocks per SM count the waves (1100 tiles x 2 parts >= 4 x 4 x 132: no third doubling) */
+    {"mxfp4 n=2 parts", G4_WEIGHT_MXFP4, 4, 32, 17600, 16384, 0, 1, DENSE(2), 0, 0, NULL, 0, G4_KERNEL_GEMV_FP16_TOKENS, 2, 0, 0, 0, 4, 1100, 2, 1},
+    /* ... and 5 for one token (2200 < 4 x 5 x 132: 4 parts) */
+    {"mxfp4 n=1 parts", G4_WEIGHT_MXFP4, 4, 32, 17600, 16384, 0, 1, DENSE(1), 0, 0, NULL, 0, G4_KERNEL_GEMV_FP16, 1, 0, 0, 0, 4, 1100, 4, 1},
     /* ---- 8 bits, dense ---- */
     /* one token under 2^25 weights: the float32 GEMV, four rows, 6 blocks per SM (128 blocks < 132: split) */
     {"aff8 g64 small", G4_WEIGHT_AFFINE, 8, 64, 2048, 1536, 0, 1, DENSE(1), 0, 0, NULL, 0, G4_KERNEL_GEMV_FLOAT, 1, 4, 1, 6, 0, 0, 1, 1},
@@ -118,6 +124,7 @@ static const plan_case cases[] = {
     {"aff4 down k=10", G4_WEIGHT_AFFINE, 4, 64, 256, 512, 0, 1, SLOTS(10, 1), 0, 10, NULL, 0, G4_KERNEL_DECLINE, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
     {"bf16 down k=10", G4_WEIGHT_BF16, 0, 0, 256, 512, 0, 1, SLOTS(10, 1), 0, 10, NULL, 0, G4_KERNEL_DECLINE, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
     {"bf16 down 9 of k=2", G4_WEIGHT_BF16, 0, 0, 256, 512, 0, 1, SLOTS(9, 1), 0, 2, NULL, 0, G4_KERNEL_DECLINE, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
+    {"aff4 down x_div=2", G4_WEIGHT_AFFINE, 4, 64, 2816, 704, 0, 1, SLOTS(8, 2), 0, 8, NULL, 0, G4_KERNEL_DECLINE, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
     {"aff8 down 8 slots", G4_WEIGHT_AFFINE, 8, 64, 2816, 704, 0, 1, SLOTS(8, 1), 0, 8, NULL, 0, G4_KERNEL_DECLINE, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
     {"bf16 down odd", G4_WEIGHT_BF16, 0, 0, 72, 24, 0, 1, SLOTS(4, 1), 0, 2, NULL, 0, G4_KERNEL_MOE_DOWN_FLOAT, 1, 0, 0, 0, 0, 0, 1, 1},
     {"bf16 down odd cols", G4_WEIGHT_BF16, 0, 0, 72, 20, 0, 1, SLOTS(4, 1), 0, 2, NULL, 0, G4_KERNEL_DECLINE, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
