@@ -80,7 +80,7 @@ template <int SD> __device__ __forceinline__ float group_value(uint32_t bits) {
     return e8m0_value(bits);
 }
 
-/* One lane of a one-token GEMV block (gemv_tc_kernel, gemv_tc_pipe_kernel):
+/* One lane of a one-token GEMV block (gemv_tc_pipe_kernel, gemv_i8_kernel):
  * its tile, rows, pointers, roles in the mma and range of blocks. */
 struct tc_lane {
     int warp, lane, g, c;

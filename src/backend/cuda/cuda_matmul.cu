@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
  * columns for the 26B-A4B), two chunks per lane in flight; the block adds
  * the experts' rows in choice order, weighted, as moe_combine_kernel does.
  * (Before: a GEMV block per (2 rows, slot), then a combine launch.) The
- * quantised formats' kernels: cuda_gemv_tc_moe_down. */
+ * quantised formats' kernels: gemv_tc_moe_down_kernel, gemv_i8_moe_down_kernel. */
 #define GEMV_MOE_WARPS 8
 #define GEMV_MOE_ROWS 4
 
