@@ -55,7 +55,6 @@ struct g4_engine {
     float *media_stage;   /* backend [max_batch_tokens][hidden] */
     /* host batch arrays, sized for max_batch_tokens rows / max_seqs sequences */
     int32_t *ids, *pos, *seq, *ranges, *glo, *ghi, *mm_rows, *logit_rows, *full_tables, *sliding_tables;
-    int full_stride_cap;
     float *logits;
     /* the largest logits of each logit row, where its sampler can choose from them */
     int32_t *cand_ids;
@@ -133,7 +132,6 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->mm_rows = malloc((size_t)N * sizeof *e->mm_rows);
         e->logit_rows = malloc((size_t)S * sizeof *e->logit_rows);
         e->logit_owner = malloc((size_t)S * sizeof *e->logit_owner);
-        e->full_stride_cap = per_seq;
         e->full_tables = calloc((size_t)S * per_seq, sizeof *e->full_tables);
         e->sliding_tables = malloc((size_t)S * ring * sizeof *e->sliding_tables);
         e->logits = malloc((size_t)S * tc->vocab_size * sizeof *e->logits);
@@ -627,12 +625,6 @@ int g4_engine_step(g4_engine *e) {
         pthread_mutex_unlock(&e->lock);
         return pending;
     }
-    /* the table width in powers of two: decode steps keep one shape (and so
-     * one recorded graph) while the sequences grow */
-    int width = 16;
-    while (width < stride) width *= 2;
-    if (width > e->full_stride_cap) width = e->full_stride_cap;
-    if (width > stride) stride = width;
     for (int b = 0; b < n_seqs; b++) {
         sequence *s = e->batch_seqs[b];
         memcpy(e->full_tables + (size_t)b * stride, s->kv.full_blocks, (size_t)s->kv.n_full * sizeof(int32_t));

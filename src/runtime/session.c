@@ -161,9 +161,7 @@ static g4_status eval(g4_session *s, const int32_t *ids, int n, const g4_soft_to
             .kv_range = ranges,
             .n_seqs = 1,
             .full_tables = s->seq.full_blocks,
-            /* the table's capacity (a power of two), not its length: decode
-             * steps keep one shape, and so one recorded graph, as it grows */
-            .full_table_stride = s->seq.cap_full,
+            .full_table_stride = s->seq.n_full,
             .sliding_tables = s->seq.ring,
             .n_mm = n_mm,
             .mm_rows = mm_rows,

@@ -109,7 +109,8 @@ struct cuda_ctx {
     int attn_dynamic;   /* decode pieces sized from each token's span (1, default) or the capacity (G4_CUDA_ATTN_DYNAMIC=0) */
     int attn_tc; /* prefill-like attention on tensor cores (cuda_attention_tc.cu): 1 (default), 32/64 rows per block, 0 off (G4_CUDA_ATTN_TC) */
     int attn_tc_split; /* keys per piece when that kernel splits each tile's keys over blocks: -1 by shape (default), 0 never (G4_CUDA_ATTN_TC_SPLIT) */
-    int capturing;        /* between graph_begin and graph_end */
+    struct cuda_recorder *recorder; /* run_step's recorded steps (cuda_graph.cu) */
+    int capturing;        /* while run_step captures a step */
     int capture_spoiled;  /* a buffer had to grow while recording: drop the recording */
     unsigned generation;  /* bumped whenever a scratch buffer moves; recordings of older generations are stale */
     long graph_launches;
@@ -255,11 +256,9 @@ void cuda_launch_gelu_mul(cuda_ctx *c, float *out, const float *gate, const floa
 /* out[t][r] = gelu_tanh(both[t][r]) * both[t][F + r] for r < F */
 void cuda_launch_gated_rows(cuda_ctx *c, float *out, const float *both, int n_tokens, int64_t F);
 
-/* recording (cuda_graph.cu) */
-int cuda_graph_begin(g4_backend *be);
-void *cuda_graph_end(g4_backend *be);
-int cuda_graph_launch(g4_backend *be, void *graph);
-void cuda_graph_free(g4_backend *be, void *graph);
+/* recording (cuda_graph.cu): run_step, and freeing the recordings at destroy */
+g4_status cuda_run_step(g4_backend *be, const g4_step_key *key, g4_status (*issue)(void *ctx), void *ctx);
+void cuda_recorder_free(cuda_ctx *c);
 
 /* matrices (cuda_matmul.cu) */
 void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
