@@ -104,7 +104,7 @@ static recorded_step *slot_for(cuda_ctx *c, struct cuda_recorder *rec, const g4_
 
 g4_status cuda_run_step(g4_backend *be, const g4_step_key *key, g4_status (*issue)(void *ctx), void *ctx) {
     cuda_ctx *c = cuda_of(be);
-    if (!c->graphs_enabled || key->direct || key->n_tokens > G4_CUDA_RECORD_MAX_TOKENS || c->capturing)
+    if (!c->tune.graphs || key->direct || key->n_tokens > G4_CUDA_RECORD_MAX_TOKENS || c->capturing)
         return issue(ctx);
     if (!c->recorder) c->recorder = (struct cuda_recorder *)calloc(1, sizeof *c->recorder);
     if (!c->recorder) return issue(ctx);
