@@ -122,12 +122,8 @@ void g4_batch_finish(g4_batch_builder *b, g4_text_batch *out) {
     int stride = 1;
     for (int s = 0; s < b->n_seqs; s++)
         if (b->kv[s]->n_full > stride) stride = b->kv[s]->n_full;
-    /* the table width in powers of two: decode steps keep one shape (and so
-     * one recorded graph) while the sequences grow */
-    int width = 16;
-    while (width < stride) width *= 2;
-    if (width > b->table_cap) width = b->table_cap;
-    if (width > stride) stride = width;
+    /* the tables' width is the longest table's: the backend pads it where its
+     * recordings want steady shapes (block_table_width) */
     for (int s = 0; s < b->n_seqs; s++) {
         memcpy(b->full_tables + (size_t)s * stride, b->kv[s]->full_blocks, (size_t)b->kv[s]->n_full * sizeof(int32_t));
         memcpy(b->sliding_tables + (size_t)s * b->ring_blocks, b->kv[s]->ring, (size_t)b->ring_blocks * sizeof(int32_t));
