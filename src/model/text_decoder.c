@@ -8,6 +8,7 @@
  * recorded for: its launches depend on these and on nothing else. */
 typedef struct {
     int n_tokens, n_logit_rows, n_candidates, full_table_stride, ring_blocks;
+    int masked; /* candidates chosen after the recording (through masks) */
     const void *full_tables, *sliding_tables, *kv;
     int seen;       /* run once already: every buffer has its size */
     void *graph;    /* recording, or NULL */
@@ -386,7 +387,7 @@ static g4_status run_ops(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, 
         be->ops->matmul(be, s->logits, s->hsel, R, &m->text.embed);
         if (tc->final_softcap > 0)
             be->ops->softcap(be, s->logits, (size_t)R * tc->vocab_size, tc->final_softcap);
-        if (b->n_candidates > 0) {
+        if (b->n_candidates > 0 && !b->mask_bits) { /* masked: after the masks come (g4_text_forward) */
             const int k = b->n_candidates;
             double *lse = s->cand;
             int32_t *ids = (int32_t *)(lse + R);
@@ -407,7 +408,7 @@ static int recordable(const g4_text_scratch *s, const g4_text_batch *b) {
 static recorded_forward *recording_for(g4_text_scratch *s, g4_kv_pool *kv, const g4_text_batch *b) {
     recorded_forward key = {
         .n_tokens = b->n_tokens, .n_logit_rows = b->n_logit_rows, .n_candidates = b->n_candidates,
-        .full_table_stride = b->full_table_stride,
+        .masked = b->mask_bits != NULL, .full_table_stride = b->full_table_stride,
         .ring_blocks = kv->ring_blocks, .full_tables = s->full_tables, .sliding_tables = s->sliding_tables,
         .kv = kv,
     };
@@ -415,7 +416,7 @@ static recorded_forward *recording_for(g4_text_scratch *s, g4_kv_pool *kv, const
     for (int i = 0; i < RECORDED_SHAPES; i++) {
         recorded_forward *r = &s->recorded[i];
         if (r->n_tokens == key.n_tokens && r->n_logit_rows == key.n_logit_rows &&
-            r->n_candidates == key.n_candidates &&
+            r->n_candidates == key.n_candidates && r->masked == key.masked &&
             r->full_table_stride == key.full_table_stride && r->ring_blocks == key.ring_blocks &&
             r->full_tables == key.full_tables && r->sliding_tables == key.sliding_tables && r->kv == key.kv)
             return r;
@@ -466,6 +467,8 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
         (b->n_candidates > 0 && (!b->cand_ids || !b->cand_values || !b->cand_lse)))
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "%d candidates per logit row asked (1..%d, with host outputs)",
                        b->n_candidates, G4_TOP_LOGITS_MAX_K);
+    if (b->mask_bits && (b->n_candidates <= 0 || !b->mask_slot || b->mask_words <= 0 || !be->ops->top_logits_masked))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "token masks need candidates, slots and the backend's masked op");
     for (int r = 0; r < b->n_logit_rows; r++)
         if (b->logit_rows[r] < 0 || b->logit_rows[r] >= n)
             return g4_fail(G4_ERR_INVALID_ARGUMENT, "logit row %d outside the batch", b->logit_rows[r]);
@@ -498,6 +501,15 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
     }
 
     st = recordable(s, b) ? run_recorded(m, kv, s, b) : run_ops(m, kv, s, b);
+    if (st == G4_OK && b->n_logit_rows > 0 && b->n_candidates > 0 && b->mask_bits) {
+        if (b->masks_ready) b->masks_ready(b->masks_ctx);
+        const int R = b->n_logit_rows, k = b->n_candidates;
+        double *lse = s->cand;
+        int32_t *ids = (int32_t *)(lse + R);
+        float *values = (float *)(ids + (size_t)R * k);
+        be->ops->top_logits_masked(be, ids, values, lse, s->logits, R, tc->vocab_size, k, b->mask_bits,
+                                   b->mask_words, b->mask_slot);
+    }
     s->last_logit_rows = st == G4_OK ? b->n_logit_rows : 0;
     if (st == G4_OK && b->n_logit_rows > 0 && b->logits)
         be->ops->to_host(be, b->logits, s->logits, (size_t)b->n_logit_rows * tc->vocab_size * sizeof(float));

@@ -103,6 +103,12 @@ typedef struct {
     uint64_t prefix_blocks_evicted, prefix_snapshots_taken, prefix_snapshots_evicted;
     int prefix_cached_blocks, prefix_idle_blocks, prefix_snapshots;
     uint64_t prefix_cached_bytes;
+    /* constrained decoding: rows that took their candidates through a token
+     * mask on the backend, the masks uploaded for them (one per grammar
+     * state new to the backend's copies), and constrained rows sampled from
+     * their full row on the host (logit bias, penalties, suppressed tokens,
+     * ties at the candidates' edge) */
+    uint64_t masked_rows, mask_uploads, masked_rows_on_host;
 } g4_engine_stats;
 
 typedef struct g4_engine g4_engine;
