@@ -34,6 +34,7 @@ typedef struct {
     double prompt_seconds;
     g4_token_matcher *matcher; /* NULL: unconstrained */
     const uint32_t *mask;      /* the next token's allowed set (the matcher's buffer) */
+    int top_logprobs;          /* of its sampling parameters */
     int mask_result;           /* of g4_token_matcher_mask for this step: 1 masked, 0 free, -1 failed */
     /* prefix cache */
     int32_t *generated;         /* [max_tokens] sampled ids: the reply's block hashes */
@@ -373,13 +374,23 @@ static int masked_candidates(g4_engine *e, const sequence *s) {
     return -(k < V ? k : V);
 }
 
+/* A complete list of n allowed candidates padded to `want` entries as the
+ * masked full row goes on: its -inf tokens, the disallowed, lowest id first
+ * (what its top log-probabilities list after the allowed ones). */
+static int pad_disallowed(const sequence *s, int32_t *ids, float *values, int n, int want, int vocab) {
+    const int mv = g4_token_matcher_vocab(s->matcher);
+    for (int32_t id = 0; id < vocab && n < want; id++)
+        if (id >= mv || !g4_mask_has(s->mask, id)) ids[n] = id, values[n++] = -INFINITY;
+    return n;
+}
+
 /* A constrained row from its candidates (cand_needed < 0): the token, or
  * *need_full when only the full row can decide, or *none when the mask
  * allows no token. */
 static g4_status sample_masked(g4_engine *e, sequence *s, int row, int k, g4_sample *sample, int *need_full,
                                int *none) {
-    const int32_t *ci = e->cand_ids + (size_t)row * k;
-    const float *cv = e->cand_values + (size_t)row * k;
+    int32_t *ci = e->cand_ids + (size_t)row * k;
+    float *cv = e->cand_values + (size_t)row * k;
     const double lse = e->cand_lse[row];
     const int need = g4_sampler_candidates_needed(s->sampler);
     *need_full = 0, *none = 0;
@@ -395,7 +406,12 @@ static g4_status sample_masked(g4_engine *e, sequence *s, int row, int k, g4_sam
         *none = 1;
         return G4_OK;
     }
-    if (n_finite < k) return g4_sampler_sample_complete(s->sampler, ci, cv, n_finite, lse, sample, need_full);
+    if (n_finite < k) {
+        const int want = s->top_logprobs < k ? s->top_logprobs : k;
+        const int n = n_finite < want ? pad_disallowed(s, ci, cv, n_finite, want, e->model->config.text.vocab_size)
+                                      : n_finite;
+        return g4_sampler_sample_complete(s->sampler, ci, cv, n, lse, sample, need_full);
+    }
     if (need > 0) return g4_sampler_sample_top(s->sampler, ci, cv, k, lse, sample, need_full);
     *need_full = 1; /* more allowed than candidates, and the sampler may draw any */
     return G4_OK;
@@ -480,6 +496,7 @@ g4_status g4_engine_submit(g4_engine *e, const g4_request *req, uint64_t *reques
     s->n_prompt = req->n_prompt;
     s->n_stop = req->n_stop;
     s->max_tokens = req->max_tokens;
+    s->top_logprobs = req->sampling.top_logprobs;
     s->on_token = req->on_token;
     s->user = req->user;
     pthread_mutex_lock(&e->lock);

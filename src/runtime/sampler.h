@@ -148,12 +148,14 @@ g4_status g4_sampler_sample_top(g4_sampler *s, const int32_t *ids, const float *
 int g4_sampler_takes_candidates(const g4_sampler *s);
 
 /* g4_sampler_sample_top for a list that holds every finite logit of the row
- * (ids/values[0..n), ordered so, all finite; every other logit -inf: a
- * masked row whose allowed tokens all came back), for any parameters
+ * (ids/values[0..n), ordered so; every other logit -inf: a masked row whose
+ * allowed tokens all came back; -inf entries may follow, the row's -inf
+ * tokens lowest id first, as its top log-probabilities name them after the
+ * finite ones), for any parameters
  * g4_sampler_takes_candidates accepts, top-k or not: the same token,
  * log-probabilities and use of the random stream as g4_sampler_sample on
  * the full row. *need_full is set (nothing drawn) only when top_logprobs
- * asks for more than n tokens. */
+ * asks for more than n entries. */
 g4_status g4_sampler_sample_complete(g4_sampler *s, const int32_t *ids, const float *values, int n, double lse,
                                      g4_sample *out, int *need_full);
 
