@@ -4,7 +4,8 @@
  *
  * usage: constrain_step_bench MODEL_DIR [--device cpu|cuda] [--seqs N] [--tokens N] [--threads N] [--rounds N]
  *
- * Runs N sequences (default 32) of greedy decoding from one chat prompt,
+ * Runs N sequences (default 32) of greedy decoding from chat prompts that
+ * differ in a number,
  * `tokens` each (default 64), in three ways, `rounds` times in turn (default
  * 2; the best of each kept): free (no constraint), masks (the schema; each
  * row's token mask on the backend, as the engine runs), host (the schema
@@ -48,16 +49,17 @@ typedef struct {
 enum { FREE = 0, MASKS = 1, HOST = 2 };
 static const char *const MODE_NAMES[3] = {"free", "masks", "host"};
 
-static int run(g4_context *c, const g4_prompt *p, int mode, int seqs, int tokens, int threads, result *out) {
+static int run(g4_context *c, const g4_prompt *prompts, int mode, int seqs, int tokens, int threads, result *out) {
     g4_backend *be = c->model->backend;
     g4_backend_ops hidden = *be->ops;
     hidden.top_logits_masked = NULL;
     g4_backend host_only = {.ops = &hidden, .impl = be->impl};
     if (mode == HOST) c->model->backend = &host_only;
     g4_engine *e = NULL;
-    g4_engine_options eo = {.max_seqs = seqs, .n_ctx = p->n_ids + tokens + 16, .threads = threads};
+    g4_engine_options eo = {.max_seqs = seqs, .n_ctx = prompts[0].n_ids + tokens + 64, .threads = threads};
     g4_status st = g4_engine_create(c->model, &eo, &e);
     for (int i = 0; st == G4_OK && i < seqs; i++) {
+        const g4_prompt *p = &prompts[i];
         g4_token_matcher *m = NULL;
         if (mode != FREE) {
             g4_constraint_spec spec = {G4_CONSTRAINT_JSON_SCHEMA, (char *)SCHEMA, 0};
@@ -123,28 +125,36 @@ int main(int argc, char **argv) {
         fprintf(stderr, "open %s: %s\n", argv[1], g4_error_message());
         return 1;
     }
-    cJSON *messages = cJSON_Parse("[{\"role\": \"user\", \"content\": \"Summarise the plot of Hamlet as JSON.\"}]");
-    g4_prompt p;
-    g4_prompt_options po = {.chat = {.add_generation_prompt = 1}};
-    if (g4_prompt_from_messages(c, messages, NULL, &po, NULL, 0, &p) != G4_OK) {
-        fprintf(stderr, "prompt: %s\n", g4_error_message());
-        return 1;
+    /* one prompt per sequence (their replies, and so their grammar states, part) */
+    g4_prompt *p = calloc((size_t)seqs, sizeof *p);
+    for (int i = 0; i < seqs; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "[{\"role\": \"user\", \"content\": \"Summarise play number %d of a "
+                 "long list as JSON.\"}]", i * 37 + 5);
+        cJSON *messages = cJSON_Parse(text);
+        g4_prompt_options po = {.chat = {.add_generation_prompt = 1}};
+        if (g4_prompt_from_messages(c, messages, NULL, &po, NULL, 0, &p[i]) != G4_OK) {
+            fprintf(stderr, "prompt: %s\n", g4_error_message());
+            return 1;
+        }
+        cJSON_Delete(messages);
     }
-    cJSON_Delete(messages);
-    printf("%s, %s, vocabulary %d: %d sequences x %d tokens, greedy, prompt %d tokens\n", argv[1], device,
-           c->model->config.text.vocab_size, seqs, tokens, p.n_ids);
+    printf("%s, %s, vocabulary %d: %d sequences x %d tokens, greedy, prompts of %d tokens\n", argv[1], device,
+           c->model->config.text.vocab_size, seqs, tokens, p[0].n_ids);
     result best[3] = {{0}};
     int ok = 1;
     for (int r = 0; r < rounds && ok; r++)
         for (int mode = 0; mode < 3 && ok; mode++) {
             result got;
-            ok = run(c, &p, mode, seqs, tokens, threads, &got);
+            ok = run(c, p, mode, seqs, tokens, threads, &got);
             const double per = got.steps ? got.seconds / got.steps : 0;
+            const double all_steps = got.stats.steps ? (double)got.stats.steps : 1;
             printf("  round %d %-5s %3d full steps, %8.3f ms a step, %9.1f tok/s  (masked rows %llu, uploads %llu, "
-                   "on the host %llu)\n",
+                   "on the host %llu; masks %.3f ms a step, waited for %.3f; sampling %.3f)\n",
                    r + 1, MODE_NAMES[mode], got.steps, per * 1e3, got.seconds > 0 ? got.tokens / got.seconds : 0,
                    (unsigned long long)got.stats.masked_rows, (unsigned long long)got.stats.mask_uploads,
-                   (unsigned long long)got.stats.masked_rows_on_host);
+                   (unsigned long long)got.stats.masked_rows_on_host, got.stats.mask_seconds / all_steps * 1e3,
+                   got.stats.mask_wait_seconds / all_steps * 1e3, got.stats.sample_seconds / all_steps * 1e3);
             const double best_per = best[mode].steps ? best[mode].seconds / best[mode].steps : 1e30;
             if (got.steps && per < best_per) best[mode] = got;
         }
@@ -156,7 +166,8 @@ int main(int argc, char **argv) {
                        best[mode].seconds / best[mode].steps * 1e3, free_per * 1e3,
                        (best[mode].seconds / best[mode].steps / free_per - 1) * 100);
     }
-    g4_prompt_free(c, &p);
+    for (int i = 0; i < seqs; i++) g4_prompt_free(c, &p[i]);
+    free(p);
     g4_context_close(c);
     return ok ? 0 : 1;
 }

@@ -88,6 +88,7 @@ struct g4_engine {
     uint32_t *mask_stage;    /* [mask_words]: a mask narrower than the logits, padded */
     int mask_slots, mask_words, mask_failed, step_logit_rows;
     uint64_t mask_round, step_uploads, step_masked, step_on_host;
+    double step_mask_seconds, step_mask_wait; /* the mask thread writes the first while it runs */
 
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -253,8 +254,10 @@ static void *mask_thread_main(void *arg) {
         while (!e->mask_pending && !e->mask_thread_stop) pthread_cond_wait(&e->mask_wake, &e->mask_lock);
         if (e->mask_thread_stop) break;
         pthread_mutex_unlock(&e->mask_lock);
+        const double t0 = g4_now_seconds();
         for (int i = 0; i < e->n_mask_jobs; i++)
             e->mask_jobs[i]->mask_result = g4_token_matcher_mask(e->mask_jobs[i]->matcher, &e->mask_jobs[i]->mask);
+        e->step_mask_seconds += g4_now_seconds() - t0;
         pthread_mutex_lock(&e->mask_lock);
         e->mask_pending = 0;
         pthread_cond_signal(&e->mask_done);
@@ -273,8 +276,11 @@ static void masks_begin(g4_engine *e) {
         if (pthread_create(&e->mask_thread, NULL, mask_thread_main, e) == 0) e->mask_thread_started = 1;
     }
     if (!overlap || !e->mask_thread_started) {
+        const double t0 = g4_now_seconds();
         for (int i = 0; i < e->n_mask_jobs; i++)
             e->mask_jobs[i]->mask_result = g4_token_matcher_mask(e->mask_jobs[i]->matcher, &e->mask_jobs[i]->mask);
+        e->step_mask_seconds += g4_now_seconds() - t0;
+        e->step_mask_wait += g4_now_seconds() - t0;
         return;
     }
     pthread_mutex_lock(&e->mask_lock);
@@ -285,9 +291,11 @@ static void masks_begin(g4_engine *e) {
 
 static void masks_wait(g4_engine *e) {
     if (!e->mask_thread_started) return;
+    const double t0 = g4_now_seconds();
     pthread_mutex_lock(&e->mask_lock);
     while (e->mask_pending) pthread_cond_wait(&e->mask_done, &e->mask_lock);
     pthread_mutex_unlock(&e->mask_lock);
+    e->step_mask_wait += g4_now_seconds() - t0;
 }
 
 /* The backend's mask slots, made at the first constrained step (2 per
@@ -836,6 +844,7 @@ int g4_engine_step(g4_engine *e) {
     masks_begin(e);
     g4_status st = g4_text_forward(m, e->kv, e->scratch, &batch);
     masks_wait(e);
+    const double t_sample = g4_now_seconds();
 
     /* advance every sequence in the batch; sample where logits came back */
     int n_prefilled = 0, n_generated = 0;
@@ -920,6 +929,7 @@ int g4_engine_step(g4_engine *e) {
             if (!listed) finished[n_finished] = e->batch_seqs[b], reasons[n_finished++] = G4_FINISH_ERROR;
         }
     const char *message = st != G4_OK ? g4_error_message() : NULL;
+    const double sample_seconds = g4_now_seconds() - t_sample;
     pthread_mutex_lock(&e->lock);
     for (int k = 0; k < n_finished; k++)
         for (int i = 0; i < e->n_running; i++)
@@ -932,7 +942,10 @@ int g4_engine_step(g4_engine *e) {
     e->stats.tokens_generated += (uint64_t)n_generated;
     e->stats.masked_rows += e->step_masked, e->stats.mask_uploads += e->step_uploads;
     e->stats.masked_rows_on_host += e->step_on_host;
+    e->stats.mask_seconds += e->step_mask_seconds, e->stats.mask_wait_seconds += e->step_mask_wait;
     e->step_masked = e->step_uploads = e->step_on_host = 0;
+    e->step_mask_seconds = e->step_mask_wait = 0;
+    e->stats.sample_seconds += sample_seconds;
     e->stats.running = e->n_running;
     pthread_mutex_unlock(&e->lock);
     for (int k = 0; k < n_finished; k++) finish(e, finished[k], reasons[k], reasons[k] == G4_FINISH_ERROR ? message : NULL);
