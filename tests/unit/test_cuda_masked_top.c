@@ -5,14 +5,25 @@
  * odd sizes; masks from empty through a few tokens (the structural steps of
  * a JSON grammar) to nearly all, of the matcher's 262,145-token width and
  * narrower than the row; rows without a mask among masked ones; a NaN
- * outside a mask (masked away) and inside one; ties. Exits 77 (skipped)
- * without a usable GPU. */
+ * outside a mask (masked away) and inside one; ties.
+ *
+ * Then the engine on the GPU: the bundled model's JSON Schema requests run
+ * with the masks on the device and again on the host path (the backend's
+ * masked op hidden: full rows masked and sampled on the host), greedy and
+ * sampled: the same tokens (the candidates carry the logits' own bits) and
+ * log-probabilities within 1e-4 (the device's lse against the host's sum);
+ * every constrained row decided on the device. Exits 77 (skipped) without a
+ * usable GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "runtime/constraints.h"
+#include "runtime/context.h"
+#include "runtime/engine.h"
+#include "runtime/prompt.h"
 #include "test_util.h"
 
 static g4_backend *gpu, *cpu;
@@ -103,6 +114,117 @@ static void check(int rows, int vocab, int k, int mask_words, const double *dens
     free(got_lse);
 }
 
+/* ---- the engine on the GPU: masks on the device against the host path ---- */
+
+#define MAX_NEW 40
+#define N_REQ 3
+
+typedef struct {
+    g4_sample samples[MAX_NEW + 1];
+    int n;
+    g4_finish_reason finish;
+} collected;
+
+static void on_token(void *user, const g4_token_event *ev) {
+    collected *c = user;
+    if (ev->has_token && c->n <= MAX_NEW) c->samples[c->n++] = ev->sample;
+    if (ev->finish != G4_FINISH_NONE) c->finish = ev->finish;
+}
+
+static void run_engine(g4_context *c, const g4_prompt *p, const g4_sampler_params *sp, collected *out,
+                       g4_engine_stats *stats) {
+    static const char *const schema =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":20},\"age\":{"
+        "\"type\":\"integer\"},\"kind\":{\"enum\":[\"patriarch\",\"king\",\"prophet\"]}},\"required\":[\"name\","
+        "\"age\",\"kind\"],\"additionalProperties\":false}";
+    g4_engine *e = NULL;
+    g4_engine_options eo = {.max_seqs = 4, .n_ctx = 256};
+    CHECK(g4_engine_create(c->model, &eo, &e) == G4_OK, "%s", g4_error_message());
+    if (!e) return;
+    for (int i = 0; i < N_REQ; i++) {
+        g4_constraint_spec spec = {G4_CONSTRAINT_JSON_SCHEMA, (char *)schema, 0};
+        g4_constraint_use use = {.stop_ids = c->stop_ids, .n_stop = c->n_stop};
+        g4_token_matcher *m = NULL;
+        CHECK(g4_constraints_matcher(c->constraints, &spec, &use, &m) == G4_OK, "%s", g4_error_message());
+        g4_sampler_params s = *sp;
+        s.seed = sp->seed + (uint64_t)i;
+        memset(&out[i], 0, sizeof out[i]);
+        g4_request r = {.prompt = p->ids, .n_prompt = p->n_ids, .sampling = s, .max_tokens = MAX_NEW,
+                        .stop_ids = c->stop_ids, .n_stop = c->n_stop, .on_token = on_token, .user = &out[i],
+                        .constraint = m};
+        CHECK(g4_engine_submit(e, &r, NULL) == G4_OK, "submit: %s", g4_error_message());
+    }
+    for (int guard = 0; guard < 10000 && g4_engine_step(e) > 0; guard++) {
+    }
+    g4_engine_get_stats(e, stats);
+    g4_engine_destroy(e);
+}
+
+static void test_engine(void) {
+    const char *src = getenv("G4_SOURCE");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/tiny", src ? src : ".");
+    g4_context *c = NULL;
+    g4_context_options co = {.device = "cuda", .require_tokenizer = 1};
+    if (g4_context_open(dir, &co, &c) != G4_OK) {
+        CHECK(0, "open %s on the GPU: %s", dir, g4_error_message());
+        return;
+    }
+    cJSON *messages = cJSON_Parse("[{\"role\": \"user\", \"content\": \"Who was Methuselah? Answer in JSON.\"}]");
+    g4_prompt p;
+    g4_prompt_options po = {.chat = {.add_generation_prompt = 1}};
+    CHECK(g4_prompt_from_messages(c, messages, NULL, &po, NULL, 0, &p) == G4_OK, "%s", g4_error_message());
+    cJSON_Delete(messages);
+    g4_backend *with_masks = c->model->backend;
+    g4_backend_ops host_ops = *with_masks->ops;
+    host_ops.top_logits_masked = NULL;
+    g4_backend host_only = {.ops = &host_ops, .impl = with_masks->impl};
+    for (int u = 0; u < 3; u++) {
+        g4_sampler_params sp;
+        g4_sampler_params_default(&sp);
+        if (u > 0) sp.temperature = 1.0f, sp.top_k = u == 1 ? 64 : 0, sp.top_p = 0.95f;
+        sp.logprobs = 1;
+        sp.top_logprobs = 3;
+        sp.seed = 900 + (uint64_t)u * 10;
+        collected device[N_REQ], host[N_REQ];
+        g4_engine_stats sd, sh;
+        run_engine(c, &p, &sp, device, &sd);
+        c->model->backend = &host_only;
+        run_engine(c, &p, &sp, host, &sh);
+        c->model->backend = with_masks;
+        double worst = 0;
+        int same = 1, tokens = 0;
+        for (int i = 0; i < N_REQ; i++) {
+            same &= device[i].n == host[i].n && device[i].finish == host[i].finish;
+            for (int t = 0; same && t < device[i].n; t++) {
+                const g4_sample *a = &device[i].samples[t], *b = &host[i].samples[t];
+                same &= a->token == b->token && a->n_top == b->n_top;
+                double d = fabs((double)a->logprob - (double)b->logprob);
+                for (int j = 0; same && j < a->n_top; j++) {
+                    same &= a->top[j].id == b->top[j].id;
+                    const double dj = a->top[j].logprob == b->top[j].logprob
+                                          ? 0
+                                          : fabs((double)a->top[j].logprob - (double)b->top[j].logprob);
+                    d = dj > d ? dj : d;
+                }
+                if (!(d <= worst)) worst = d;
+            }
+            tokens += device[i].n;
+        }
+        printf("  engine on the GPU, %s: %d tokens %s the host path's, log-probabilities within %.2e; %llu masked "
+               "rows, %llu uploads, %llu on the host\n",
+               u == 0 ? "greedy" : u == 1 ? "T 1 top-k 64" : "T 1 no top-k", tokens, same ? "equal" : "DIFFER from",
+               worst, (unsigned long long)sd.masked_rows, (unsigned long long)sd.mask_uploads,
+               (unsigned long long)sd.masked_rows_on_host);
+        CHECK(same && worst <= 1e-4, "engine on the GPU, setup %d: masks on the device differ from the host path", u);
+        CHECK(sh.masked_rows == 0 && sh.masked_rows_on_host > 0, "setup %d: the host run took the host path", u);
+        CHECK(sd.masked_rows > 0 && (u == 2 || sd.masked_rows_on_host == 0),
+              "setup %d: the constrained rows were decided on the device", u);
+    }
+    g4_prompt_free(c, &p);
+    g4_context_close(c);
+}
+
 int main(void) {
     g4_status st = g4_backend_cuda_create(0, &gpu);
     if (st == G4_ERR_UNSUPPORTED) {
@@ -136,6 +258,7 @@ int main(void) {
     check(6, V, 40, W, edge, 3, 0, 2L * V + 777);
     check(6, V, 1, W, edge, 3, 0, 2L * V + 777);
     CHECK(gpu->ops->status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());
+    test_engine();
     g4_backend_destroy(gpu);
     g4_backend_destroy(cpu);
     return test_finish();
