@@ -224,7 +224,7 @@ static void test_complete(void) {
         {"T 1 top-k 64 top-p 0.95 raw top 20", 1.0f, 64, 0.95f, 0, 1, 20, G4_LOGPROBS_RAW},
         {"T 0.7 top-k 5 processed", 0.7f, 5, 1, 0, 1, 0, G4_LOGPROBS_PROCESSED},
     };
-    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) check_complete(&sets[i], 262144, 40);
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) check_complete(&sets[i], 262144, 24);
     /* penalties and logit bias move logits: a complete list is refused */
     g4_sampler_params p;
     g4_sampler_params_default(&p);
