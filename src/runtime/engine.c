@@ -83,6 +83,8 @@ struct g4_engine {
     uint32_t *mask_dev;      /* backend [mask_slots][mask_words], NULL: not made yet */
     int32_t *mask_slot_dev;  /* backend [max_seqs]: each logit row's slot, -1 none */
     int32_t *mask_slot_host; /* [max_seqs] */
+    int32_t *mask_slot_sent; /* [max_seqs]: what mask_slot_dev holds, for mask_slot_sent_n rows (-1: unknown) */
+    int mask_slot_sent_n;
     g4_mask_key *slot_key;   /* [mask_slots] */
     uint64_t *slot_used;     /* [mask_slots]: the upload round of its last use, 0: empty */
     uint32_t *mask_stage;    /* [mask_words]: a mask narrower than the logits, padded */
@@ -312,15 +314,19 @@ static int device_masks(g4_engine *e) {
     e->mask_dev = be->ops->alloc(be, (size_t)e->mask_slots * e->mask_words * sizeof(uint32_t));
     e->mask_slot_dev = be->ops->alloc(be, (size_t)S * sizeof(int32_t));
     e->mask_slot_host = malloc((size_t)S * sizeof *e->mask_slot_host);
+    e->mask_slot_sent = malloc((size_t)S * sizeof *e->mask_slot_sent);
+    e->mask_slot_sent_n = -1;
     e->slot_key = calloc((size_t)e->mask_slots, sizeof *e->slot_key);
     e->slot_used = calloc((size_t)e->mask_slots, sizeof *e->slot_used);
     e->mask_stage = malloc((size_t)e->mask_words * sizeof *e->mask_stage);
-    if (e->mask_dev && e->mask_slot_dev && e->mask_slot_host && e->slot_key && e->slot_used && e->mask_stage) return 1;
+    if (e->mask_dev && e->mask_slot_dev && e->mask_slot_host && e->mask_slot_sent && e->slot_key && e->slot_used &&
+        e->mask_stage)
+        return 1;
     g4_log(G4_LOG_WARN, "engine: no memory for token masks on the backend; constrained rows take the full row");
     if (e->mask_dev) be->ops->release(be, e->mask_dev);
     if (e->mask_slot_dev) be->ops->release(be, e->mask_slot_dev);
-    free(e->mask_slot_host), free(e->slot_key), free(e->slot_used), free(e->mask_stage);
-    e->mask_dev = NULL, e->mask_slot_dev = NULL, e->mask_slot_host = NULL, e->slot_key = NULL;
+    free(e->mask_slot_host), free(e->mask_slot_sent), free(e->slot_key), free(e->slot_used), free(e->mask_stage);
+    e->mask_dev = NULL, e->mask_slot_dev = NULL, e->mask_slot_host = NULL, e->mask_slot_sent = NULL, e->slot_key = NULL;
     e->slot_used = NULL, e->mask_stage = NULL;
     e->mask_failed = 1;
     return 0;
@@ -366,7 +372,14 @@ static void masks_to_device(void *arg) {
         const sequence *s = e->batch_seqs[e->logit_owner[r]];
         e->mask_slot_host[r] = e->cand_needed[r] < 0 && s->mask_result > 0 ? mask_slot_of(e, s) : -1;
     }
-    be->ops->to_device(be, e->mask_slot_dev, e->mask_slot_host, (size_t)e->step_logit_rows * sizeof(int32_t));
+    /* the slots cross only when they changed (a sequence that stays in one
+     * state, as inside a string, then costs no copy at all) */
+    const size_t bytes = (size_t)e->step_logit_rows * sizeof(int32_t);
+    if (e->mask_slot_sent_n != e->step_logit_rows || memcmp(e->mask_slot_sent, e->mask_slot_host, bytes)) {
+        be->ops->to_device(be, e->mask_slot_dev, e->mask_slot_host, bytes);
+        memcpy(e->mask_slot_sent, e->mask_slot_host, bytes);
+        e->mask_slot_sent_n = e->step_logit_rows;
+    }
 }
 
 /* How a constrained row takes its candidates: -k, k of its masked row on
@@ -451,7 +464,7 @@ void g4_engine_destroy(g4_engine *e) {
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
     if (e->mask_dev) be->ops->release(be, e->mask_dev);
     if (e->mask_slot_dev) be->ops->release(be, e->mask_slot_dev);
-    free(e->mask_slot_host), free(e->slot_key), free(e->slot_used), free(e->mask_stage);
+    free(e->mask_slot_host), free(e->mask_slot_sent), free(e->slot_key), free(e->slot_used), free(e->mask_stage);
     free(e->batch_seqs), free(e->waiting), free(e->running);
     free(e->step_done), free(e->step_finished), free(e->step_reasons), free(e->mask_jobs);
     free(e);
