@@ -197,14 +197,13 @@ static void free_matrix(test_matrix *t) {
 
 /* ---- matmul ---- */
 
-/* Another CUDA backend, created with one knob set (var=value) to check or
- * time an alternative path; NULL, with a failed check, if it cannot be. */
-static g4_backend *knob_backend(const char *var, const char *value) {
-    setenv(var, value, 1);
+/* Another CUDA backend, created with tuning overrides ("key=value,...",
+ * README.md "CUDA tuning") to check or time an alternative path; NULL, with
+ * a failed check, if it cannot be. */
+static g4_backend *knob_backend(const char *tune) {
     g4_backend *be = NULL;
-    const g4_status st = g4_backend_cuda_create(0, &be);
-    unsetenv(var);
-    CHECK(st == G4_OK, "CUDA backend with %s=%s: %s", var, value, g4_error_message());
+    const g4_status st = g4_backend_cuda_create_tuned(0, tune, &be);
+    CHECK(st == G4_OK, "CUDA backend with %s: %s", tune, g4_error_message());
     return st == G4_OK ? be : NULL;
 }
 
@@ -350,31 +349,6 @@ static void test_matmul(void) {
         const int lm[] = {1, 3};
         check_matmul(&t, lm, 2);
         free_matrix(&t);
-    }
-    /* the dequantise-in-tile mma kernel for quantised prefill (G4_CUDA_QGEMM=mma) */
-    g4_backend *mma = knob_backend("G4_CUDA_QGEMM", "mma");
-    if (mma) {
-        struct {
-            g4_weight_format f;
-            int bits, group;
-            g4_dtype sdt;
-            int64_t rows, cols;
-        } q[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 2048, 1536}, {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16, 1536, 6144},
-                 {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 300, 2816},     {G4_WEIGHT_AFFINE, 2, 32, G4_DTYPE_F16, 130, 512},
-                 {G4_WEIGHT_F16, 0, 0, 0, 200, 256}};
-        for (size_t k = 0; k < sizeof q / sizeof q[0]; k++) {
-            test_matrix t;
-            make_matrix(&t, q[k].f, q[k].bits, q[k].group, q[k].sdt, q[k].rows, q[k].cols);
-            g4_matrix dm = t.host;
-            const g4_status st = mma->ops->prepare_matrix(mma, &dm);
-            CHECK(st == G4_OK, "prepare on the mma backend: %s", g4_error_message());
-            /* inputs live on the first backend's device: one GPU, one address space */
-            check_matmul_on(mma, "mma ", &t.host, &dm, t.name, 64, TOL_SPLIT);
-            check_matmul_on(mma, "mma ", &t.host, &dm, t.name, 300, TOL_SPLIT);
-            free_matrix(&t);
-        }
-        CHECK(g4_cuda_status(mma) == G4_OK, "mma backend status: %s", g4_error_message());
-        g4_backend_destroy(mma);
     }
 }
 
@@ -948,22 +922,19 @@ static void shuffle(int32_t *v, int n) {
     }
 }
 
-/* Backends with the tensor-core prefill attention on (G4_CUDA_ATTN_TC=1:
- * the flash kernel; 32 and 64: the older kernel with that many rows per
- * block; G4_CUDA_ATTN_TC_SPLIT: keys
- * per piece when each tile's keys are split over blocks, "" by shape) and
- * off (0, last), made once. */
-#define ATTN_TC_VARIANTS 9
+/* Backends with the tensor-core prefill attention on (tuning attn=auto:
+ * the flash kernel; attn=tc: the older kernel; attn_tc_split: keys per
+ * piece when each tile's keys are split over blocks, "" by shape) and off
+ * (attn=cores, last), made once. */
+#define ATTN_TC_VARIANTS 8
 static const char *const attn_tc_knob[ATTN_TC_VARIANTS][2] = {
-    {"1", ""}, {"1", "0"}, {"1", "32"}, {"1", "256"}, {"32", "0"}, {"64", "0"}, {"32", "256"}, {"64", "64"}, {"0", ""}};
+    {"auto", ""}, {"auto", "0"}, {"auto", "32"}, {"auto", "256"}, {"tc", "0"}, {"tc", "64"}, {"tc", "256"}, {"cores", ""}};
 static const char *attn_tc_name[ATTN_TC_VARIANTS];
 static g4_backend *attn_tc_be[ATTN_TC_VARIANTS];
 static int attn_tc_made;
-/* decode under other settings: the pieces sized from the cache's capacity,
- * K/V staged 32 positions at a time */
-#define ATTN_DECODE_VARIANTS 2
-static const char *const attn_decode_knob[ATTN_DECODE_VARIANTS][2] = {{"G4_CUDA_ATTN_DYNAMIC", "0"},
-                                                                      {"G4_CUDA_ATTN_DECODE_T", "32"}};
+/* decode under other settings: key pieces of at least 64 positions */
+#define ATTN_DECODE_VARIANTS 1
+static const char *const attn_decode_knob[ATTN_DECODE_VARIANTS][2] = {{"attn_min_split", "64"}};
 static char attn_decode_name[ATTN_DECODE_VARIANTS][64];
 static g4_backend *attn_decode_be[ATTN_DECODE_VARIANTS];
 
@@ -972,23 +943,15 @@ static void attn_tc_backends(void) {
     attn_tc_made = 1;
     static char names[ATTN_TC_VARIANTS][64];
     for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
-        setenv("G4_CUDA_ATTN_TC", attn_tc_knob[v][0], 1);
-        if (attn_tc_knob[v][1][0]) setenv("G4_CUDA_ATTN_TC_SPLIT", attn_tc_knob[v][1], 1);
-        snprintf(names[v], sizeof names[v], "G4_CUDA_ATTN_TC=%s%s%s", attn_tc_knob[v][0],
-                 attn_tc_knob[v][1][0] ? " G4_CUDA_ATTN_TC_SPLIT=" : "", attn_tc_knob[v][1]);
+        snprintf(names[v], sizeof names[v], "attn=%s%s%s", attn_tc_knob[v][0],
+                 attn_tc_knob[v][1][0] ? ",attn_tc_split=" : "", attn_tc_knob[v][1]);
         attn_tc_name[v] = names[v];
-        if (g4_backend_cuda_create(0, &attn_tc_be[v]) != G4_OK) attn_tc_be[v] = NULL;
-        CHECK(attn_tc_be[v] != NULL, "CUDA backend with %s: %s", attn_tc_name[v], g4_error_message());
-        unsetenv("G4_CUDA_ATTN_TC_SPLIT");
+        attn_tc_be[v] = knob_backend(attn_tc_name[v]);
     }
-    unsetenv("G4_CUDA_ATTN_TC");
     for (int v = 0; v < ATTN_DECODE_VARIANTS; v++) {
         snprintf(attn_decode_name[v], sizeof attn_decode_name[v], "%s=%s", attn_decode_knob[v][0],
                  attn_decode_knob[v][1]);
-        setenv(attn_decode_knob[v][0], attn_decode_knob[v][1], 1);
-        if (g4_backend_cuda_create(0, &attn_decode_be[v]) != G4_OK) attn_decode_be[v] = NULL;
-        CHECK(attn_decode_be[v] != NULL, "CUDA backend with %s: %s", attn_decode_name[v], g4_error_message());
-        unsetenv(attn_decode_knob[v][0]);
+        attn_decode_be[v] = knob_backend(attn_decode_name[v]);
     }
 }
 
@@ -1485,8 +1448,8 @@ typedef struct {
 
 /* the cases at 40 and 150 tokens (grouped prefill sizes) on a backend
  * created with var=value */
-static void check_moe_knob(const char *var, const char *value, const moe_case *cases, int count) {
-    g4_backend *be = knob_backend(var, value);
+static void check_moe_knob(const char *tune, const moe_case *cases, int count) {
+    g4_backend *be = knob_backend(tune);
     if (!be) return;
     const int prefill_ns[] = {40, 150};
     gpu->ops->synchronize(gpu);
@@ -1494,7 +1457,7 @@ static void check_moe_knob(const char *var, const char *value, const moe_case *c
         const moe_case *m = &cases[i];
         check_moe(be, m->label, m->hf, m->f, m->bits, m->group, m->E, m->width, m->d, m->k, prefill_ns, 2, TOL_SPLIT);
     }
-    CHECK(g4_cuda_status(be) == G4_OK, "no CUDA failure recorded with %s=%s: %s", var, value, g4_error_message());
+    CHECK(g4_cuda_status(be) == G4_OK, "no CUDA failure recorded with %s: %s", tune, g4_error_message());
     g4_backend_destroy(be);
 }
 
@@ -1513,10 +1476,10 @@ static void test_moe_experts(void) {
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 16, 256, 512, 10, ns, 3, TOL_SPLIT);
     /* the same on the fp16 kernel's run: groups of 32, and groups of 64 with the integer kernel off */
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 256, 512, 5, ns, 3, TOL_SPLIT);
-    g4_backend *fp16 = knob_backend("G4_CUDA_GEMV_I8", "0");
+    g4_backend *fp16 = knob_backend("gemv=fp16");
     if (fp16) {
-        check_moe(fp16, "MLX G4_CUDA_GEMV_I8=0", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 3, TOL_SPLIT);
-        check_moe(fp16, "MLX G4_CUDA_GEMV_I8=0", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, TOL_SPLIT);
+        check_moe(fp16, "MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 3, TOL_SPLIT);
+        check_moe(fp16, "MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, TOL_SPLIT);
         g4_backend_destroy(fp16);
     }
     /* the grouped prefill kernel's affine paths at every group size (one, two
@@ -1550,15 +1513,15 @@ static void test_moe_experts(void) {
     const moe_case blas[] = {{"HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8},
                              {"HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3},
                              {"MLX-layout cuBLAS", 0, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3}};
-    check_moe_knob("G4_CUDA_MOE_CUBLAS", "1", blas, 3);
-    const moe_case own[] = {{"HF G4_CUDA_MOE_CUBLAS=0", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8}};
-    check_moe_knob("G4_CUDA_MOE_CUBLAS", "0", own, 1);
+    check_moe_knob("moe_cublas=1", blas, 3);
+    const moe_case own[] = {{"HF moe_cublas=0", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8}};
+    check_moe_knob("moe_cublas=0", own, 1);
     /* the experts' prefill through the general grouped kernel too (the
      * default is the pipelined one) */
     const moe_case unpiped[] = {{"HF unpipelined", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8},
                                 {"MLX unpipelined", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8},
                                 {"MLX unpipelined", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8}};
-    check_moe_knob("G4_CUDA_MOE_PIPE", "0", unpiped, 3);
+    check_moe_knob("moe=mma", unpiped, 3);
 }
 
 /* moe_route_experts (the routing riding on the experts' first pre-pass for
@@ -1660,45 +1623,17 @@ static void test_gemv_tc(void) {
         }
     /* one token of 8 bits runs the integer kernel here (groups of 32 and 64;
      * 128: the float32 GEMV; by default only from 2^25 weights, here from 0,
-     * see main); with it off (G4_CUDA_GEMV_I8=4) the
-     * float32 GEMV, and with G4_CUDA_GEMV_TC8_ONE=1 too the fp16 kernel,
-     * must be right too */
-    setenv("G4_CUDA_GEMV_I8", "4", 1);
-    g4_backend *f32_8 = knob_backend("G4_CUDA_GEMV_TC8_ONE", "0");
-    g4_backend *tc8 = knob_backend("G4_CUDA_GEMV_TC8_ONE", "1");
-    unsetenv("G4_CUDA_GEMV_I8");
+     * see main); on the float32 GEMV (gemv=float32) it must be right too */
+    g4_backend *f32_8 = knob_backend("gemv=float32");
     for (size_t k = 0; k < n_formats; k++)
         for (size_t s = 0; formats[k].bits == 8 && s < sizeof shapes / sizeof shapes[0]; s++) {
             if (shapes[s][1] % formats[k].group != 0) continue;
             test_matrix t;
             make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, shapes[s][0], shapes[s][1]);
             if (f32_8) check_matmul_on(f32_8, "i8 off ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
-            if (tc8) check_matmul_on(tc8, "tc8-one ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
             free_matrix(&t);
         }
     if (f32_8) g4_backend_destroy(f32_8);
-    if (tc8) g4_backend_destroy(tc8);
-    /* every GEMV here loads its first weights before waiting for the kernel
-     * before it; with that off (G4_CUDA_GEMV_EARLY=0) too: bf16 on the
-     * float32 kernel, 4 and 8 bits on the integer one, MXFP4 on the
-     * pipelined fp16 one */
-    g4_backend *late = knob_backend("G4_CUDA_GEMV_EARLY", "0");
-    const struct {
-        g4_weight_format f;
-        int bits, group;
-        g4_dtype sdt;
-    } late_formats[] = {{G4_WEIGHT_BF16, 0, 0, G4_DTYPE_BF16},
-                        {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16},
-                        {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16},
-                        {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
-    for (size_t k = 0; late && k < sizeof late_formats / sizeof late_formats[0]; k++) {
-        test_matrix t;
-        make_matrix(&t, late_formats[k].f, late_formats[k].bits, late_formats[k].group, late_formats[k].sdt, 1000,
-                    2048);
-        check_matmul_on(late, "early off ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
-        free_matrix(&t);
-    }
-    if (late) g4_backend_destroy(late);
     /* a 31B MLP-sized matrix and wide rows (72 x 21504: columns in parts) */
     const int64_t big[][2] = {{21504, 5376}, {72, 21504}};
     for (size_t k = 0; k < n_formats; k++)
@@ -1710,21 +1645,12 @@ static void test_gemv_tc(void) {
             check_matmul(&t, tokens, 5);
             free_matrix(&t);
         }
-    /* the one-token fp16 4-bit kernels beside their default (pipelined, 5
-     * stages; G4_CUDA_GEMV_TC_PIPE): the unpipelined gemv_tc_kernel (0) and
-     * 4, 6, 7 stages, on every 4-bit format and shape above with the integer
-     * kernel off (G4_CUDA_GEMV_I8=0: affine groups of 64 and 128 run it by
-     * default); the unpipelined one also on gated pairs and MoE slots */
-    const char *stages[] = {"0", "4", "6", "7"};
-    for (int v = 0; v < 4; v++) {
-        setenv("G4_CUDA_GEMV_TC_PIPE", stages[v], 1);
-        setenv("G4_CUDA_GEMV_I8", "0", 1);
-        g4_backend *pipe = NULL;
-        if (g4_backend_cuda_create(0, &pipe) != G4_OK) pipe = NULL;
-        unsetenv("G4_CUDA_GEMV_TC_PIPE");
-        unsetenv("G4_CUDA_GEMV_I8");
-        CHECK(pipe != NULL, "CUDA backend with G4_CUDA_GEMV_TC_PIPE=%s G4_CUDA_GEMV_I8=0: %s", stages[v],
-              g4_error_message());
+    /* the one-token fp16 4-bit kernel (pipelined) on every 4-bit format and
+     * shape above with the integer kernel off (gemv=fp16: affine groups of
+     * 64 and 128 run it by default), also on gated pairs and MoE slots */
+    const char *stages[] = {"gemv=fp16"};
+    for (int v = 0; v < 1; v++) {
+        g4_backend *pipe = knob_backend(stages[v]);
         if (!pipe) continue;
         char tag[32];
         snprintf(tag, sizeof tag, "tc-pipe %s ", stages[v]);
@@ -1773,12 +1699,14 @@ static void test_gemv_tc(void) {
         g4_backend_destroy(pipe);
     }
     /* the integer GEMV's prepared activations in one copy and in three
-     * (G4_CUDA_GEMV_COPIES, default 4: tile t reads copy t % copies), on
+     * (gemv_copies, default 4: tile t reads copy t % copies), on
      * every quantised format and shape above (the fp16 kernels keep one
      * copy), one and three tokens, a gated pair and MoE slots */
     const char *copies[] = {"1", "3"};
     for (int v = 0; v < 2; v++) {
-        g4_backend *cb = knob_backend("G4_CUDA_GEMV_COPIES", copies[v]);
+        char spec[32];
+        snprintf(spec, sizeof spec, "gemv_copies=%s", copies[v]);
+        g4_backend *cb = knob_backend(spec);
         if (!cb) continue;
         char tag[32];
         snprintf(tag, sizeof tag, "copies %s ", copies[v]);
@@ -1868,10 +1796,10 @@ static void run_attention(void *p) {
 }
 
 /* One-token GEMV over the matrices of an E2B and a 31B decode step with the
- * column split forced off and on (G4_CUDA_GEMV_SPLIT), each also checked
+ * column split forced off and on (gemv_split), each also checked
  * against the CPU: which one the shape heuristic should pick. */
 static void gemv_split_speed(double bw) {
-    g4_backend *variant[2] = {knob_backend("G4_CUDA_GEMV_SPLIT", "0"), knob_backend("G4_CUDA_GEMV_SPLIT", "1")};
+    g4_backend *variant[2] = {knob_backend("gemv_split=0"), knob_backend("gemv_split=1")};
     /* E2B's, then the 31B's q|k|v, gate|up, o and down */
     const int64_t shapes[][2] = {{2048, 1536}, {256, 1536}, {1536, 2048}, {6144, 1536}, {12288, 1536}, {1536, 6144},
                                  {1536, 256}, {262144, 1536}, {16384, 5376}, {43008, 5376}, {5376, 8192},
@@ -1973,7 +1901,7 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
 
 /* Prefill attention of `n` tokens of one sequence from position 0 (causal,
  * keys limited to `window`), the CUDA-core kernel against the tensor-core
- * one (G4_CUDA_ATTN_TC=1), each checked against the CPU. */
+ * one (attn=auto), each checked against the CPU. */
 static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
     attn_tc_backends();
     const int bs = 16, blocks = (n + bs - 1) / bs;
@@ -2010,7 +1938,7 @@ static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
      * same kernel at head_dim 512), the CUDA-core kernel last */
     for (int variant = 0; variant < ATTN_TC_VARIANTS; variant++) {
         g4_backend *be = attn_tc_be[variant];
-        if (!be || (D > 256 && !strcmp(attn_tc_knob[variant][0], "64"))) continue;
+        if (!be || (D > 256 && !strcmp(attn_tc_knob[variant][0], "tc"))) continue;
         a.be = be;
         const double s = time_op(be, run_attention, &a, 10);
         char knob[80];
@@ -2074,7 +2002,7 @@ static void moe_speed(double bw) {
     const int E = 128, width = 704, d = 2816, k = 8;
     /* the experts' prefill through the general grouped kernel and, for bf16
      * experts, our pipelined kernel (cuBLAS off), for comparison */
-    g4_backend *unpiped = knob_backend("G4_CUDA_MOE_PIPE", "0"), *own = knob_backend("G4_CUDA_MOE_CUBLAS", "0");
+    g4_backend *unpiped = knob_backend("moe=mma"), *own = knob_backend("moe_cublas=0");
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         moe_weights m;
         const int hf = formats[f].f == G4_WEIGHT_BF16;
@@ -2101,7 +2029,7 @@ static void moe_speed(double bw) {
                 gpu->ops->synchronize(gpu);
                 a.be = own;
                 const double s1 = time_op(own, run_moe, &a, 10);
-                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, G4_CUDA_MOE_CUBLAS=0\n",
+                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, moe_cublas=0\n",
                        m.dm.name, E, k, width, d, n, s1 * 1e6, bytes / s1 / 1e9, flops / s1 / 1e12);
                 a.be = gpu;
             }
@@ -2109,7 +2037,7 @@ static void moe_speed(double bw) {
                 gpu->ops->synchronize(gpu);
                 a.be = unpiped;
                 const double s0 = time_op(unpiped, run_moe, &a, 10);
-                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, G4_CUDA_MOE_PIPE=0\n",
+                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, moe=mma\n",
                        m.dm.name, E, k, width, d, n, s0 * 1e6, bytes / s0 / 1e9, flops / s0 / 1e12);
             }
             release(a.x), release(a.w), release(a.out), release(a.ids);
@@ -2124,23 +2052,12 @@ static void moe_speed(double bw) {
 /* The one-token 4-bit tensor-core GEMVs at the 31B's q|k|v, gate, o, down
  * and gate|up-sized shapes and E2B's q|k|v, o, gate|up and down: the default
  * (integer mma for affine groups of 64 and 128; MXFP4 the fp16 kernel), the
- * default with one copy of the prepared activations, and the fp16 kernels (G4_CUDA_GEMV_I8=0: pipelined over 5 stages; with
- * G4_CUDA_GEMV_TC_PIPE=0 unpipelined). */
+ * default with one copy of the prepared activations, and the fp16 kernels (gemv=fp16: pipelined over 5 stages). */
 static void gemv_pipe_speed(double bw) {
-    const struct {
-        const char *pipe, *i8, *copies;
-    } knobs[] = {{NULL, NULL, "1"}, {NULL, "0", NULL}, {"0", "0", NULL}};
+    const char *const knobs[] = {"gemv_copies=1", "gemv=fp16"};
     enum { N_KNOBS = sizeof knobs / sizeof knobs[0] };
     g4_backend *bes[1 + N_KNOBS] = {gpu};
-    for (int v = 0; v < N_KNOBS; v++) {
-        if (knobs[v].pipe) setenv("G4_CUDA_GEMV_TC_PIPE", knobs[v].pipe, 1);
-        if (knobs[v].i8) setenv("G4_CUDA_GEMV_I8", knobs[v].i8, 1);
-        if (knobs[v].copies) setenv("G4_CUDA_GEMV_COPIES", knobs[v].copies, 1);
-        if (g4_backend_cuda_create(0, &bes[1 + v]) != G4_OK) bes[1 + v] = NULL;
-        unsetenv("G4_CUDA_GEMV_TC_PIPE");
-        unsetenv("G4_CUDA_GEMV_I8");
-        unsetenv("G4_CUDA_GEMV_COPIES");
-    }
+    for (int v = 0; v < N_KNOBS; v++) bes[1 + v] = knob_backend(knobs[v]);
     const int64_t shapes[][2] = {{16384, 5376}, {21504, 5376}, {5376, 8192}, {5376, 21504}, {43008, 5376},
                                  {2560, 1536},  {1536, 2048},  {12288, 1536}, {1536, 6144}};
     struct {
@@ -2149,9 +2066,8 @@ static void gemv_pipe_speed(double bw) {
         g4_dtype sdt;
     } formats[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8},
                    {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16}};
-    printf("  one-token 4- and 8-bit GEMV: default / G4_CUDA_GEMV_COPIES=1 (one copy of the prepared activations) / "
-           "G4_CUDA_GEMV_I8=0 (4 bits: fp16, pipelined; 8 bits: float32) / 0 with G4_CUDA_GEMV_TC_PIPE=0 (4 bits: "
-           "unpipelined)\n");
+    printf("  one-token 4- and 8-bit GEMV: default / gemv_copies=1 (one copy of the prepared activations) / "
+           "gemv=fp16 (4 bits: fp16, pipelined; 8 bits: float32)\n");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
@@ -2162,7 +2078,7 @@ static void gemv_pipe_speed(double bw) {
             const double bytes = (double)g4_matrix_bytes(&t.host);
             printf("  gemv %-18s %lldx%lld n=1 ", t.name, (long long)rows, (long long)cols);
             for (int v = 0; v < 1 + N_KNOBS; v++) {
-                /* (MXFP4 runs the fp16 kernels whatever G4_CUDA_GEMV_I8 says) */
+                /* (MXFP4 runs the fp16 kernels whatever gemv says) */
                 if (!bes[v]) continue;
                 matmul_arg a = {bes[v], &t.dev, dx, dout, 1};
                 const double us = time_op(bes[v], run_matmul, &a, 50) * 1e6;
@@ -2194,7 +2110,7 @@ static void speed(void) {
     float *x = rand_floats((size_t)512 * cols, 0.05f, 2.0f);
     float *dx = up(x, (size_t)512 * cols * 4), *dout = poisoned((size_t)512 * rows);
     /* the float32 GEMV that 4-bit formats used before the tensor-core one */
-    g4_backend *f32 = knob_backend("G4_CUDA_GEMV_TC", "0");
+    g4_backend *f32 = knob_backend("gemv=float32");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
         test_matrix t;
         make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, rows, cols);
@@ -2215,7 +2131,7 @@ static void speed(void) {
         for (int n = 1; f32 && formats[k].bits >= 4 && n <= 8; n *= 8) {
             matmul_arg a = {f32, &t.dev, dx, dout, n};
             double s = time_op(f32, run_matmul, &a, 20);
-            printf("  gemv %-18s %lldx%lld n=%-3d %8.1f us  %6.0f GB/s (%.0f%% of copy), float32 GEMV (G4_CUDA_GEMV_TC=0)\n",
+            printf("  gemv %-18s %lldx%lld n=%-3d %8.1f us  %6.0f GB/s (%.0f%% of copy), float32 GEMV (gemv=float32)\n",
                    t.name, (long long)rows, (long long)cols, n, s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
             /* the variant must also be right */
             if (n == 1) check_matmul_on(f32, "f32 gemv ", &t.host, &t.dev, t.name, 1, TOL_SPLIT);
@@ -2553,7 +2469,7 @@ static void test_failure_status(void) {
 int main(void) {
     /* 8-bit weights take the integer GEMV only from 2^25 weights on; here it
      * takes every 8-bit case (the float32 GEMV's are checked by "i8 off") */
-    setenv("G4_CUDA_GEMV_I8_MIN8", "0", 1);
+    setenv("G4_CUDA_TUNE", "i8_min8=0", 1);
     g4_status st = g4_backend_cuda_create(0, &gpu);
     if (st == G4_ERR_UNSUPPORTED) {
         printf("skipped: %s\n", g4_error_message());
