@@ -6,7 +6,11 @@
 #   3. decode with a JSON Schema against without, batch 1 and 32, on full-size
 #      synthetic checkpoints (gemma4 synth: random weights) with the vendored
 #      262,144-token tokenizer: bench/server_load.py's time per output token
-#      and steady-state tokens/s, plain and with --extra response_format.
+#      and steady-state tokens/s, plain and with --extra response_format;
+#   4. before the server runs, where STEP_BENCH names bench/constrain_step_bench
+#      (default: build/constrain_step_bench if built), the engine's decode step
+#      at 1 and 32 sequences: free, with the schema's masks on the device, and
+#      on the host path (the backend's masked op hidden), no server between.
 # Random weights are the hard case for the candidate path: the model's
 # favourites are rarely allowed at structural positions, so those steps copy
 # the full row back.
@@ -52,6 +56,13 @@ for cfg in "${configs[@]}"; do
   esac
   cp "tests/data/chat/templates/$tpl.chat_template.jinja" "$dir/chat_template.jinja" 2>/dev/null ||
     cp tests/data/chat/templates/gemma-4-E2B-it.chat_template.jinja "$dir/chat_template.jinja"
+  step=${STEP_BENCH:-build/constrain_step_bench}
+  if [ -x "$step" ]; then
+    for n in 1 32; do
+      echo "== $cfg engine step, $n sequences" | tee -a "$OUT/constrain_step.txt"
+      timeout 600 "$step" "$dir" --device cuda --seqs $n --tokens 128 --rounds 3 2>&1 | tee -a "$OUT/constrain_step.txt" | tail -2
+    done
+  fi
   "$GEMMA4" serve -m "$dir" --device cuda --port 8931 --max-seqs 32 --quiet >"$OUT/constrain_serve_$preset.txt" 2>&1 &
   pid=$!
   for _ in $(seq 300); do curl -sf http://127.0.0.1:8931/health >/dev/null && break; sleep 1; done

@@ -10,6 +10,8 @@ mkdir -p "$stage/bin" "$stage/lib"
 # EXTRA_TESTS="test_engine ...": more test programs of $build/tests beside the CUDA ones
 cp "$build/gemma4" "$build/tests/test_cuda_backend" "$build/tests/test_cuda_fixtures" "$build/tests/test_assistant" "$stage/bin/"
 for t in ${EXTRA_TESTS:-}; do cp "$build/tests/$t" "$stage/bin/"; done
+# EXTRA_BINS="constrain_step_bench ...": programs of $build itself (the benchmarks)
+for t in ${EXTRA_BINS:-}; do cp "$build/$t" "$stage/bin/"; done
 for b in "$stage"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in

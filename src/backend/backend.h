@@ -383,6 +383,21 @@ typedef struct {
      * [T] (nonzero = a real frame, 0 = padding). out must not overlap inputs. */
     void (*chunked_attention)(g4_backend *be, float *out, const float *q, const float *k, const float *v,
                               const float *rel_k, const int32_t *valid, const g4_chunked_attn_params *p);
+
+    /* constrained decoding (issue 31) */
+    /* top_logits of the rows as a token mask leaves them: row r with
+     * slot[r] >= 0 reads token i as -inf unless bit (i & 31) of word i / 32
+     * of masks + slot[r] * mask_words is set (tokens past mask_words * 32:
+     * not allowed); its k largest then, ordered as top_logits orders them,
+     * and its lse over the allowed tokens only (-inf when none is finite).
+     * In such a row every slot whose value is -inf reads id -1 (that token
+     * can never be drawn), so fewer than k finite values mean the list holds
+     * every token the row can draw. slot[r] < 0: top_logits' row as is.
+     * masks and slot are backend memory. Equal to top_logits on the row
+     * with the disallowed logits set to -inf, bit for bit on the CPU. */
+    void (*top_logits_masked)(g4_backend *be, int32_t *ids, float *values, double *lse, const float *logits,
+                              int rows, int vocab, int k, const uint32_t *masks, int mask_words,
+                              const int32_t *slot);
 } g4_backend_ops;
 
 struct g4_backend {

@@ -1,5 +1,6 @@
 /* Grammar construction and the checks that make a grammar safe to run. */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -412,6 +413,8 @@ g4_status g4_grammar_finish(g4_gbuilder *b, int root, g4_grammar **out) {
         g4_gbuilder_free(b);
         return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     }
+    static atomic_uint_fast64_t serials = 1;
+    g->serial = atomic_fetch_add(&serials, 1);
     g->root = root;
     g->n_classes = b->n_classes;
     if (b->n_classes) memcpy(g->classes, b->classes, (size_t)b->n_classes * sizeof *g->classes);

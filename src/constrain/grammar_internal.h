@@ -62,6 +62,7 @@ struct g4_grammar {
     void *mask_cache;
     void (*mask_cache_free)(void *);
     int refs;
+    uint64_t serial; /* unique in the process: what keys of its states' masks name it by */
     /* scratch for one step */
     int64_t *scratch;
     int n_scratch, cap_scratch;

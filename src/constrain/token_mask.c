@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -500,6 +501,8 @@ struct g4_token_matcher {
     int phase;
     int budget; /* tokens left for the reply (0: unknown) */
     int32_t state;
+    uint64_t serial;  /* unique in the process (g4_mask_key.owner) */
+    g4_mask_key key;  /* of the last mask */
 };
 
 g4_status g4_token_matcher_create(g4_grammar *g, const g4_token_trie *t, const g4_token_matcher_options *o,
@@ -520,6 +523,8 @@ g4_status g4_token_matcher_create(g4_grammar *g, const g4_token_trie *t, const g
     m->o.stop_ids = m->stops;
     m->g = g4_grammar_ref(g);
     m->t = t;
+    static atomic_uint_fast64_t serials = 1;
+    m->serial = atomic_fetch_add(&serials, 1);
     g4_grammar_lock(g);
     m->state = g4_grammar_start(g);
     g4_grammar_unlock(g);
@@ -581,6 +586,11 @@ int g4_token_matcher_mask(g4_token_matcher *m, const uint32_t **out) {
     if (accepts)
         for (int i = 0; i < m->o.n_stop; i++) allow(mask, m->t->vocab, m->stops[i]);
     if (m->phase == PH_THINK_MAYBE) allow(mask, m->t->vocab, m->o.think_open);
+    /* the grammar's state (and budget cut) decide the mask, except where
+     * this matcher's own stop tokens or thought opening were added */
+    m->key = (g4_mask_key){.trie = m->t, .grammar = m->g->serial,
+                           .owner = (accepts && m->o.n_stop) || m->phase == PH_THINK_MAYBE ? m->serial : 0,
+                           .state = m->state, .max_dist = budgeted ? max_dist : -1};
     return 1;
 }
 
@@ -636,6 +646,13 @@ g4_status g4_token_matcher_accept(g4_token_matcher *m, int32_t token) {
 }
 
 void g4_token_matcher_set_budget(g4_token_matcher *m, int tokens_left) { m->budget = tokens_left; }
+
+const g4_mask_key *g4_token_matcher_mask_key(const g4_token_matcher *m) { return &m->key; }
+
+int g4_mask_key_equal(const g4_mask_key *a, const g4_mask_key *b) {
+    return a->trie == b->trie && a->grammar == b->grammar && a->owner == b->owner && a->state == b->state &&
+           a->max_dist == b->max_dist;
+}
 
 int g4_token_matcher_vocab(const g4_token_matcher *m) { return m->t->vocab; }
 

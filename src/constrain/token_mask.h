@@ -77,6 +77,20 @@ g4_status g4_token_matcher_accept(g4_token_matcher *m, int32_t token);
 void g4_token_matcher_set_budget(g4_token_matcher *m, int tokens_left);
 /* 1 when the next token is constrained (the mask will say which). */
 int g4_token_matcher_constrained(const g4_token_matcher *m);
+/* What the last mask (g4_token_matcher_mask returning 1) depends on: equal
+ * keys, equal masks, across the matchers of one grammar too (one state's
+ * mask serves every request in it), so a copy of a mask elsewhere (a
+ * device) can be reused while its key matches. Masks with the matcher's own
+ * stop tokens or thought opening added carry the matcher's serial. */
+typedef struct {
+    const void *trie;
+    uint64_t grammar; /* the grammar's serial (unique in the process) */
+    uint64_t owner;   /* 0: any matcher of the grammar; else the matcher's serial */
+    int32_t state;
+    int32_t max_dist; /* the budget cut (g4_token_mask_within), -1: none */
+} g4_mask_key;
+const g4_mask_key *g4_token_matcher_mask_key(const g4_token_matcher *m);
+int g4_mask_key_equal(const g4_mask_key *a, const g4_mask_key *b);
 /* Ids its masks cover (the trie's vocabulary). */
 int g4_token_matcher_vocab(const g4_token_matcher *m);
 /* 1 if the reply may end here (grammar accepting, or unconstrained). */

@@ -344,7 +344,7 @@ static g4_status run_ops(void *ctx) {
         be->ops->matmul(be, s->logits, s->hsel, R, &m->text.embed);
         if (tc->final_softcap > 0)
             be->ops->softcap(be, s->logits, (size_t)R * tc->vocab_size, tc->final_softcap);
-        if (b->n_candidates > 0) {
+        if (b->n_candidates > 0 && !b->mask_bits) { /* masked: after the masks come (g4_text_forward) */
             const int k = b->n_candidates;
             double *lse = s->cand;
             int32_t *ids = (int32_t *)(lse + R);
@@ -397,6 +397,8 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
         (b->n_candidates > 0 && (!b->cand_ids || !b->cand_values || !b->cand_lse)))
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "%d candidates per logit row asked (1..%d, with host outputs)",
                        b->n_candidates, G4_TOP_LOGITS_MAX_K);
+    if (b->mask_bits && (b->n_candidates <= 0 || !b->mask_slot || b->mask_words <= 0 || !be->ops->top_logits_masked))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "token masks need candidates, slots and the backend's masked op");
     for (int r = 0; r < b->n_logit_rows; r++)
         if (b->logit_rows[r] < 0 || b->logit_rows[r] >= n)
             return g4_fail(G4_ERR_INVALID_ARGUMENT, "logit row %d outside the batch", b->logit_rows[r]);
@@ -432,11 +434,21 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
     const g4_step_key key = {
         .owner = s->id,
         .n_tokens = n,
-        .shape = {b->n_logit_rows, b->n_candidates, f.full_table_stride, kv->ring_blocks},
+        .shape = {b->n_logit_rows, b->n_candidates, f.full_table_stride, kv->ring_blocks,
+                  b->mask_bits != NULL}, /* masked: candidates chosen after the step */
         .buffers = {s->full_tables, s->sliding_tables, kv},
         .direct = b->n_mm > 0 || b->hook || b->hidden_out,
     };
     st = be->ops->run_step(be, &key, run_ops, &f);
+    if (st == G4_OK && b->n_logit_rows > 0 && b->n_candidates > 0 && b->mask_bits) {
+        if (b->masks_ready) b->masks_ready(b->masks_ctx);
+        const int R = b->n_logit_rows, k = b->n_candidates;
+        double *lse = s->cand;
+        int32_t *ids = (int32_t *)(lse + R);
+        float *values = (float *)(ids + (size_t)R * k);
+        be->ops->top_logits_masked(be, ids, values, lse, s->logits, R, tc->vocab_size, k, b->mask_bits,
+                                   b->mask_words, b->mask_slot);
+    }
     s->last_logit_rows = st == G4_OK ? b->n_logit_rows : 0;
     if (st == G4_OK && b->n_logit_rows > 0 && b->logits)
         be->ops->to_host(be, b->logits, s->logits, (size_t)b->n_logit_rows * tc->vocab_size * sizeof(float));

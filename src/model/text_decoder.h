@@ -44,6 +44,18 @@ typedef struct {
     int32_t *cand_ids;
     float *cand_values;
     double *cand_lse;
+    /* constrained decoding (issue 31), with n_candidates: when mask_bits is
+     * set, logit row r takes its candidates through token mask mask_slot[r]
+     * (< 0: none) of mask_bits, the backend's top_logits_masked (both
+     * backend memory: [slots][mask_words] words, [n_logit_rows] slots).
+     * masks_ready(masks_ctx), if set, runs first, once the logits' ops are
+     * queued: where the caller, which computed the masks meanwhile, uploads
+     * them and the slots. */
+    const uint32_t *mask_bits;
+    int mask_words;
+    const int32_t *mask_slot;
+    void (*masks_ready)(void *ctx);
+    void *masks_ctx;
     /* optional: final hidden states of the logit rows (host, [n_logit_rows][d]) */
     float *hidden_out;
     g4_hidden_hook hook;

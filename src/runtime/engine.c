@@ -1,5 +1,6 @@
 #include "runtime/engine.h"
 
+#include <math.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ typedef struct {
     double prompt_seconds;
     g4_token_matcher *matcher; /* NULL: unconstrained */
     const uint32_t *mask;      /* the next token's allowed set (the matcher's buffer) */
+    int top_logprobs;          /* of its sampling parameters */
     int mask_result;           /* of g4_token_matcher_mask for this step: 1 masked, 0 free, -1 failed */
     /* prefix cache */
     int32_t *generated;         /* [max_tokens] sampled ids: the reply's block hashes */
@@ -59,8 +61,6 @@ struct g4_engine {
     float *cand_values;
     double *cand_lse;
     int *cand_needed; /* per logit row: g4_sampler_candidates_needed, 0 = the full row, -k: a masked row's k */
-    int32_t *allowed_ids; /* a masked row's allowed candidates */
-    float *allowed_values;
     sequence **batch_seqs;
     /* a step's cancelled and finished sequences, max_seqs each */
     sequence **step_done, **step_finished;
@@ -73,6 +73,20 @@ struct g4_engine {
     pthread_t mask_thread;
     pthread_mutex_t mask_lock;
     pthread_cond_t mask_wake, mask_done;
+    /* the backend's copies of token masks (its top_logits_masked reads
+     * them): slots keyed by g4_mask_key, the least recently used replaced,
+     * so a grammar state that many sequences meet crosses once */
+    uint32_t *mask_dev;      /* backend [mask_slots][mask_words], NULL: not made yet */
+    int32_t *mask_slot_dev;  /* backend [max_seqs]: each logit row's slot, -1 none */
+    int32_t *mask_slot_host; /* [max_seqs] */
+    int32_t *mask_slot_sent; /* [max_seqs]: what mask_slot_dev holds, for mask_slot_sent_n rows (-1: unknown) */
+    int mask_slot_sent_n;
+    g4_mask_key *slot_key;   /* [mask_slots] */
+    uint64_t *slot_used;     /* [mask_slots]: the upload round of its last use, 0: empty */
+    uint32_t *mask_stage;    /* [mask_words]: a mask narrower than the logits, padded */
+    int mask_slots, mask_words, mask_failed, step_logit_rows;
+    uint64_t mask_round, step_uploads, step_masked, step_on_host;
+    double step_mask_seconds, step_mask_wait; /* the mask thread writes the first while it runs */
 
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -129,8 +143,6 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->cand_values = malloc((size_t)S * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_values);
         e->cand_lse = malloc((size_t)S * sizeof *e->cand_lse);
         e->cand_needed = malloc((size_t)S * sizeof *e->cand_needed);
-        e->allowed_ids = malloc(G4_SAMPLER_MAX_CANDIDATES * sizeof *e->allowed_ids);
-        e->allowed_values = malloc(G4_SAMPLER_MAX_CANDIDATES * sizeof *e->allowed_values);
         e->batch_seqs = malloc((size_t)S * sizeof *e->batch_seqs);
         e->step_done = malloc((size_t)S * sizeof *e->step_done);
         e->step_finished = malloc((size_t)S * sizeof *e->step_finished);
@@ -138,7 +150,7 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->mask_jobs = malloc((size_t)S * sizeof *e->mask_jobs);
         e->waiting = malloc((size_t)e->opt.max_queue * sizeof *e->waiting);
         e->running = malloc((size_t)S * sizeof *e->running);
-        if (!e->logits || !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed || !e->allowed_ids || !e->allowed_values ||
+        if (!e->logits || !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed ||
             !e->batch_seqs || !e->step_done || !e->step_finished || !e->step_reasons || !e->mask_jobs || !e->waiting || !e->running)
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the engine");
     }
@@ -230,8 +242,10 @@ static void *mask_thread_main(void *arg) {
         while (!e->mask_pending && !e->mask_thread_stop) pthread_cond_wait(&e->mask_wake, &e->mask_lock);
         if (e->mask_thread_stop) break;
         pthread_mutex_unlock(&e->mask_lock);
+        const double t0 = g4_now_seconds();
         for (int i = 0; i < e->n_mask_jobs; i++)
             e->mask_jobs[i]->mask_result = g4_token_matcher_mask(e->mask_jobs[i]->matcher, &e->mask_jobs[i]->mask);
+        e->step_mask_seconds += g4_now_seconds() - t0;
         pthread_mutex_lock(&e->mask_lock);
         e->mask_pending = 0;
         pthread_cond_signal(&e->mask_done);
@@ -250,8 +264,11 @@ static void masks_begin(g4_engine *e) {
         if (pthread_create(&e->mask_thread, NULL, mask_thread_main, e) == 0) e->mask_thread_started = 1;
     }
     if (!overlap || !e->mask_thread_started) {
+        const double t0 = g4_now_seconds();
         for (int i = 0; i < e->n_mask_jobs; i++)
             e->mask_jobs[i]->mask_result = g4_token_matcher_mask(e->mask_jobs[i]->matcher, &e->mask_jobs[i]->mask);
+        e->step_mask_seconds += g4_now_seconds() - t0;
+        e->step_mask_wait += g4_now_seconds() - t0;
         return;
     }
     pthread_mutex_lock(&e->mask_lock);
@@ -262,9 +279,149 @@ static void masks_begin(g4_engine *e) {
 
 static void masks_wait(g4_engine *e) {
     if (!e->mask_thread_started) return;
+    const double t0 = g4_now_seconds();
     pthread_mutex_lock(&e->mask_lock);
     while (e->mask_pending) pthread_cond_wait(&e->mask_done, &e->mask_lock);
     pthread_mutex_unlock(&e->mask_lock);
+    e->step_mask_wait += g4_now_seconds() - t0;
+}
+
+/* The backend's mask slots, made at the first constrained step (2 per
+ * sequence: a step's masks never evict one another). 0 when the backend has
+ * no masked op or no memory: constrained rows then take the full row. */
+static int device_masks(g4_engine *e) {
+    g4_backend *be = e->model->backend;
+    if (e->mask_dev) return 1;
+    if (e->mask_failed || !be->ops->top_logits_masked) return 0;
+    const int S = e->opt.max_seqs;
+    e->mask_slots = 2 * S;
+    e->mask_words = (int)g4_mask_words(e->model->config.text.vocab_size);
+    e->mask_dev = be->ops->alloc(be, (size_t)e->mask_slots * e->mask_words * sizeof(uint32_t));
+    e->mask_slot_dev = be->ops->alloc(be, (size_t)S * sizeof(int32_t));
+    e->mask_slot_host = malloc((size_t)S * sizeof *e->mask_slot_host);
+    e->mask_slot_sent = malloc((size_t)S * sizeof *e->mask_slot_sent);
+    e->mask_slot_sent_n = -1;
+    e->slot_key = calloc((size_t)e->mask_slots, sizeof *e->slot_key);
+    e->slot_used = calloc((size_t)e->mask_slots, sizeof *e->slot_used);
+    e->mask_stage = malloc((size_t)e->mask_words * sizeof *e->mask_stage);
+    if (e->mask_dev && e->mask_slot_dev && e->mask_slot_host && e->mask_slot_sent && e->slot_key && e->slot_used &&
+        e->mask_stage)
+        return 1;
+    g4_log(G4_LOG_WARN, "engine: no memory for token masks on the backend; constrained rows take the full row");
+    if (e->mask_dev) be->ops->release(be, e->mask_dev);
+    if (e->mask_slot_dev) be->ops->release(be, e->mask_slot_dev);
+    free(e->mask_slot_host), free(e->mask_slot_sent), free(e->slot_key), free(e->slot_used), free(e->mask_stage);
+    e->mask_dev = NULL, e->mask_slot_dev = NULL, e->mask_slot_host = NULL, e->mask_slot_sent = NULL, e->slot_key = NULL;
+    e->slot_used = NULL, e->mask_stage = NULL;
+    e->mask_failed = 1;
+    return 0;
+}
+
+/* The slot holding s's current mask: found by its key, or the least
+ * recently used slot (none of this round's) takes an upload of it. */
+static int mask_slot_of(g4_engine *e, const sequence *s) {
+    g4_backend *be = e->model->backend;
+    const g4_mask_key *key = g4_token_matcher_mask_key(s->matcher);
+    int victim = 0;
+    for (int i = 0; i < e->mask_slots; i++) {
+        if (e->slot_used[i] && g4_mask_key_equal(&e->slot_key[i], key)) {
+            e->slot_used[i] = e->mask_round;
+            return i;
+        }
+        if (e->slot_used[i] < e->slot_used[victim]) victim = i;
+    }
+    const int W = e->mask_words, mv = g4_token_matcher_vocab(s->matcher);
+    const uint32_t *bits = s->mask;
+    if ((int64_t)mv < (int64_t)W * 32) { /* ids past the mask's vocabulary are not allowed */
+        const int have = (int)g4_mask_words(mv);
+        memcpy(e->mask_stage, s->mask, (size_t)have * sizeof *e->mask_stage);
+        memset(e->mask_stage + have, 0, (size_t)(W - have) * sizeof *e->mask_stage);
+        if (mv & 31) e->mask_stage[have - 1] &= (1u << (mv & 31)) - 1u;
+        bits = e->mask_stage;
+    }
+    be->ops->to_device(be, e->mask_dev + (size_t)victim * W, bits, (size_t)W * sizeof *bits);
+    e->slot_key[victim] = *key;
+    e->slot_used[victim] = e->mask_round;
+    e->step_uploads++;
+    return victim;
+}
+
+/* g4_text_batch.masks_ready: once the forward pass is queued, this step's
+ * masks (done meanwhile) and every logit row's slot go to the backend. */
+static void masks_to_device(void *arg) {
+    g4_engine *e = arg;
+    g4_backend *be = e->model->backend;
+    masks_wait(e);
+    e->mask_round++;
+    for (int r = 0; r < e->step_logit_rows; r++) {
+        const sequence *s = e->batch_seqs[e->batch.logit_owner[r]];
+        e->mask_slot_host[r] = e->cand_needed[r] < 0 && s->mask_result > 0 ? mask_slot_of(e, s) : -1;
+    }
+    /* the slots cross only when they changed (a sequence that stays in one
+     * state, as inside a string, then costs no copy at all) */
+    const size_t bytes = (size_t)e->step_logit_rows * sizeof(int32_t);
+    if (e->mask_slot_sent_n != e->step_logit_rows || memcmp(e->mask_slot_sent, e->mask_slot_host, bytes)) {
+        be->ops->to_device(be, e->mask_slot_dev, e->mask_slot_host, bytes);
+        memcpy(e->mask_slot_sent, e->mask_slot_host, bytes);
+        e->mask_slot_sent_n = e->step_logit_rows;
+    }
+}
+
+/* How a constrained row takes its candidates: -k, k of its masked row on
+ * the backend (its sampler's need, or the most candidates where it needs
+ * the full row: a mask that leaves fewer decides exactly), or 0: the full
+ * row (logit bias, penalties or suppressed tokens move logits anywhere;
+ * no masks on this backend). */
+static int masked_candidates(g4_engine *e, const sequence *s) {
+    if (!g4_sampler_takes_candidates(s->sampler) || !device_masks(e)) return 0;
+    int k = g4_sampler_candidates_needed(s->sampler);
+    if (k <= 0) k = G4_SAMPLER_MAX_CANDIDATES;
+    if (k > G4_TOP_LOGITS_MAX_K) k = G4_TOP_LOGITS_MAX_K;
+    const int V = e->model->config.text.vocab_size;
+    return -(k < V ? k : V);
+}
+
+/* A complete list of n allowed candidates padded to `want` entries as the
+ * masked full row goes on: its -inf tokens, the disallowed, lowest id first
+ * (what its top log-probabilities list after the allowed ones). */
+static int pad_disallowed(const sequence *s, int32_t *ids, float *values, int n, int want, int vocab) {
+    const int mv = g4_token_matcher_vocab(s->matcher);
+    for (int32_t id = 0; id < vocab && n < want; id++)
+        if (id >= mv || !g4_mask_has(s->mask, id)) ids[n] = id, values[n++] = -INFINITY;
+    return n;
+}
+
+/* A constrained row from its candidates (cand_needed < 0): the token, or
+ * *need_full when only the full row can decide, or *none when the mask
+ * allows no token. */
+static g4_status sample_masked(g4_engine *e, sequence *s, int row, int k, g4_sample *sample, int *need_full,
+                               int *none) {
+    int32_t *ci = e->cand_ids + (size_t)row * k;
+    float *cv = e->cand_values + (size_t)row * k;
+    const double lse = e->cand_lse[row];
+    const int need = g4_sampler_candidates_needed(s->sampler);
+    *need_full = 0, *none = 0;
+    if (s->mask_result <= 0) { /* unmasked after all (a thought channel): the plain candidates */
+        if (need > 0) return g4_sampler_sample_top(s->sampler, ci, cv, k, lse, sample, need_full);
+        *need_full = 1;
+        return G4_OK;
+    }
+    e->step_masked++;
+    int n_finite = 0; /* the op puts -inf (id -1) last */
+    while (n_finite < k && cv[n_finite] > -INFINITY) n_finite++;
+    if (n_finite == 0 && !isnan(lse)) {
+        *none = 1;
+        return G4_OK;
+    }
+    if (n_finite < k) {
+        const int want = s->top_logprobs < k ? s->top_logprobs : k;
+        const int n = n_finite < want ? pad_disallowed(s, ci, cv, n_finite, want, e->model->config.text.vocab_size)
+                                      : n_finite;
+        return g4_sampler_sample_complete(s->sampler, ci, cv, n, lse, sample, need_full);
+    }
+    if (need > 0) return g4_sampler_sample_top(s->sampler, ci, cv, k, lse, sample, need_full);
+    *need_full = 1; /* more allowed than candidates, and the sampler may draw any */
+    return G4_OK;
 }
 
 void g4_engine_destroy(g4_engine *e) {
@@ -288,7 +445,9 @@ void g4_engine_destroy(g4_engine *e) {
     g4_batch_builder_free(&e->batch);
     free(e->logits);
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
-    free(e->allowed_ids), free(e->allowed_values);
+    if (e->mask_dev) be->ops->release(be, e->mask_dev);
+    if (e->mask_slot_dev) be->ops->release(be, e->mask_slot_dev);
+    free(e->mask_slot_host), free(e->mask_slot_sent), free(e->slot_key), free(e->slot_used), free(e->mask_stage);
     free(e->batch_seqs), free(e->waiting), free(e->running);
     free(e->step_done), free(e->step_finished), free(e->step_reasons), free(e->mask_jobs);
     free(e);
@@ -342,6 +501,7 @@ g4_status g4_engine_submit(g4_engine *e, const g4_request *req, uint64_t *reques
     s->n_prompt = req->n_prompt;
     s->n_stop = req->n_stop;
     s->max_tokens = req->max_tokens;
+    s->top_logprobs = req->sampling.top_logprobs;
     s->on_token = req->on_token;
     s->user = req->user;
     pthread_mutex_lock(&e->lock);
@@ -532,16 +692,10 @@ static int plan_row(g4_engine *e, sequence *s, int tokens_left) {
     if (!s->matcher || !g4_token_matcher_constrained(s->matcher)) return g4_sampler_candidates_needed(s->sampler);
     g4_token_matcher_set_budget(s->matcher, tokens_left);
     e->mask_jobs[e->n_mask_jobs++] = s;
-    /* A masked row draws from the largest logits the mask allows: more
-     * candidates than the sampler needs come back, and when enough of them
-     * are allowed they decide exactly (every token outside the list is
-     * below all of them); otherwise, or with log-probabilities (of the
-     * masked row), the full row. */
-    int need = g4_sampler_candidates_needed(s->sampler);
-    int k = need * 4 > 256 ? need * 4 : 256;
-    if (k > G4_SAMPLER_MAX_CANDIDATES) k = G4_SAMPLER_MAX_CANDIDATES;
-    if (k > e->model->config.text.vocab_size) k = e->model->config.text.vocab_size;
-    return need > 0 && !g4_sampler_wants_logprobs(s->sampler) ? -k : 0;
+    /* A masked row's candidates are the largest logits its mask allows,
+     * chosen on the backend once the mask is there (the top_logits of the
+     * masked row: exact) */
+    return masked_candidates(e, s);
 }
 
 /* Row `row`'s token for s after the forward pass, which brought back k_max
@@ -560,32 +714,19 @@ static g4_status choose_token(g4_engine *e, sequence *s, int row, int k_max, flo
                                    e->cand_values + (size_t)row * k_max, k_max, e->cand_lse[row], sample,
                                    &need_full);
     int sampled = k_max > 0 && e->cand_needed[row] > 0 && !need_full;
-    if (ss == G4_OK && k_max > 0 && e->cand_needed[row] < 0 && s->mask_result > 0) {
-        /* the allowed ones among the candidates, in their order */
-        const int32_t *ci = e->cand_ids + (size_t)row * k_max;
-        const float *cv = e->cand_values + (size_t)row * k_max;
-        const int mv = g4_token_matcher_vocab(s->matcher);
-        int n_ok = 0;
-        for (int i = 0; i < k_max; i++)
-            if (ci[i] >= 0 && ci[i] < mv && g4_mask_has(s->mask, ci[i])) {
-                e->allowed_ids[n_ok] = ci[i];
-                e->allowed_values[n_ok++] = cv[i];
-            }
-        need_full = 1;
-        if (n_ok >= g4_sampler_candidates_needed(s->sampler)) {
-            ss = g4_sampler_sample_top(s->sampler, e->allowed_ids, e->allowed_values, n_ok, e->cand_lse[row],
-                                       sample, &need_full);
-            sampled = ss == G4_OK && !need_full;
-        }
-    } else if (k_max > 0 && e->cand_needed[row] < 0) {
-        need_full = 1;
+    int none = 0; /* the mask allows no token */
+    if (ss == G4_OK && k_max > 0 && e->cand_needed[row] < 0) {
+        ss = sample_masked(e, s, row, k_max, sample, &need_full, &none);
+        sampled = ss == G4_OK && !need_full && !none;
     }
     if (ss == G4_OK && need_full) ss = g4_text_scratch_logits(e->scratch, row, logits);
     if (s->mask_result < 0) ss = G4_ERR_LIMIT;
-    if (ss == G4_OK && s->mask_result > 0 && !sampled &&
-        g4_mask_apply(s->mask, g4_token_matcher_vocab(s->matcher), logits, V) == 0) {
-        *complete = 1;
-        return G4_OK;
+    if (ss == G4_OK && s->mask_result > 0 && !sampled) {
+        if (!none) e->step_on_host++;
+        if (none || g4_mask_apply(s->mask, g4_token_matcher_vocab(s->matcher), logits, V) == 0) {
+            *complete = 1;
+            return G4_OK;
+        }
     }
     if (ss == G4_OK && !sampled && (k_max == 0 || need_full)) ss = g4_sampler_sample(s->sampler, logits, sample);
     return ss;
@@ -646,7 +787,7 @@ int g4_engine_step(g4_engine *e) {
     /* Rows whose sampler can choose from the row's largest logits bring
      * back only those (the most any of them needs); the others, and rows the
      * candidates cannot decide, fetch their full row after the step. */
-    int k_max = 0;
+    int k_max = 0, any_masked = 0;
     e->n_mask_jobs = 0;
     for (int r = 0; r < n_logits; r++) {
         sequence *s = e->batch_seqs[bb->logit_owner[r]];
@@ -654,6 +795,7 @@ int g4_engine_step(g4_engine *e) {
         e->cand_needed[r] = plan_row(e, s, left < ctx_left ? left : ctx_left);
         int k = e->cand_needed[r] < 0 ? -e->cand_needed[r] : e->cand_needed[r];
         if (k > k_max) k_max = k;
+        any_masked |= e->cand_needed[r] < 0;
     }
     if (k_max > 0) {
         batch.logits = NULL;
@@ -662,9 +804,18 @@ int g4_engine_step(g4_engine *e) {
         batch.cand_values = e->cand_values;
         batch.cand_lse = e->cand_lse;
     }
+    if (any_masked) {
+        e->step_logit_rows = n_logits;
+        batch.mask_bits = e->mask_dev;
+        batch.mask_words = e->mask_words;
+        batch.mask_slot = e->mask_slot_dev;
+        batch.masks_ready = masks_to_device;
+        batch.masks_ctx = e;
+    }
     masks_begin(e);
     g4_status st = g4_text_forward(m, e->kv, e->scratch, &batch);
     masks_wait(e);
+    const double t_sample = g4_now_seconds();
 
     /* advance every sequence in the batch; sample where logits came back */
     int n_prefilled = 0, n_generated = 0;
@@ -733,6 +884,7 @@ int g4_engine_step(g4_engine *e) {
             if (!listed) finished[n_finished] = e->batch_seqs[b], reasons[n_finished++] = G4_FINISH_ERROR;
         }
     const char *message = st != G4_OK ? g4_error_message() : NULL;
+    const double sample_seconds = g4_now_seconds() - t_sample;
     pthread_mutex_lock(&e->lock);
     for (int k = 0; k < n_finished; k++)
         for (int i = 0; i < e->n_running; i++)
@@ -743,6 +895,12 @@ int g4_engine_step(g4_engine *e) {
     e->stats.steps++;
     e->stats.tokens_prefilled += (uint64_t)n_prefilled;
     e->stats.tokens_generated += (uint64_t)n_generated;
+    e->stats.masked_rows += e->step_masked, e->stats.mask_uploads += e->step_uploads;
+    e->stats.masked_rows_on_host += e->step_on_host;
+    e->stats.mask_seconds += e->step_mask_seconds, e->stats.mask_wait_seconds += e->step_mask_wait;
+    e->step_masked = e->step_uploads = e->step_on_host = 0;
+    e->step_mask_seconds = e->step_mask_wait = 0;
+    e->stats.sample_seconds += sample_seconds;
     e->stats.running = e->n_running;
     pthread_mutex_unlock(&e->lock);
     for (int k = 0; k < n_finished; k++) finish(e, finished[k], reasons[k], reasons[k] == G4_FINISH_ERROR ? message : NULL);
@@ -872,7 +1030,9 @@ g4_status g4_engine_eval_sample(g4_engine *e, g4_kv_seq *seq, const int32_t *ids
     sequence s = {.sampler = sampler, .matcher = matcher};
     e->n_mask_jobs = 0;
     e->cand_needed[0] = plan_row(e, &s, tokens_left);
-    const int k = e->cand_needed[0] < 0 ? -e->cand_needed[0] : e->cand_needed[0];
+    /* one row: a masked one takes its full row and its mask on the host */
+    if (e->cand_needed[0] < 0) e->cand_needed[0] = 0;
+    const int k = e->cand_needed[0];
     g4_eval_output o = {.mode = G4_LOGITS_LAST, .logits = logits, .k = k, .cand_ids = e->cand_ids,
                         .cand_values = e->cand_values, .lse = e->cand_lse};
     masks_begin(e);

@@ -113,6 +113,19 @@ typedef struct {
     uint64_t prefix_host_budget, prefix_host_bytes;  /* the host-RAM tier: allowed, held */
     uint64_t prefix_host_blocks_saved, prefix_host_blocks_restored;
     uint64_t prefix_host_windows_saved, prefix_host_windows_restored, prefix_host_evicted;
+    /* constrained decoding: rows that took their candidates through a token
+     * mask on the backend, the masks uploaded for them (one per grammar
+     * state new to the backend's copies), and constrained rows sampled from
+     * their full row on the host (logit bias, penalties, suppressed tokens,
+     * ties at the candidates' edge) */
+    uint64_t masked_rows, mask_uploads, masked_rows_on_host;
+    /* seconds spent computing the masks (on the mask thread while a GPU
+     * runs the forward pass), and the part the engine thread waited for */
+    double mask_seconds, mask_wait_seconds;
+    /* seconds the engine thread spent after the forward passes: sampling
+     * (from candidates or full rows), masks applied on the host, grammar
+     * steps, token callbacks */
+    double sample_seconds;
 } g4_engine_stats;
 
 typedef struct g4_engine g4_engine;

@@ -584,17 +584,28 @@ static void top_raw_logprobs(const int32_t *ids, const float *values, int n, dou
     }
 }
 
-g4_status g4_sampler_sample_top(g4_sampler *s, const int32_t *ids, const float *values, int n, double lse,
-                                g4_sample *out, int *need_full) {
+int g4_sampler_takes_candidates(const g4_sampler *s) {
+    const g4_sampler_params *p = &s->p;
+    return !(p->n_logit_bias || p->n_suppress || p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+             p->frequency_penalty != 0.0f);
+}
+
+/* g4_sampler_sample_top, and with `complete` g4_sampler_sample_complete. */
+static g4_status sample_listed(g4_sampler *s, const int32_t *ids, const float *values, int n, double lse,
+                               int complete, g4_sample *out, int *need_full) {
     memset(out, 0, sizeof *out);
     *need_full = 0;
     const int need = g4_sampler_candidates_needed(s);
-    if (need == 0 || n < need)
+    if (complete ? !g4_sampler_takes_candidates(s) : need == 0 || n < need)
         return g4_fail(G4_ERR_INVALID_ARGUMENT,
                        "sampler: %d candidates given where these parameters need %d (0: the full row)", n, need);
     if (n > s->vocab) n = s->vocab; /* the rest is padding */
     if (isnan(lse)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "sampler: the logits hold NaN");
-    if (!(values[0] > -INFINITY))
+    if (complete && s->p.top_logprobs > n) { /* the full row's list goes on into -inf tokens */
+        *need_full = 1;
+        return G4_OK;
+    }
+    if (n <= 0 || !(values[0] > -INFINITY))
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "sampler: every token is suppressed (no finite logit)");
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= s->vocab || (i && !(values[i] <= values[i - 1])))
@@ -608,11 +619,18 @@ g4_status g4_sampler_sample_top(g4_sampler *s, const int32_t *ids, const float *
         return G4_OK;
     }
     /* top-k keeps every token >= the k-th value: the run of values equal to
-     * it must end inside the list, or the list must be the whole row */
-    const float kth = values[s->p.top_k - 1];
-    int m = s->p.top_k;
-    while (m < n && values[m] == kth) m++;
-    if (m == n && n < s->vocab) {
+     * it must end inside the list, or the list must be the whole row (or
+     * hold every finite value of it) */
+    int m = n;
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        const float kth = values[s->p.top_k - 1];
+        m = s->p.top_k;
+        while (m < n && values[m] == kth) m++;
+        if (m == n && n < s->vocab && !complete) {
+            *need_full = 1;
+            return G4_OK;
+        }
+    } else if (!complete && n < s->vocab) { /* cannot happen: needed() asks for more */
         *need_full = 1;
         return G4_OK;
     }
@@ -635,4 +653,14 @@ g4_status g4_sampler_sample_top(g4_sampler *s, const int32_t *ids, const float *
             kept_logprobs(s, &ks, out->token, s->p.top_logprobs, out);
     }
     return G4_OK;
+}
+
+g4_status g4_sampler_sample_top(g4_sampler *s, const int32_t *ids, const float *values, int n, double lse,
+                                g4_sample *out, int *need_full) {
+    return sample_listed(s, ids, values, n, lse, 0, out, need_full);
+}
+
+g4_status g4_sampler_sample_complete(g4_sampler *s, const int32_t *ids, const float *values, int n, double lse,
+                                     g4_sample *out, int *need_full) {
+    return sample_listed(s, ids, values, n, lse, 1, out, need_full);
 }

@@ -142,6 +142,23 @@ int g4_sampler_wants_logprobs(const g4_sampler *s);
 g4_status g4_sampler_sample_top(g4_sampler *s, const int32_t *ids, const float *values, int n, double lse,
                                 g4_sample *out, int *need_full);
 
+/* 1 when the parameters hold no logit bias, suppressed tokens or
+ * repetition/presence/frequency penalties: the row's own largest logits
+ * are then the ones the sampler weighs. */
+int g4_sampler_takes_candidates(const g4_sampler *s);
+
+/* g4_sampler_sample_top for a list that holds every finite logit of the row
+ * (ids/values[0..n), ordered so; every other logit -inf: a masked row whose
+ * allowed tokens all came back; -inf entries may follow, the row's -inf
+ * tokens lowest id first, as its top log-probabilities name them after the
+ * finite ones), for any parameters
+ * g4_sampler_takes_candidates accepts, top-k or not: the same token,
+ * log-probabilities and use of the random stream as g4_sampler_sample on
+ * the full row. *need_full is set (nothing drawn) only when top_logprobs
+ * asks for more than n entries. */
+g4_status g4_sampler_sample_complete(g4_sampler *s, const int32_t *ids, const float *values, int n, double lse,
+                                     g4_sample *out, int *need_full);
+
 /* The random stream (exposed for tests): next 64-bit output and a uniform
  * double in [0, 1) with 53 random bits. */
 uint64_t g4_sampler_next_u64(g4_sampler *s);

@@ -2,9 +2,9 @@
  * bundled trained model, requests with a JSON Schema (temperature 1, the
  * model's top-k/top-p) give exactly the tokens of the session loop that
  * masks the full row before sampling (g4_session_eval_sample_constrained),
- * although the engine draws from the allowed ones among the device's
- * largest logits where they decide; every reply ends where the grammar may
- * end, within max_tokens. */
+ * although the engine draws from the candidates the backend chose from the
+ * masked row; every reply ends where the grammar may end, within
+ * max_tokens. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>

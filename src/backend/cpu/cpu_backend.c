@@ -244,6 +244,8 @@ static const g4_backend_ops cpu_ops = {
     .conv2d = cpu_conv2d,
     .depthwise_conv1d_causal = cpu_depthwise_conv1d_causal,
     .chunked_attention = cpu_chunked_attention,
+    /* constrained decoding (issue 31) */
+    .top_logits_masked = cpu_top_logits_masked,
 };
 
 g4_status g4_backend_cpu_create(int threads, g4_backend **out) {

@@ -368,6 +368,8 @@ static const g4_backend_ops cuda_ops = {
     .conv2d = cuda_conv2d,
     .depthwise_conv1d_causal = cuda_depthwise_conv1d_causal,
     .chunked_attention = cuda_chunked_attention,
+    /* constrained decoding (issue 31) */
+    .top_logits_masked = cuda_top_logits_masked,
 };
 
 extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {

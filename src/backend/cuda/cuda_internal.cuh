@@ -341,6 +341,8 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
 /* sampling support (cuda_sampling.cu) */
 void cuda_top_logits(g4_backend *be, int32_t *ids, float *values, double *lse, const float *logits, int rows,
                      int vocab, int k);
+void cuda_top_logits_masked(g4_backend *be, int32_t *ids, float *values, double *lse, const float *logits, int rows,
+                            int vocab, int k, const uint32_t *masks, int mask_words, const int32_t *slot);
 
 /* ---- device-side weights ---- */
 

@@ -18,7 +18,12 @@
  * top-k'. Blocks per row: 128 for k = 1, else MERGE_MAX / k (64 at most),
  * so the union fits shared memory: with vocab 262144 a block reads 2048
  * (k = 1), 4096 (k <= 64) to 65536 (k = 1024) logits per pass, a few passes,
- * from L2 where the LM head just wrote them. */
+ * from L2 where the LM head just wrote them.
+ *
+ * top_logits_masked (constrained decoding) is the same two launches reading
+ * each masked row through its token mask (a disallowed token reads -inf;
+ * one mask word per 32 logits, from L2 too), so that no row's allowed
+ * tokens need the whole row on the host. */
 #include "backend/cuda/cuda_internal.cuh"
 
 #include <math.h>
@@ -47,6 +52,30 @@ __device__ __forceinline__ uint64_t rank_key(float v, int32_t id) {
 __device__ __forceinline__ int32_t id_of(uint64_t key) { return (int32_t)(0xffffffffu - (uint32_t)key); }
 
 __device__ __forceinline__ unsigned lane_id() { return threadIdx.x & 31u; }
+
+/* A row as its token mask leaves it (bits NULL: every token allowed);
+ * MASKED false compiles to the plain reads. */
+template <bool MASKED> struct row_view {
+    const float *x;
+    const uint32_t *bits;
+    int words;
+    __device__ __forceinline__ float operator()(int i) const {
+        if (!MASKED || !bits) return x[i];
+        const int w = i >> 5;
+        return w < words && ((bits[w] >> (i & 31)) & 1u) ? x[i] : -INFINITY;
+    }
+};
+
+template <bool MASKED>
+__device__ __forceinline__ row_view<MASKED> view_of(const float *x, const uint32_t *masks, int words,
+                                                    const int32_t *slot, int r) {
+    row_view<MASKED> v = {x, nullptr, 0};
+    if (MASKED && masks && slot[r] >= 0) {
+        v.bits = masks + (size_t)slot[r] * words;
+        v.words = words;
+    }
+    return v;
+}
 
 __device__ float block_max(float v) {
     __shared__ float w[32];
@@ -186,12 +215,13 @@ __device__ selection block_select(Load load, int n, unsigned want) {
     return s;
 }
 
+template <bool MASKED>
 __global__ void __launch_bounds__(TOP_THREADS)
     top_partial_kernel(const float *logits, int vocab, int chunk, int k, int n_blocks, float *cand_v,
-                       int32_t *cand_i, float4 *part) {
+                       int32_t *cand_i, float4 *part, const uint32_t *masks, int mask_words, const int32_t *mask_slot) {
     pdl_wait();
     const int b = blockIdx.x, r = blockIdx.y;
-    const float *x = logits + (size_t)r * vocab;
+    const row_view<MASKED> x = view_of<MASKED>(logits + (size_t)r * vocab, masks, mask_words, mask_slot, r);
     const int lo = (int)min((long long)b * chunk, (long long)vocab), hi = min(lo + chunk, vocab), n = hi - lo;
     const size_t slot = ((size_t)r * n_blocks + b) * (size_t)k;
 
@@ -200,7 +230,7 @@ __global__ void __launch_bounds__(TOP_THREADS)
     int nan = 0;
     uint64_t best = 0;
     for (int i = lo + (int)threadIdx.x; i < hi; i += blockDim.x) {
-        const float v = x[i];
+        const float v = x(i);
         nan |= v != v;
         m = fmaxf(m, v); /* NaN ignored */
         if (k == 1) {
@@ -212,7 +242,7 @@ __global__ void __launch_bounds__(TOP_THREADS)
     nan = __syncthreads_or(nan);
     float sum = 0.0f;
     if (m > -INFINITY && m < INFINITY)
-        for (int i = lo + (int)threadIdx.x; i < hi; i += blockDim.x) sum += expf(x[i] - m);
+        for (int i = lo + (int)threadIdx.x; i < hi; i += blockDim.x) sum += expf(x(i) - m);
     sum = block_sum(sum);
     if (threadIdx.x == 0) part[(size_t)r * n_blocks + b] = make_float4(m, sum, nan ? 1.0f : 0.0f, 0.0f);
     if (n <= 0) return;
@@ -221,13 +251,13 @@ __global__ void __launch_bounds__(TOP_THREADS)
         best = block_max_u64(best);
         if (threadIdx.x == 0) {
             cand_i[slot] = id_of(best);
-            cand_v[slot] = x[id_of(best)];
+            cand_v[slot] = x(id_of(best));
         }
         return;
     }
 
     const unsigned want = (unsigned)min(k, n);
-    auto load = [x, lo](int i) -> uint64_t { return order_key(x[lo + i]); };
+    auto load = [x, lo](int i) -> uint64_t { return order_key(x(lo + i)); };
     const selection s = block_select<32>(load, n, want);
     __shared__ unsigned s_out;
     if (threadIdx.x == 0) s_out = 0;
@@ -243,7 +273,7 @@ __global__ void __launch_bounds__(TOP_THREADS)
         const unsigned pos = claim_slot(&s_out, take);
         if (take) {
             cand_i[slot + pos] = lo + i;
-            cand_v[slot + pos] = x[lo + i];
+            cand_v[slot + pos] = x(lo + i);
         }
     }
     if (all_ties) return;
@@ -266,22 +296,24 @@ __global__ void __launch_bounds__(TOP_THREADS)
         rank += (unsigned)__popc(ballot & ((1u << lane_id()) - 1u));
         if (tie && rank < s.remaining) {
             cand_i[slot + above + rank] = lo + i;
-            cand_v[slot + above + rank] = x[lo + i];
+            cand_v[slot + above + rank] = x(lo + i);
         }
         __syncthreads(); /* warp_count is written again */
         done = total;
     }
 }
 
+template <bool MASKED>
 __global__ void __launch_bounds__(TOP_THREADS)
     top_merge_kernel(const float *logits, int vocab, int chunk, int k, int n_blocks, const float *cand_v,
-                     const int32_t *cand_i, const float4 *part, int32_t *ids, float *values, double *lse) {
+                     const int32_t *cand_i, const float4 *part, int32_t *ids, float *values, double *lse,
+                     const uint32_t *masks, int mask_words, const int32_t *mask_slot) {
     pdl_wait();
     __shared__ uint64_t keys[MERGE_MAX];
     __shared__ uint64_t sorted[G4_TOP_LOGITS_MAX_K];
     __shared__ unsigned s_n;
     const int r = blockIdx.x;
-    const float *x = logits + (size_t)r * vocab;
+    const row_view<MASKED> x = view_of<MASKED>(logits + (size_t)r * vocab, masks, mask_words, mask_slot, r);
 
     /* log-sum-exp from the blocks' (max, sum exp(x - max)), in double */
     if (threadIdx.x < 32) {
@@ -359,8 +391,10 @@ __global__ void __launch_bounds__(TOP_THREADS)
         const size_t o = (size_t)r * k + j;
         if (j < want) {
             const int32_t id = id_of(sorted[j]);
-            ids[o] = id;
-            values[o] = x[id]; /* the logit's own bits (-0 stays -0) */
+            const float v = x(id); /* the logit's own bits (-0 stays -0) */
+            /* a masked row's -inf tokens cannot be drawn: id -1 (backend.h) */
+            ids[o] = MASKED && x.bits && v == -INFINITY ? -1 : id;
+            values[o] = v;
         } else {
             ids[o] = -1;
             values[o] = -INFINITY;
@@ -370,8 +404,10 @@ __global__ void __launch_bounds__(TOP_THREADS)
 
 } // namespace
 
-void cuda_top_logits(g4_backend *be, int32_t *ids, float *values, double *lse, const float *logits, int rows,
-                     int vocab, int k) {
+/* Both launches for every row; masks NULL: plain top_logits. */
+template <bool MASKED>
+static void top_logits_launch(g4_backend *be, int32_t *ids, float *values, double *lse, const float *logits, int rows,
+                              int vocab, int k, const uint32_t *masks, int mask_words, const int32_t *slot) {
     cuda_ctx *c = cuda_of(be);
     if (rows <= 0 || k <= 0 || vocab <= 0) return;
     if (k > G4_TOP_LOGITS_MAX_K) {
@@ -392,10 +428,20 @@ void cuda_top_logits(g4_backend *be, int32_t *ids, float *values, double *lse, c
     float4 *part = (float4 *)buf;
     float *cand_v = (float *)(buf + part_bytes);
     int32_t *cand_i = (int32_t *)(cand_v + cand_n);
-    cuda_launch(c, top_partial_kernel, dim3((unsigned)n_blocks, (unsigned)rows), TOP_THREADS, 0, 
-        logits, vocab, chunk, k, n_blocks, cand_v, cand_i, part);
+    cuda_launch(c, top_partial_kernel<MASKED>, dim3((unsigned)n_blocks, (unsigned)rows), TOP_THREADS, 0,
+        logits, vocab, chunk, k, n_blocks, cand_v, cand_i, part, masks, mask_words, slot);
     if (!cuda_launched(c, "top_logits (blocks)")) return;
-    cuda_launch(c, top_merge_kernel, (unsigned)rows, TOP_THREADS, 0, logits, vocab, chunk, k, n_blocks, cand_v,
-                                                                    cand_i, part, ids, values, lse);
+    cuda_launch(c, top_merge_kernel<MASKED>, (unsigned)rows, TOP_THREADS, 0, logits, vocab, chunk, k, n_blocks,
+                cand_v, cand_i, part, ids, values, lse, masks, mask_words, slot);
     cuda_launched(c, "top_logits (merge)");
+}
+
+void cuda_top_logits(g4_backend *be, int32_t *ids, float *values, double *lse, const float *logits, int rows,
+                     int vocab, int k) {
+    top_logits_launch<false>(be, ids, values, lse, logits, rows, vocab, k, nullptr, 0, nullptr);
+}
+
+void cuda_top_logits_masked(g4_backend *be, int32_t *ids, float *values, double *lse, const float *logits, int rows,
+                            int vocab, int k, const uint32_t *masks, int mask_words, const int32_t *slot) {
+    top_logits_launch<true>(be, ids, values, lse, logits, rows, vocab, k, masks, mask_words, slot);
 }
