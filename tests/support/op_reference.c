@@ -92,18 +92,24 @@ static void decode_row(double *dst, const g4_matrix *m, int64_t r) {
     for (int64_t c = 0; c < m->cols; c++) dst[c] = ref_weight(m, r, c);
 }
 
+/* (Threads over rows only to keep the large cases of the CUDA tests quick:
+ * each output is still one double sum in column order.) */
 void ref_matmul(double *out, const float *x, int n_tokens, const g4_matrix *w) {
-    double *row = malloc((size_t)w->cols * sizeof *row);
-    for (int64_t r = 0; r < w->rows; r++) {
-        decode_row(row, w, r);
-        for (int t = 0; t < n_tokens; t++) {
-            const float *xt = x + (size_t)t * w->cols;
-            double s = 0;
-            for (int64_t c = 0; c < w->cols; c++) s += row[c] * xt[c];
-            out[(size_t)t * w->rows + r] = s;
+#pragma omp parallel
+    {
+        double *row = malloc((size_t)w->cols * sizeof *row);
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t r = 0; r < w->rows; r++) {
+            decode_row(row, w, r);
+            for (int t = 0; t < n_tokens; t++) {
+                const float *xt = x + (size_t)t * w->cols;
+                double s = 0;
+                for (int64_t c = 0; c < w->cols; c++) s += row[c] * xt[c];
+                out[(size_t)t * w->rows + r] = s;
+            }
         }
+        free(row);
     }
-    free(row);
 }
 
 double ref_gelu_tanh(double x) {
@@ -368,8 +374,22 @@ void ref_pool_rows(double *out, const float *in, const int32_t *slot, int n_in, 
 
 /* ---- sampling support ---- */
 
+typedef struct {
+    float value;
+    int32_t id;
+} scored;
+
+/* larger value first, equal values (+0 and -0 too) by lower id; NaN last */
+static int by_value_then_id(const void *pa, const void *pb) {
+    const scored *a = pa, *b = pb;
+    const int na = isnan(a->value), nb = isnan(b->value);
+    if (na != nb) return na - nb;
+    if (!na && a->value != b->value) return a->value > b->value ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
 void ref_top_logits(int32_t *ids, float *values, double *lse, const float *logits, int rows, int vocab, int k) {
-    char *taken = malloc((size_t)vocab);
+    scored *all = malloc((size_t)(vocab ? vocab : 1) * sizeof *all);
     for (int r = 0; r < rows; r++) {
         const float *x = logits + (size_t)r * vocab;
         int nan = 0;
@@ -377,73 +397,92 @@ void ref_top_logits(int32_t *ids, float *values, double *lse, const float *logit
         for (int i = 0; i < vocab; i++) {
             if (isnan(x[i])) nan = 1;
             else if (x[i] > m) m = x[i];
+            all[i] = (scored){x[i], i};
         }
         double s = 0;
-        for (int i = 0; i < vocab; i++) s += exp(x[i] - m);
+        for (int i = 0; i < vocab && !nan; i++) s += exp(x[i] - m);
         lse[r] = nan ? NAN : m + log(s);
-        memset(taken, 0, (size_t)vocab);
-        for (int j = 0; j < k; j++) { /* selection: the best untaken, lowest id among equals */
-            int best = -1;
-            for (int i = 0; i < vocab; i++)
-                if (!taken[i] && !isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
-            if (best >= 0) taken[best] = 1;
-            ids[(size_t)r * k + j] = best;
-            values[(size_t)r * k + j] = best >= 0 ? x[best] : -INFINITY;
+        qsort(all, (size_t)vocab, sizeof *all, by_value_then_id);
+        for (int j = 0; j < k; j++) {
+            ids[(size_t)r * k + j] = j < vocab ? all[j].id : -1;
+            values[(size_t)r * k + j] = j < vocab ? all[j].value : -INFINITY;
         }
     }
-    free(taken);
+    free(all);
 }
 
 /* ---- mixture of experts ---- */
 
+/* The top-k of the softmax are the top-k logits, and renormalising over
+ * them cancels the full denominator (the spec's "equivalent forms"), so the
+ * weights are a softmax over the chosen logits. A NaN logit is never chosen
+ * ahead of a number. */
+static int route_better(float a, int ia, float b, int ib) {
+    if (isnan(b)) return !isnan(a) || ia < ib;
+    if (isnan(a)) return 0;
+    return a > b || (a == b && ia < ib);
+}
+
 void ref_moe_route(int32_t *ids, double *weights, const float *logits, const float *expert_scale, int n, int E, int k) {
-    double *p = malloc((size_t)E * sizeof *p);
     char *taken = malloc((size_t)E);
     for (int t = 0; t < n; t++) {
         const float *x = logits + (size_t)t * E;
-        double m = -INFINITY, s = 0;
-        for (int e = 0; e < E; e++) m = x[e] > m ? x[e] : m;
-        for (int e = 0; e < E; e++) s += p[e] = exp(x[e] - m);
-        for (int e = 0; e < E; e++) p[e] /= s;
+        int32_t *id = ids + (size_t)t * k;
         memset(taken, 0, (size_t)E);
-        double sum = 0;
         for (int j = 0; j < k; j++) {
             int best = -1;
             for (int e = 0; e < E; e++)
-                if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
+                if (!taken[e] && (best < 0 || route_better(x[e], e, x[best], best))) best = e;
             taken[best] = 1;
-            ids[(size_t)t * k + j] = best;
-            sum += p[best];
+            id[j] = best;
         }
-        for (int j = 0; j < k; j++) {
-            const int e = ids[(size_t)t * k + j];
-            weights[(size_t)t * k + j] = p[e] / sum * expert_scale[e];
-        }
+        const double m = x[id[0]];
+        double s = 0;
+        for (int j = 0; j < k; j++) s += exp(x[id[j]] - m);
+        for (int j = 0; j < k; j++) weights[(size_t)t * k + j] = exp(x[id[j]] - m) / s * expert_scale[id[j]];
     }
-    free(p), free(taken);
+    free(taken);
 }
 
+static double *decode_matrix(const g4_matrix *m) {
+    double *all = malloc((size_t)m->rows * m->cols * sizeof *all);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t r = 0; r < m->rows; r++) decode_row(all + (size_t)r * m->cols, m, r);
+    return all;
+}
+
+/* Expert by expert (each decoded once), every (token, choice) that picked it. */
 void ref_moe_experts(double *out, const float *x, int n, const int32_t *ids, const float *weights, int k,
                      const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down) {
-    const int64_t I = gate->rows_per_expert, d = down->rows_per_expert;
-    double *g = malloc((size_t)I * sizeof *g), *u = malloc((size_t)I * sizeof *u), *y = malloc((size_t)d * sizeof *y);
+    const int64_t I = gate->rows_per_expert, d = down->rows_per_expert, cols = gate->all.cols;
     memset(out, 0, (size_t)n * d * sizeof *out);
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++) {
-            const int e = ids[(size_t)t * k + j];
-            const g4_matrix ge = g4_expert_view(gate, e), ue = g4_expert_view(up, e), de = g4_expert_view(down, e);
-            ref_matmul(g, x + (size_t)t * gate->all.cols, 1, &ge);
-            ref_matmul(u, x + (size_t)t * gate->all.cols, 1, &ue);
-            /* the hidden activation stays double: down's product is taken in double too */
-            for (int64_t i = 0; i < I; i++) g[i] = ref_gelu_tanh(g[i]) * u[i];
-            for (int64_t r = 0; r < d; r++) {
-                double s = 0;
-                for (int64_t i = 0; i < I; i++) s += ref_weight(&de, r, i) * g[i];
-                y[r] = s;
+    for (int e = 0; e < gate->n_experts; e++) {
+        int used = 0;
+        for (int i = 0; i < n * k; i++) used |= ids[i] == e;
+        if (!used) continue;
+        const g4_matrix ge = g4_expert_view(gate, e), ue = g4_expert_view(up, e), de = g4_expert_view(down, e);
+        double *G = decode_matrix(&ge), *U = decode_matrix(&ue), *Dn = decode_matrix(&de);
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int t = 0; t < n; t++) {
+            double *h = malloc((size_t)I * sizeof *h);
+            const float *xt = x + (size_t)t * cols;
+            for (int j = 0; j < k; j++) {
+                if (ids[(size_t)t * k + j] != e) continue;
+                for (int64_t i = 0; i < I; i++) {
+                    double g = 0, u = 0;
+                    for (int64_t c = 0; c < cols; c++) g += G[i * cols + c] * xt[c], u += U[i * cols + c] * xt[c];
+                    h[i] = ref_gelu_tanh(g) * u; /* double: down's product is taken in double too */
+                }
+                for (int64_t r = 0; r < d; r++) {
+                    double y = 0;
+                    for (int64_t i = 0; i < I; i++) y += Dn[r * I + i] * h[i];
+                    out[(size_t)t * d + r] += weights[(size_t)t * k + j] * y;
+                }
             }
-            for (int64_t r = 0; r < d; r++) out[(size_t)t * d + r] += weights[(size_t)t * k + j] * y[r];
+            free(h);
         }
-    free(g), free(u), free(y);
+        free(G), free(U), free(Dn);
+    }
 }
 
 /* ---- KV cache and attention ---- */
@@ -493,6 +532,7 @@ void ref_attention(double *out, const float *q, const float *const *k_seq, const
                    int n_kv_heads, int head_dim, double scale) {
     const int group = n_heads / n_kv_heads, D = head_dim;
     const size_t kv_row = (size_t)n_kv_heads * D;
+#pragma omp parallel for schedule(dynamic, 1)
     for (int t = 0; t < n_tokens; t++) {
         const int lo = range[(size_t)t * range_stride], hi = range[(size_t)t * range_stride + 1];
         const int n = hi - lo + 1;
