@@ -32,7 +32,7 @@ static inline float rnd(float lo, float hi) {
 }
 
 static inline float *rand_floats(size_t n, float lo, float hi) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
+    float *p = calloc(n ? n : 1, sizeof *p);
     for (size_t i = 0; i < n; i++) p[i] = rnd(lo, hi);
     return p;
 }
