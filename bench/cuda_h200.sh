@@ -63,8 +63,11 @@ if [ "$mode" != bench ] && [ "$mode" != extras ]; then
   if [ -z "${G4_SKIP_OPS:-}" ]; then # (G4_SKIP_OPS=1: not the op tests, 2 minutes)
     # one program per op family, each against the float64 references; the table at the end of each log gives
     # every family's worst relative RMS and row max beside its tolerance (and 3x the worst: the tolerance rule)
-    for t in test_cuda_matmul test_cuda_moe test_cuda_attention test_cuda_norms test_cuda_sampling test_cuda_towers; do
-      run_step "$t" 300 "$TESTS/$t"
+    # (every test_cuda_* program but the fixtures', which runs below: matmul, moe, attention, norms, sampling, towers...)
+    for path in "$TESTS"/test_cuda_*; do
+      t=$(basename "$path")
+      [ -x "$path" ] && [ "$t" != test_cuda_fixtures ] || continue
+      run_step "$t" 300 "$path"
       sed -n '/^| op |/,$p' "$OUT/$t.log" | tee -a "$summary"
     done
   fi

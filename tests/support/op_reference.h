@@ -97,8 +97,8 @@ void ref_top_logits(int32_t *ids, float *values, double *lse, const float *logit
 
 /* ---- mixture of experts ---- */
 
-/* softmax over each row of logits [n][E], top-k (ties: lower id first), weights renormalised over the k and
- * times expert_scale[id] */
+/* softmax over each row of logits [n][E], top-k (ties: lower id first; NaN never ahead of a number), weights
+ * renormalised over the k and times expert_scale[id] */
 void ref_moe_route(int32_t *ids, double *weights, const float *logits, const float *expert_scale, int n, int E, int k);
 /* out[t] = sum_j weights[t][j] * down_e(gelu_tanh(gate_e x[t]) * up_e x[t]), e = ids[t][j] */
 void ref_moe_experts(double *out, const float *x, int n, const int32_t *ids, const float *weights, int k,

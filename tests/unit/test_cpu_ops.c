@@ -492,11 +492,16 @@ static void test_top_logits(void) {
 /* ---- mixture of experts ---- */
 
 static void test_moe(void) {
-    /* routing: top-8 of 128 (the 26B-A4B's) and top-2 of 5 */
+    /* routing: top-8 of 128 (the 26B-A4B's), top-2 of 5 */
     const int route[][3] = {{5, 128, 8}, {3, 5, 2}};
     for (int c = 0; c < 2; c++) {
         const int n = route[c][0], E = route[c][1], k = route[c][2];
         float *logits = rand_floats((size_t)n * E, 0.0f, 3.0f), *scale = rand_floats((size_t)E, 0.5f, 1.5f);
+        for (int e = 0; e < E; e++) scale[e] = fabsf(scale[e]);
+        /* planted: a tie for the top (token 0), -inf and NaN logits (token 1: never chosen ahead of a number) */
+        logits[1] = logits[E - 1] = 9.0f;
+        logits[E + 2] = -INFINITY;
+        if (k < E) logits[E + 3] = NAN;
         int32_t *ids = malloc((size_t)n * k * 4), *want_ids = malloc((size_t)n * k * 4);
         float *w = nan_floats((size_t)n * k);
         double *want_w = doubles((size_t)n * k);
