@@ -95,8 +95,6 @@ static inline float *down(const void *d, size_t n) {
 
 static inline void release(void *d) { gpu->ops->release(gpu, d); }
 
-static inline double *doubles(size_t n) { return malloc((n ? n : 1) * sizeof(double)); }
-
 /* ---- weight matrices: the host copy (what the references read) and the device's ---- */
 
 typedef struct {

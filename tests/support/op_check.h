@@ -10,9 +10,12 @@
 #ifndef G4_TESTS_OP_CHECK_H
 #define G4_TESTS_OP_CHECK_H
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "model/kv_cache.h"
 #include "support/op_reference.h"
 #include "test_util.h"
 
@@ -32,6 +35,9 @@ static op_stat op_stats[OP_STATS_MAX];
 static int n_op_stats;
 static const op_tolerance *op_tolerances;
 static int n_op_tolerances;
+
+/* A double array of n (at least one) elements. */
+static inline double *doubles(size_t n) { return malloc((n ? n : 1) * sizeof(double)); }
 
 static inline void op_check_init(const op_tolerance *table, int n) {
     op_tolerances = table;
@@ -84,6 +90,46 @@ static inline void op_check_exact(const char *op, const char *what, const float 
     printf("  %-24s %-56s %s\n", op, what, bad ? "DIFFERS" : "exact");
     CHECK(bad == 0, "%s %s: %zu of %zu elements differ from the reference", op, what, bad, n);
     op_record(op, bad ? 1.0 : 0.0, bad ? 1.0 : 0.0, 0, 0);
+}
+
+/* One step of `type` at the magnitude of v (bf16: 8 significant bits; fp8
+ * e4m3: 4, subnormal below 2^-6, in units of the row's scale). */
+static inline double kv_step(double v, g4_kv_type type, double scale) {
+    const double a = fabs(v);
+    if (type == G4_KV_BF16) return a > 0 ? ldexp(1.0, ilogb(a) - 7) : 0;
+    const double u = a / scale;
+    return scale * (u < ldexp(1.0, -6) ? ldexp(1.0, -9) : ldexp(1.0, ilogb(u) - 3));
+}
+
+/* got [rows][D] (what the cache returns) against the reference's rounding
+ * of x, code by code (fp8 values also differ by the float32 rounding of the
+ * row's scale: far below a step). f32, and bf16 of the op's own input
+ * (exact), must equal it; otherwise (computed values) every value must be
+ * within one step plus 1e-6 of the row's peak (the computation's own error,
+ * which near zero is more than a step) and at most 1 in 1000 off the
+ * reference's code (values that straddle a rounding point). */
+static inline void op_check_rounded(const char *what, const float *got, const float *x, size_t rows, int D, g4_kv_type type,
+                         int exact) {
+    double *want = doubles((size_t)D);
+    size_t off = 0, beyond = 0;
+    for (size_t r = 0; r < rows; r++) {
+        ref_kv_round(want, x + r * D, D, type);
+        double peak = 0;
+        for (int d = 0; d < D; d++) peak = fabs(x[r * D + d]) > peak ? fabs(x[r * D + d]) : peak;
+        for (int d = 0; d < D; d++) {
+            const double diff = fabs(got[r * D + d] - want[d]);
+            const double step = type == G4_KV_F32 ? 0 : kv_step(want[d], type, peak / 448.0);
+            if (!(diff <= 1e-3 * step)) off++; /* (NaN counts) */
+            if (!(diff <= 1.0001 * step + 1e-6 * peak)) beyond++;
+        }
+    }
+    const size_t n = rows * (size_t)D;
+    const int strict = type == G4_KV_F32 || (type == G4_KV_BF16 && exact);
+    printf("  %-24s %-56s %zu of %zu values off the reference's rounding (%zu by more than a step)\n", "kv stored", what,
+           off, n, beyond);
+    CHECK(beyond == 0 && (strict ? off == 0 : off * 1000 <= n),
+          "%s: %zu values off the reference's %s rounding, %zu beyond a step", what, off, g4_kv_type_name(type), beyond);
+    free(want);
 }
 
 static inline void op_report(void) {
