@@ -48,6 +48,8 @@ static void usage(FILE *f) {
             "                          prompt + reply reuses its KV; /metrics gemma4_prefix_cache_*)\n"
             "  --cache-snapshots N     sliding-window snapshots the prefix cache keeps beyond the running\n"
             "                          sequences (default 2 x max-seqs; each holds the window's KV)\n"
+            "  --cache-ram MiB         host RAM for KV the prefix cache gives back: evicted blocks and\n"
+            "                          snapshots are kept there and copied back on reuse (default 0: none)\n"
             "  --max-batch-tokens N    tokens per forward pass (default 512)\n"
             "  --max-body BYTES        request body limit (default 33554432)\n"
             "  --body-budget BYTES     request bodies held at once, all connections (default max(8 x max-body,\n"
@@ -163,16 +165,16 @@ static char *default_model_name(const char *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *format = "bf16", *device = NULL;
-    const char *v[24] = {0}, *fraction_text = NULL;
+    const char *v[25] = {0}, *fraction_text = NULL;
     enum { HOST, PORT, KEY, NAME, SEQS, CTX, BLOCKS, QUEUE, BATCH, BODY, MAXTOK, MAXPROMPT, IMAGES, AUDIO, MEDIA,
-           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET, STORE_MIB, STORE_N, SNAPSHOTS };
+           REQTIME, IDLE, CONNS, GRACE, THREADS, BUDGET, STORE_MIB, STORE_N, SNAPSHOTS, CACHE_RAM };
     static const char *const names[] = {"--host",       "--port",       "--api-key",         "--model-name",
                                         "--max-seqs",   "--ctx",        "--kv-blocks",       "--max-queue",
                                         "--max-batch-tokens", "--max-body", "--max-tokens",  "--max-prompt-tokens",
                                         "--max-images", "--max-audio",  "--allowed-media-dir", "--request-timeout",
                                         "--idle-timeout", "--max-connections", "--shutdown-grace", "--threads",
                                         "--body-budget", "--responses-store", "--responses-store-entries",
-                                        "--cache-snapshots"};
+                                        "--cache-snapshots", "--cache-ram"};
     int quiet = 0, metrics_public = 0, no_special = 0, no_prefix_cache = 0;
     g4_precision precision = G4_PRECISION_FAST;
     g4_kv_type kv_type = G4_KV_AUTO;
@@ -215,11 +217,11 @@ int cmd_serve(int argc, char **argv) {
     }
     long port = 8080, seqs = 0, ctx_len = 0, blocks = 0, queue = 0, batch = 0, body = 0, max_tok = 0, max_prompt = 0,
          images = 0, audio = 0, req_time = 0, idle = 0, conns = 0, grace = 10, threads = 0, budget = 0,
-         store_mib = 64, store_n = 1000, snapshots = 0;
+         store_mib = 64, store_n = 1000, snapshots = 0, cache_ram = 0;
     long *nums[] = {NULL, &port, NULL, NULL, &seqs, &ctx_len, &blocks, &queue, &batch, &body, &max_tok, &max_prompt,
                     &images, &audio, NULL, &req_time, &idle, &conns, &grace, &threads, &budget, &store_mib, &store_n,
-                    &snapshots};
-    for (int k = 0; k < 24; k++)
+                    &snapshots, &cache_ram};
+    for (int k = 0; k < 25; k++)
         if (nums[k] && parse_count(v[k], names[k], nums[k])) return 2;
     double fraction = 0.9;
     if (fraction_text && (sscanf(fraction_text, "%lf", &fraction) != 1 || !(fraction > 0 && fraction <= 1))) {
@@ -228,6 +230,10 @@ int cmd_serve(int argc, char **argv) {
     }
     if (store_mib > (1L << 20)) {
         fprintf(stderr, "gemma4 serve: --responses-store is in MiB, at most 1048576\n");
+        return 2;
+    }
+    if (cache_ram > (1L << 30)) {
+        fprintf(stderr, "gemma4 serve: --cache-ram is in MiB, at most 1073741824\n");
         return 2;
     }
     if (port > 65535) {
@@ -276,6 +282,7 @@ int cmd_serve(int argc, char **argv) {
     g4_engine_options eo = {.max_seqs = (int)seqs, .n_ctx = (int)ctx_len, .kv_blocks = (int)blocks,
                             .max_batch_tokens = (int)batch, .max_queue = (int)queue, .threads = (int)threads,
                             .no_prefix_cache = no_prefix_cache, .cache_snapshots = (int)snapshots,
+                            .cache_ram_bytes = (uint64_t)cache_ram << 20,
                             .kv_type = g4_kv_type_resolve(kv_type, precision, ctx->model)};
     g4_memory_plan plan;
     g4_memory_plan_make(ctx->model, eo.kv_type, 16, eo.max_batch_tokens, eo.max_seqs ? eo.max_seqs : 32, &plan);

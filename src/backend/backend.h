@@ -250,6 +250,13 @@ typedef struct {
      * storage, whatever the element type: what the prefix cache saves and
      * restores sliding windows with. */
     void (*kv_copy_blocks)(g4_backend *be, void *kv, const int32_t *src, const int32_t *dst, int n);
+    /* Blocks blocks[0..n) of the pool to host memory and back (the prefix
+     * cache's host-RAM tier): block after block, each its K values, its V
+     * values and (FP8) its K and V row scales, block_size * n_kv_heads * 2 *
+     * g4_kv_row_bytes(type, head_dim) bytes. kv_save_blocks returns once host
+     * holds them; kv_load_blocks once host may be reused. */
+    void (*kv_save_blocks)(g4_backend *be, const void *kv, const int32_t *blocks, int n, void *host);
+    void (*kv_load_blocks)(g4_backend *be, void *kv, const int32_t *blocks, int n, const void *host);
     /* A layer's attention input from its merged projection qkv (rows as
      * g4_qkv_params describes) in one pass, exactly as the sequence
      *   q = rmsnorm_rope(q part, q_norm); k = rmsnorm_rope(k part, k_norm);

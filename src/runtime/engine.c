@@ -121,6 +121,7 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     g4_status st = g4_memory_check_kv(m, e->opt.kv_type, bs, e->opt.kv_blocks, sliding_blocks, e->opt.n_ctx);
     if (st == G4_OK) st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, (int)sliding_blocks, ring, e->opt.kv_type, &e->kv);
     if (st == G4_OK && !e->opt.no_prefix_cache) st = g4_prefix_cache_create(m, e->kv, &e->cache);
+    if (st == G4_OK && e->cache) st = g4_prefix_cache_set_host_ram(e->cache, e->opt.cache_ram_bytes);
     if (st == G4_OK) st = g4_text_scratch_create(m, N, S, &e->scratch);
     if (st == G4_OK) {
         e->media_stage = m->backend->ops->alloc(m->backend, (size_t)N * tc->hidden_size * sizeof(float));
@@ -414,6 +415,13 @@ static void publish_cache_stats(g4_engine *e) {
     st->prefix_idle_blocks = ps.idle_blocks;
     st->prefix_snapshots = ps.snapshots;
     st->prefix_cached_bytes = ps.cached_bytes;
+    st->prefix_host_budget = ps.host_budget;
+    st->prefix_host_bytes = ps.host_bytes;
+    st->prefix_host_blocks_saved = ps.host_blocks_saved;
+    st->prefix_host_blocks_restored = ps.host_blocks_restored;
+    st->prefix_host_windows_saved = ps.host_windows_saved;
+    st->prefix_host_windows_restored = ps.host_windows_restored;
+    st->prefix_host_evicted = ps.host_evicted;
 }
 
 /* The chain hashes of s's full prompt blocks, once; the soft tokens' content

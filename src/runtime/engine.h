@@ -85,6 +85,8 @@ typedef struct {
     int no_prefix_cache;  /* 1: every prompt is prefilled whole (no reuse of cached KV) */
     int cache_snapshots;  /* sliding-window snapshots kept beyond the running sequences' rings
                              (0: 2 x max_seqs; ignored without the prefix cache) */
+    uint64_t cache_ram_bytes; /* the prefix cache's host-RAM tier: KV the pool gives back is kept
+                                 there for reuse (0: none) */
 } g4_engine_options;
 
 typedef struct {
@@ -103,6 +105,9 @@ typedef struct {
     uint64_t prefix_blocks_evicted, prefix_snapshots_taken, prefix_snapshots_evicted;
     int prefix_cached_blocks, prefix_idle_blocks, prefix_snapshots;
     uint64_t prefix_cached_bytes;
+    uint64_t prefix_host_budget, prefix_host_bytes;  /* the host-RAM tier: allowed, held */
+    uint64_t prefix_host_blocks_saved, prefix_host_blocks_restored;
+    uint64_t prefix_host_windows_saved, prefix_host_windows_restored, prefix_host_evicted;
 } g4_engine_stats;
 
 typedef struct g4_engine g4_engine;

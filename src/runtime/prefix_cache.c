@@ -5,6 +5,8 @@
 
 #include <openssl/evp.h>
 
+#include "runtime/prefix_host.h"
+
 /* One full pool block's cache state; indexed by the block's number. */
 typedef struct {
     g4_block_hash hash;
@@ -29,16 +31,17 @@ struct g4_prefix_cache {
     node *nodes;            /* [n_full_blocks] */
     int32_t lru_head, lru_tail; /* oldest, newest idle block */
     int n_idle, n_cached, n_held;
-    int32_t *table;         /* open addressing: block numbers, -1 = empty */
-    uint32_t table_mask;
+    g4_block_index table;   /* hash -> pool block of the registered ones */
+    g4_host_tier host;      /* blocks and snapshots given back, in host RAM (budget 0: none) */
     snapshot *snaps;
     int32_t *snap_pool;     /* [max_snaps][snap_blocks] sliding blocks */
     int max_snaps, n_snaps;
     uint64_t clock;
     uint64_t full_block_bytes, sliding_block_bytes;
     g4_prefix_stats stats;
-    int32_t *match;         /* blocks of the last lookup's match */
+    int32_t *match;         /* blocks of the last lookup's match (pool blocks, then host entries) */
     int match_cap;
+    int32_t *host_match;    /* [match_cap] a lookup's host entries to pin */
     int32_t *copy_src, *copy_dst; /* [snap_blocks] */
 };
 
@@ -67,21 +70,16 @@ g4_status g4_prefix_cache_create(const g4_model *m, g4_kv_pool *pool, g4_prefix_
     c->snap_blocks = g4_prefix_snapshot_blocks(m, pool->block_size);
     c->lru_head = c->lru_tail = -1;
     const int nb = pool->n_full_blocks;
-    uint32_t size = 16;
-    while (size < 2u * (uint32_t)nb) size *= 2;
-    c->table_mask = size - 1;
     c->nodes = calloc((size_t)nb + 1, sizeof *c->nodes);
-    c->table = malloc((size_t)size * sizeof *c->table);
     c->max_snaps = c->snap_blocks ? pool->n_sliding_blocks / c->snap_blocks + 1 : 1;
     c->snaps = calloc((size_t)c->max_snaps, sizeof *c->snaps);
     c->snap_pool = malloc(((size_t)c->max_snaps * c->snap_blocks + 1) * sizeof *c->snap_pool);
     c->copy_src = malloc(((size_t)c->snap_blocks + 1) * sizeof *c->copy_src);
     c->copy_dst = malloc(((size_t)c->snap_blocks + 1) * sizeof *c->copy_dst);
-    if (!c->nodes || !c->table || !c->snaps || !c->snap_pool || !c->copy_src || !c->copy_dst) {
+    if (!c->nodes || g4_block_index_init(&c->table, nb) != G4_OK || !c->snaps || !c->snap_pool || !c->copy_src || !c->copy_dst) {
         g4_prefix_cache_free(c);
         return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the prefix cache");
     }
-    for (uint32_t i = 0; i < size; i++) c->table[i] = -1;
     for (int i = 0; i < nb; i++) c->nodes[i].prev = c->nodes[i].next = c->nodes[i].snapshot = -1;
     for (int i = 0; i < c->max_snaps; i++) c->snaps[i].owner = -1;
     c->full_block_bytes = block_bytes(m, pool, 0);
@@ -93,7 +91,9 @@ g4_status g4_prefix_cache_create(const g4_model *m, g4_kv_pool *pool, g4_prefix_
 void g4_prefix_cache_free(g4_prefix_cache *c) {
     if (!c) return;
     free(c->nodes);
-    free(c->table);
+    g4_block_index_free(&c->table);
+    g4_host_tier_free(&c->host);
+    free(c->host_match);
     free(c->snaps);
     free(c->snap_pool);
     free(c->match);
@@ -101,6 +101,41 @@ void g4_prefix_cache_free(g4_prefix_cache *c) {
     free(c->copy_dst);
     free(c);
 }
+
+g4_status g4_prefix_cache_set_host_ram(g4_prefix_cache *c, uint64_t bytes) {
+    g4_host_tier_free(&c->host);
+    if (!bytes) return G4_OK;
+    return g4_host_tier_init(&c->host, bytes, c->full_block_bytes, c->sliding_block_bytes);
+}
+
+/* ---- copies between the pool and host memory ---- */
+
+/* Host bytes of one block of layer i (the backend's kv_save_blocks layout). */
+static size_t layer_block_bytes(const g4_prefix_cache *c, int i) {
+    const g4_layer_config *lc = &c->model->config.text.layers[i];
+    return (size_t)c->pool->block_size * lc->n_kv_heads * 2 * g4_kv_row_bytes(c->pool->type, lc->head_dim);
+}
+
+/* Blocks[0..n) of every layer of one kind with storage to host (layer
+ * after layer, n blocks each), or back. */
+static void blocks_host_copy(g4_prefix_cache *c, g4_layer_kind kind, const int32_t *blocks, int n, uint8_t *host,
+                             int to_host) {
+    const g4_text_config *tc = &c->model->config.text;
+    g4_backend *be = c->pool->be;
+    size_t off = 0;
+    for (int i = 0; i < tc->n_layers; i++) {
+        void *kv = c->pool->layer_kv[i];
+        if (!kv || tc->layers[i].kind != kind) continue;
+        if (to_host) be->ops->kv_save_blocks(be, kv, blocks, n, host + off);
+        else be->ops->kv_load_blocks(be, kv, blocks, n, host + off);
+        off += (size_t)n * layer_block_bytes(c, i);
+    }
+}
+
+/* Pool block b (registered under n->hash) and its snapshot, if any, to the
+ * host tier, before the pool takes them back. */
+static void save_block_to_host(g4_prefix_cache *c, int32_t b);
+static void save_window_to_host(g4_prefix_cache *c, int snap);
 
 /* ---- hashing ---- */
 
@@ -151,47 +186,6 @@ void g4_prefix_hash_blocks(const g4_prefix_cache *c, const int32_t *ids, const i
     free(buf);
 }
 
-/* ---- the table: hash -> block ---- */
-
-static uint32_t slot_of(const g4_prefix_cache *c, const g4_block_hash *h) {
-    uint32_t x;
-    memcpy(&x, h->bytes, sizeof x);
-    return x & c->table_mask;
-}
-
-static int32_t table_find(const g4_prefix_cache *c, const g4_block_hash *h) {
-    for (uint32_t i = slot_of(c, h);; i = (i + 1) & c->table_mask) {
-        int32_t b = c->table[i];
-        if (b < 0) return -1;
-        if (!memcmp(c->nodes[b].hash.bytes, h->bytes, sizeof h->bytes)) return b;
-    }
-}
-
-static void table_insert(g4_prefix_cache *c, int32_t block) {
-    uint32_t i = slot_of(c, &c->nodes[block].hash);
-    while (c->table[i] >= 0) i = (i + 1) & c->table_mask;
-    c->table[i] = block;
-}
-
-/* Linear probing's deletion: later entries of the cluster move back so
- * that no lookup stops early at the hole. */
-static void table_remove(g4_prefix_cache *c, int32_t block) {
-    uint32_t i = slot_of(c, &c->nodes[block].hash);
-    while (c->table[i] != block) i = (i + 1) & c->table_mask;
-    c->table[i] = -1;
-    for (uint32_t j = (i + 1) & c->table_mask; c->table[j] >= 0; j = (j + 1) & c->table_mask) {
-        int32_t b = c->table[j];
-        uint32_t home = slot_of(c, &c->nodes[b].hash);
-        /* b may move to i when its home is not in (i, j] cyclically */
-        int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!stays) {
-            c->table[i] = b;
-            c->table[j] = -1;
-            i = j;
-        }
-    }
-}
-
 /* ---- LRU of idle cached blocks ---- */
 
 static void lru_unlink(g4_prefix_cache *c, int32_t b) {
@@ -234,6 +228,7 @@ static int snapshot_evict_one(g4_prefix_cache *c, int keep) {
             (oldest < 0 || c->snaps[i].last_use < c->snaps[oldest].last_use))
             oldest = i;
     if (oldest < 0) return 0;
+    save_window_to_host(c, oldest);
     snapshot_drop(c, oldest);
     c->stats.snapshots_evicted++;
     return 1;
@@ -248,38 +243,75 @@ static void copy_sliding(g4_prefix_cache *c, const int32_t *src, const int32_t *
             be->ops->kv_copy_blocks(be, c->pool->layer_kv[i], src, dst, n);
 }
 
+static void save_block_to_host(g4_prefix_cache *c, int32_t b) {
+    uint8_t *dst = c->host.entries ? g4_host_tier_put_block(&c->host, &c->nodes[b].hash) : NULL;
+    if (!dst) return;
+    blocks_host_copy(c, G4_LAYER_FULL, &b, 1, dst, 1);
+    c->stats.host_blocks_saved++;
+}
+
+static void save_window_to_host(g4_prefix_cache *c, int snap) {
+    const snapshot *sn = &c->snaps[snap];
+    uint8_t *dst = c->host.entries ? g4_host_tier_put_window(&c->host, &c->nodes[sn->owner].hash, sn->first, sn->n)
+                                   : NULL;
+    if (!dst) return;
+    blocks_host_copy(c, G4_LAYER_SLIDING, c->snap_pool + (size_t)snap * c->snap_blocks, sn->n, dst, 1);
+    c->stats.host_windows_saved++;
+}
+
 /* ---- admission and release ---- */
 
 g4_prefix_match g4_prefix_lookup(g4_prefix_cache *c, const g4_block_hash *hashes, int n) {
-    g4_prefix_match mt = {0, 0};
+    g4_prefix_match mt = {0, 0, 0, -1};
     if (n > c->match_cap) {
         int32_t *grown = realloc(c->match, (size_t)n * sizeof *grown);
         if (!grown) return mt;
         c->match = grown;
+        int32_t *host_grown = realloc(c->host_match, (size_t)n * sizeof *host_grown);
+        if (!host_grown) return mt;
+        c->host_match = host_grown;
         c->match_cap = n;
     }
     while (mt.matched < n) {
-        int32_t b = table_find(c, &hashes[mt.matched]);
+        int32_t b = g4_block_index_find(&c->table, &hashes[mt.matched]);
         if (b < 0) break;
         c->match[mt.matched++] = b;
     }
-    for (int d = mt.matched; d > 0; d--)
-        if (!c->snap_blocks || c->nodes[c->match[d - 1]].snapshot >= 0) {
+    mt.on_device = mt.matched;
+    /* the chain goes on in host RAM where the pool gave it back (the pool
+     * gives a chain's tail back first, so what follows stays there too) */
+    while (mt.matched < n) {
+        int32_t e = g4_host_tier_find(&c->host, &hashes[mt.matched]);
+        if (e < 0 || !c->host.entries[e].block) break;
+        c->match[mt.matched++] = e;
+    }
+    for (int d = mt.matched; d > 0; d--) {
+        if (!c->snap_blocks || (d <= mt.on_device && c->nodes[c->match[d - 1]].snapshot >= 0)) {
             mt.resume = d;
             break;
         }
+        int32_t e = g4_host_tier_find(&c->host, &hashes[d - 1]);
+        if (e >= 0 && c->host.entries[e].window) {
+            mt.resume = d;
+            mt.host_window = e;
+            break;
+        }
+    }
     return mt;
 }
 
+/* Leading blocks of the match borrowed from the pool. */
+static int borrowed(const g4_prefix_match *mt) { return mt->resume < mt->on_device ? mt->resume : mt->on_device; }
+
 static int resume_snapshot(const g4_prefix_cache *c, const g4_prefix_match *mt) {
-    return mt->resume > 0 && c->snap_blocks ? c->nodes[c->match[mt->resume - 1]].snapshot : -1;
+    return mt->resume > 0 && c->snap_blocks && mt->host_window < 0 ? c->nodes[c->match[mt->resume - 1]].snapshot : -1;
 }
 
 int g4_prefix_can_admit(const g4_prefix_cache *c, const g4_prefix_match *mt, int total_blocks) {
     const g4_kv_pool *p = c->pool;
     int idle_taken = 0;
-    for (int j = 0; j < mt->resume; j++) idle_taken += c->nodes[c->match[j]].refs == 0;
-    int fresh = total_blocks - mt->resume;
+    for (int j = 0; j < borrowed(mt); j++) idle_taken += c->nodes[c->match[j]].refs == 0;
+    int fresh = total_blocks - borrowed(mt);
     if (fresh > p->n_free_full + c->n_idle - idle_taken) return 0;
     int keep = resume_snapshot(c, mt);
     int sliding_room = p->n_free_sliding + (c->n_snaps - (keep >= 0)) * c->snap_blocks;
@@ -294,8 +326,10 @@ static int32_t take_full_block(g4_prefix_cache *c) {
     if (b < 0) return -1;
     node *n = &c->nodes[b];
     lru_unlink(c, b);
-    table_remove(c, b);
+    save_block_to_host(c, b);
+    g4_block_index_remove(&c->table, &n->hash);
     if (n->snapshot >= 0) {
+        save_window_to_host(c, n->snapshot);
         snapshot_drop(c, n->snapshot);
         c->stats.snapshots_evicted++;
     }
@@ -303,6 +337,12 @@ static int32_t take_full_block(g4_prefix_cache *c) {
     c->n_cached--;
     c->stats.blocks_evicted++;
     return b;
+}
+
+/* Host entries an admission reads stay put while it makes room. */
+static void pin_host(g4_prefix_cache *c, const g4_prefix_match *mt, int pinned) {
+    for (int j = mt->on_device; j < mt->resume; j++) c->host.entries[c->match[j]].pinned = pinned;
+    if (mt->host_window >= 0) c->host.entries[mt->host_window].pinned = pinned;
 }
 
 g4_status g4_prefix_admit(g4_prefix_cache *c, const g4_prefix_match *mt, int total_blocks, g4_kv_seq *s) {
@@ -319,17 +359,30 @@ g4_status g4_prefix_admit(g4_prefix_cache *c, const g4_prefix_match *mt, int tot
         return st;
     }
     /* borrow the prefix first, so that making room below never evicts it */
-    for (int j = 0; j < mt->resume; j++) {
+    for (int j = 0; j < borrowed(mt); j++) {
         int32_t b = c->match[j];
         if (c->nodes[b].refs++ == 0) lru_unlink(c, b);
         s->full_blocks[s->n_full++] = b;
     }
-    c->n_held += mt->resume;
+    c->n_held += borrowed(mt);
+    for (int j = mt->on_device; j < mt->resume; j++) c->host_match[j] = c->match[j];
+    pin_host(c, mt, 1);
     const int keep = resume_snapshot(c, mt);
     while (s->n_full < total_blocks) {
         int32_t b = take_full_block(c); /* can_admit counted the room */
         s->full_blocks[s->n_full++] = b;
         c->n_held++;
+    }
+    /* blocks from host RAM into the fresh ones, registered as the sequence's */
+    for (int j = mt->on_device; j < mt->resume; j++) {
+        const int32_t e = c->host_match[j], b = s->full_blocks[j];
+        g4_host_entry *he = &c->host.entries[e];
+        blocks_host_copy(c, G4_LAYER_FULL, &b, 1, he->block, 0);
+        node *n = &c->nodes[b];
+        *n = (node){.hash = he->hash, .cached = 1, .refs = 1, .prev = -1, .next = -1, .snapshot = -1};
+        g4_block_index_insert(&c->table, &n->hash, b);
+        c->n_cached++;
+        c->stats.host_blocks_restored++;
     }
     while (p->n_free_sliding < p->ring_blocks && snapshot_evict_one(c, keep)) {}
     for (int i = 0; i < p->ring_blocks; i++) s->ring[i] = p->free_sliding[--p->n_free_sliding];
@@ -342,7 +395,15 @@ g4_status g4_prefix_admit(g4_prefix_cache *c, const g4_prefix_match *mt, int tot
         }
         copy_sliding(c, c->copy_src, c->copy_dst, sn->n);
         sn->last_use = ++c->clock;
+    } else if (mt->host_window >= 0) {
+        const g4_host_entry *he = &c->host.entries[mt->host_window];
+        for (int i = 0; i < he->window_n; i++) c->copy_dst[i] = s->ring[(he->window_first + i) % p->ring_blocks];
+        blocks_host_copy(c, G4_LAYER_SLIDING, c->copy_dst, he->window_n, he->window, 0);
+        c->stats.host_windows_restored++;
     }
+    pin_host(c, mt, 0);
+    /* the restored blocks live in the pool now; their host copies go */
+    for (int j = mt->on_device; j < mt->resume; j++) g4_host_tier_drop_block(&c->host, c->host_match[j]);
     s->length = mt->resume * p->block_size;
     return G4_OK;
 }
@@ -351,12 +412,12 @@ void g4_prefix_register(g4_prefix_cache *c, const g4_kv_seq *s, const g4_block_h
     for (int j = from; j < to && j < s->n_full; j++) {
         int32_t b = s->full_blocks[j];
         node *n = &c->nodes[b];
-        if (n->cached || table_find(c, &hashes[j]) >= 0) continue;
+        if (n->cached || g4_block_index_find(&c->table, &hashes[j]) >= 0) continue;
         n->hash = hashes[j];
         n->cached = 1;
         n->refs = 1; /* the sequence holds it */
         n->snapshot = -1;
-        table_insert(c, b);
+        g4_block_index_insert(&c->table, &n->hash, b);
         c->n_cached++;
     }
 }
@@ -365,7 +426,7 @@ void g4_prefix_snapshot(g4_prefix_cache *c, const g4_kv_seq *s, int length, cons
     g4_kv_pool *p = c->pool;
     const int bs = p->block_size;
     if (!c->snap_blocks || depth <= 0 || depth * bs > length) return;
-    int32_t owner = table_find(c, &hashes[depth - 1]);
+    int32_t owner = g4_block_index_find(&c->table, &hashes[depth - 1]);
     if (owner < 0) return;
     node *n = &c->nodes[owner];
     if (n->snapshot >= 0) {
@@ -435,4 +496,7 @@ void g4_prefix_get_stats(const g4_prefix_cache *c, g4_prefix_stats *out) {
     for (int i = 0; i < c->max_snaps; i++)
         if (c->snaps[i].owner >= 0) snap_bytes += (uint64_t)c->snaps[i].n * c->sliding_block_bytes;
     out->cached_bytes = (uint64_t)c->n_cached * c->full_block_bytes + snap_bytes;
+    out->host_budget = c->host.budget;
+    out->host_bytes = c->host.bytes;
+    out->host_evicted = c->host.evicted;
 }

@@ -17,6 +17,11 @@
  * prompt leaves a cached chain (the branch point of a shared system prompt).
  * Reuse therefore always resumes at a block boundary.
  *
+ * With a host-RAM tier (g4_prefix_cache_set_host_ram), what the pool gives
+ * back — evicted blocks and dropped snapshots — is copied to host memory
+ * first (runtime/prefix_host.h), and a chain continues there: those blocks
+ * are copied back into fresh pool blocks when a prompt reuses them.
+ *
  * Not thread-safe: the engine thread alone calls it. */
 #ifndef G4_RUNTIME_PREFIX_CACHE_H
 #define G4_RUNTIME_PREFIX_CACHE_H
@@ -24,11 +29,9 @@
 #include <stdint.h>
 
 #include "model/kv_cache.h"
+#include "runtime/block_index.h"
 #include "model/model.h"
 
-typedef struct {
-    uint8_t bytes[32];
-} g4_block_hash;
 
 typedef struct {
     uint64_t hits, misses;     /* admitted requests that reused a prefix / did not */
@@ -39,14 +42,22 @@ typedef struct {
     int idle_blocks;           /* of them, held by no sequence (evictable) */
     int snapshots;             /* sliding-window snapshots kept */
     uint64_t cached_bytes;     /* KV bytes of the registered blocks and the snapshots */
+    /* the host-RAM tier */
+    uint64_t host_budget, host_bytes; /* bytes allowed, held */
+    uint64_t host_blocks_saved, host_windows_saved;       /* copied out of the pool */
+    uint64_t host_blocks_restored, host_windows_restored; /* copied back for a prompt */
+    uint64_t host_evicted;     /* host entries dropped for room */
 } g4_prefix_stats;
 
 typedef struct g4_prefix_cache g4_prefix_cache;
 
 /* What a lookup found for a prompt's chain of block hashes. */
 typedef struct {
-    int matched; /* leading blocks registered */
-    int resume;  /* leading blocks reusable: a snapshot ends there (0: none) */
+    int matched;   /* leading blocks known (in the pool, then in host RAM) */
+    int resume;    /* leading blocks reusable: a snapshot ends there (0: none) */
+    int on_device; /* of the matched, those registered in the pool; blocks
+                    * [on_device, resume) are copied back from host RAM */
+    int32_t host_window; /* host entry of the snapshot at resume, or -1 (the pool's) */
 } g4_prefix_match;
 
 /* Blocks of `window` positions a snapshot takes (0 when the model has no
@@ -55,6 +66,8 @@ int g4_prefix_snapshot_blocks(const g4_model *m, int block_size);
 
 g4_status g4_prefix_cache_create(const g4_model *m, g4_kv_pool *pool, g4_prefix_cache **out);
 void g4_prefix_cache_free(g4_prefix_cache *c);
+/* Gives the cache a host-RAM tier of `bytes` (0: none, the default). */
+g4_status g4_prefix_cache_set_host_ram(g4_prefix_cache *c, uint64_t bytes);
 
 /* The content key of each soft token: SHA-256 over the bytes of the run of
  * consecutive soft-token rows it belongs to (an image, an audio clip), so a

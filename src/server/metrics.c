@@ -182,6 +182,19 @@ char *g4_metrics_render(g4_metrics *m, const g4_engine_stats *e, size_t *len) {
         ok &= gauge(&b, "gemma4_prefix_cache_snapshots", "Sliding-window snapshots kept.", e->prefix_snapshots);
         ok &= gauge(&b, "gemma4_prefix_cache_bytes", "KV bytes of the cached blocks and snapshots.",
                     (double)e->prefix_cached_bytes);
+        ok &= gauge(&b, "gemma4_prefix_cache_host_budget_bytes", "Host RAM the cache may keep KV in (serve --cache-ram).",
+                    (double)e->prefix_host_budget);
+        ok &= gauge(&b, "gemma4_prefix_cache_host_bytes", "KV bytes kept in host RAM.", (double)e->prefix_host_bytes);
+        ok &= counter(&b, "gemma4_prefix_cache_host_saved_blocks_total", "Evicted KV blocks copied to host RAM.",
+                      e->prefix_host_blocks_saved);
+        ok &= counter(&b, "gemma4_prefix_cache_host_restored_blocks_total", "KV blocks copied back from host RAM.",
+                      e->prefix_host_blocks_restored);
+        ok &= counter(&b, "gemma4_prefix_cache_host_saved_snapshots_total", "Dropped snapshots copied to host RAM.",
+                      e->prefix_host_windows_saved);
+        ok &= counter(&b, "gemma4_prefix_cache_host_restored_snapshots_total", "Snapshots copied back from host RAM.",
+                      e->prefix_host_windows_restored);
+        ok &= counter(&b, "gemma4_prefix_cache_host_evicted_total", "Host RAM entries dropped for room.",
+                      e->prefix_host_evicted);
     }
     if (!ok) {
         g4_strbuf_free(&b);

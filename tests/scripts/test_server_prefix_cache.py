@@ -15,6 +15,10 @@ Checked with the official `openai` client, every turn:
   - /metrics: gemma4_prefix_cache_reused_tokens_total is the sum of
     cached_tokens, gemma4_engine_prefill_tokens_total the prompt tokens less
     it, hits and misses counted.
+Then the host-RAM tier (--cache-ram) on a server whose pool holds one
+conversation: another conversation in between takes the pool, so the first
+one's next turn reuses its KV from host RAM (cached_tokens as before, reply
+equal to the cold server's, /metrics counting the blocks restored).
 Needs (PyPI): openai.
 """
 import os
@@ -111,6 +115,37 @@ USER_TURNS = [
 ]
 
 
+def check_host_tier(cold, system):
+    ram = Server("ram", "--cache-ram", "64", "--kv-blocks", "24", "--ctx", "384", "--max-seqs", "1")
+    try:
+        first = [{"role": "system", "content": system}, {"role": "user", "content": USER_TURNS[0]}]
+        a = ask(ram, first)
+        other = [{"role": "system", "content": ("Speak of the sea and of ships. " * 40).strip()},
+                 {"role": "user", "content": USER_TURNS[1]}]
+        ask(ram, other)  # takes the pool's blocks: the first conversation's go to host RAM
+        second = first + [{"role": "assistant", "content": a["content"]}, {"role": "user", "content": USER_TURNS[2]}]
+        w = ask(ram, second)
+        c = ask(cold, second)
+        check(w["content"] == c["content"] and w["ids"] == c["ids"] and w["logprobs"] == c["logprobs"],
+              "host tier: the reply equals the cold server's")
+        repeated = common_prefix(a["prompt_ids"] + a["ids"][:-1], w["prompt_ids"])
+        expect = min(repeated, w["prompt_tokens"] - 1) // BLOCK * BLOCK
+        m = ram.metrics()
+        check(w["cached"] == expect and expect > 0,
+              "host tier: cached_tokens %r = %d after another conversation took the pool" % (w["cached"], expect))
+        check(m.get("gemma4_prefix_cache_evicted_blocks_total", 0) > 0 and
+              m.get("gemma4_prefix_cache_host_restored_blocks_total", 0) > 0 and
+              m.get("gemma4_prefix_cache_host_budget_bytes") == 64 << 20,
+              "host tier metrics: evicted %r, restored %r, budget %r" % (
+                  m.get("gemma4_prefix_cache_evicted_blocks_total"),
+                  m.get("gemma4_prefix_cache_host_restored_blocks_total"),
+                  m.get("gemma4_prefix_cache_host_budget_bytes")))
+        print("  host tier: %d of %d prompt tokens reused after eviction, %d blocks restored from host RAM" %
+              (w["cached"] or 0, w["prompt_tokens"], m.get("gemma4_prefix_cache_host_restored_blocks_total", 0)))
+    finally:
+        ram.stop()
+
+
 def main():
     warm = Server("warm")
     cold = Server("cold", "--no-prefix-cache")
@@ -165,6 +200,7 @@ def main():
         check(mc.get("gemma4_prefix_cache_enabled") == 0 and mc.get("gemma4_engine_prefill_tokens_total") == sum_prompt,
               "cold server: no cache, every prompt token prefilled")
         print("  10 turns: %d prompt tokens, %d reused (%.0f%%)" % (sum_prompt, sum_cached, 100.0 * sum_cached / sum_prompt))
+        check_host_tier(cold, system)
     finally:
         warm.stop()
         cold.stop()

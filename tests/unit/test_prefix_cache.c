@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -308,6 +310,80 @@ static void check_eviction(void) {
     close_engines(&en);
 }
 
+/* The host-RAM tier: the eviction scenario again, now with what the pool
+ * gives back kept in host memory. The oldest prompt, evicted from the pool,
+ * is reused whole from host RAM (its blocks and its window snapshot copied
+ * back), equal to the cold engine; with a budget of a few blocks the tier
+ * evicts too and everything still equals cold. */
+static void check_host_tier(g4_kv_type type, int cuda) {
+    enum { BS = 4 };
+    const char *tname = g4_kv_type_name(type);
+    for (int small = 0; small <= 1; small++) {
+        g4_engine_options opt = {.max_seqs = 2, .n_ctx = 96, .block_size = BS, .kv_blocks = 24,
+                                 .max_batch_tokens = 16, .cache_snapshots = 2, .kv_type = type};
+        engines en;
+        if (!open_engines_on(cuda, "e2b", &opt, &en)) return;
+        const uint64_t block = (uint64_t)BS * (g4_kv_bytes_per_position(en.m, type, G4_LAYER_FULL) +
+                                               g4_kv_bytes_per_position(en.m, type, G4_LAYER_SLIDING));
+        /* generous: everything; small: about six blocks and a window */
+        const uint64_t budget = small ? 6 * block + (uint64_t)g4_prefix_snapshot_blocks(en.m, BS) * block : 64u << 20;
+        g4_engine_destroy(en.warm);
+        opt.cache_ram_bytes = budget;
+        g4_status st = g4_engine_create(en.m, &opt, &en.warm);
+        CHECK(st == G4_OK, "engine with a host tier: %s", g4_error_message());
+        if (st != G4_OK) {
+            en.warm = NULL;
+            close_engines(&en);
+            return;
+        }
+        const int V = en.m->config.text.vocab_size;
+        int32_t p[4][48];
+        request reqs[4];
+        for (int r = 0; r < 4; r++) {
+            p[r][0] = 2;
+            for (int i = 1; i < 40; i++) p[r][i] = text_token((unsigned)(r * 977 + i), V);
+            reqs[r] = (request){.prompt = p[r], .n = 40};
+        }
+        collected got[1];
+        char what[96];
+        snprintf(what, sizeof what, "host tier %s%s%s", tname, small ? " (small)" : "", cuda ? " (CUDA)" : "");
+        for (int r = 0; r < 4; r++) both(&en, &reqs[r], 1, got, what);
+        /* prompt 0 again: gone from the pool, kept in host RAM */
+        for (int i = 40; i < 48; i++) p[0][i] = text_token((unsigned)(6000 + i), V);
+        reqs[0].n = 48;
+        both(&en, &reqs[0], 1, got, what);
+        g4_engine_stats es;
+        g4_engine_get_stats(en.warm, &es);
+        if (!small) {
+            CHECK(got[0].n_cached == 40, "%s: the oldest prompt reused from host RAM (%d cached, expected 40)", what,
+                  got[0].n_cached);
+            CHECK(es.prefix_host_blocks_restored >= 10 && es.prefix_host_windows_restored == 1,
+                  "%s: %llu blocks and %llu windows restored", what,
+                  (unsigned long long)es.prefix_host_blocks_restored,
+                  (unsigned long long)es.prefix_host_windows_restored);
+        } else {
+            CHECK(es.prefix_host_evicted > 0 && es.prefix_host_bytes <= budget,
+                  "%s: the tier evicts to stay in its budget (%llu evicted, %llu of %llu bytes)", what,
+                  (unsigned long long)es.prefix_host_evicted, (unsigned long long)es.prefix_host_bytes,
+                  (unsigned long long)budget);
+        }
+        /* and the others again, whatever each tier still has */
+        for (int r = 1; r < 4; r++) {
+            for (int i = 40; i < 48; i++) p[r][i] = text_token((unsigned)(7000 + r * 50 + i), V);
+            reqs[r].n = 48;
+            both(&en, &reqs[r], 1, got, what);
+        }
+        g4_engine_get_stats(en.warm, &es);
+        printf("  %s: %llu blocks + %llu windows saved, %llu + %llu restored, %llu host entries evicted, "
+               "%llu of %llu bytes held\n", what, (unsigned long long)es.prefix_host_blocks_saved,
+               (unsigned long long)es.prefix_host_windows_saved, (unsigned long long)es.prefix_host_blocks_restored,
+               (unsigned long long)es.prefix_host_windows_restored, (unsigned long long)es.prefix_host_evicted,
+               (unsigned long long)es.prefix_host_bytes, (unsigned long long)budget);
+        CHECK(es.prefix_host_blocks_saved > 0, "%s: blocks saved to host", what);
+        close_engines(&en);
+    }
+}
+
 /* Images on a model whose image tokens attend both ways: the prompt ends
  * right after an image whose last rows share a block with what follows, so
  * the next prompt resumes inside the image; a different image matches
@@ -413,6 +489,7 @@ int main(void) {
     conv_kv_type = G4_KV_F32;
     check_shared_prefix();
     check_eviction();
+    for (int t = G4_KV_F32; t <= G4_KV_FP8; t++) check_host_tier((g4_kv_type)t, 0);
     check_random_traffic();
     check_images(G4_VISION_MASK_DEFAULT);
     check_images(G4_VISION_MASK_ALL_LAYERS);
@@ -420,6 +497,7 @@ int main(void) {
      * is not batch-invariant: tokens must agree, log-probabilities closely) */
     check_conversation("dense", 1);
     check_conversation("e2b", 1);
+    check_host_tier(G4_KV_BF16, 1);
     if (worst_logprob_gap > 0) printf("  CUDA: worst log-probability gap to the cold engine %.3g\n", worst_logprob_gap);
     return test_finish();
 }

@@ -155,6 +155,47 @@ void cpu_kv_copy_blocks(g4_backend *be, void *kv, const int32_t *src, const int3
     }
 }
 
+/* One block's four parts (K, V, K scales, V scales) and their sizes. */
+static void block_parts(const cpu_kv *c, int32_t block, char *part[4], size_t size[4]) {
+    const size_t rows = (size_t)c->block_size * c->n_kv_heads;
+    const size_t values = rows * c->head_dim * cpu_kv_value_bytes(c->type);
+    const size_t scales = c->type == G4_KV_FP8 ? rows * sizeof(float) : 0;
+    part[0] = (char *)c->k + block * values;
+    part[1] = (char *)c->v + block * values;
+    part[2] = scales ? (char *)(c->k_scale + block * rows) : NULL;
+    part[3] = scales ? (char *)(c->v_scale + block * rows) : NULL;
+    size[0] = size[1] = values;
+    size[2] = size[3] = scales;
+}
+
+void cpu_kv_save_blocks(g4_backend *be, const void *kv, const int32_t *blocks, int n, void *host) {
+    (void)be;
+    char *out = host;
+    for (int i = 0; i < n; i++) {
+        char *part[4];
+        size_t size[4];
+        block_parts(kv, blocks[i], part, size);
+        for (int h = 0; h < 4; h++) {
+            if (size[h]) memcpy(out, part[h], size[h]);
+            out += size[h];
+        }
+    }
+}
+
+void cpu_kv_load_blocks(g4_backend *be, void *kv, const int32_t *blocks, int n, const void *host) {
+    (void)be;
+    const char *in = host;
+    for (int i = 0; i < n; i++) {
+        char *part[4];
+        size_t size[4];
+        block_parts(kv, blocks[i], part, size);
+        for (int h = 0; h < 4; h++) {
+            if (size[h]) memcpy(part[h], in, size[h]);
+            in += size[h];
+        }
+    }
+}
+
 static int max_kv_span(const g4_attn_batch *b, int sliding) {
     int max_span = 1;
     for (int t = 0; t < b->n_tokens; t++) {

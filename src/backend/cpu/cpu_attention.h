@@ -12,6 +12,8 @@ void cpu_kv_store(g4_backend *be, void *kv, const float *k, const float *v, cons
 void cpu_kv_read(g4_backend *be, const void *kv, float *k, float *v, const g4_attn_batch *b, int sliding);
 /* Copies whole blocks src[i] -> dst[i] of both halves (and fp8 scales). */
 void cpu_kv_copy_blocks(g4_backend *be, void *kv, const int32_t *src, const int32_t *dst, int n);
+void cpu_kv_save_blocks(g4_backend *be, const void *kv, const int32_t *blocks, int n, void *host);
+void cpu_kv_load_blocks(g4_backend *be, void *kv, const int32_t *blocks, int n, const void *host);
 /* Stores one KV head's k and v rows ([head_dim] floats) of token t of b,
  * rounded to the pool's type (kv_store is this for every head). */
 void cpu_kv_put(void *kv, const g4_attn_batch *b, int t, int sliding, int head, const float *k, const float *v);

@@ -125,6 +125,47 @@ void cuda_kv_copy_blocks(g4_backend *be, void *p, const int32_t *src, const int3
     }
 }
 
+/* One block's four parts (K, V, K scales, V scales) in device memory and their sizes. */
+static void kv_block_parts(const cuda_kv *kv, int32_t block, char *part[4], size_t size[4]) {
+    const size_t rows = (size_t)kv->block_size * kv->n_kv_heads;
+    const size_t values = rows * kv->head_dim * kv_value_bytes(kv->type);
+    const size_t scales = kv->type == G4_KV_FP8 ? rows * sizeof(float) : 0;
+    part[0] = (char *)kv->k + block * values;
+    part[1] = (char *)kv->v + block * values;
+    part[2] = scales ? (char *)(kv->ks + block * rows) : NULL;
+    part[3] = scales ? (char *)(kv->vs + block * rows) : NULL;
+    size[0] = size[1] = values;
+    size[2] = size[3] = scales;
+}
+
+/* Copies on the stream, then waits: host memory is pageable, and the
+ * caller reads (save) or frees (load) it as soon as this returns. */
+static void kv_blocks_host_copy(g4_backend *be, const cuda_kv *kv, const int32_t *blocks, int n, char *host,
+                                int to_host) {
+    cuda_ctx *c = cuda_of(be);
+    for (int i = 0; i < n; i++) {
+        char *part[4];
+        size_t size[4];
+        kv_block_parts(kv, blocks[i], part, size);
+        for (int h = 0; h < 4; h++) {
+            if (size[h])
+                cuda_check(c, cudaMemcpyAsync(to_host ? host : part[h], to_host ? part[h] : host, size[h],
+                                              to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, c->stream),
+                           to_host ? "kv_save_blocks" : "kv_load_blocks");
+            host += size[h];
+        }
+    }
+    cuda_check(c, cudaStreamSynchronize(c->stream), "kv blocks to or from host");
+}
+
+void cuda_kv_save_blocks(g4_backend *be, const void *kv, const int32_t *blocks, int n, void *host) {
+    kv_blocks_host_copy(be, (const cuda_kv *)kv, blocks, n, (char *)host, 1);
+}
+
+void cuda_kv_load_blocks(g4_backend *be, void *kv, const int32_t *blocks, int n, const void *host) {
+    kv_blocks_host_copy(be, (const cuda_kv *)kv, blocks, n, (char *)host, 0);
+}
+
 struct attn_params : attn_common {
     int rows_per_tile, splits;
     int split_len; /* positions per split, counted from the run's first key */

@@ -341,6 +341,8 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kv, 
                     int n_heads, float scale);
 void cuda_kv_read(g4_backend *be, const void *kv, float *k, float *v, const g4_attn_batch *b, int sliding);
 void cuda_kv_copy_blocks(g4_backend *be, void *kv, const int32_t *src, const int32_t *dst, int n);
+void cuda_kv_save_blocks(g4_backend *be, const void *kv, const int32_t *blocks, int n, void *host);
+void cuda_kv_load_blocks(g4_backend *be, void *kv, const int32_t *blocks, int n, const void *host);
 
 /* a layer's attention input from its merged projection (cuda_qkv.cu) */
 void cuda_qkv_prepare(g4_backend *be, float *q, const float *qkv, const g4_qkv_params *p, void *kv,
