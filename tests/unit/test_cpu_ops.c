@@ -649,6 +649,26 @@ static void test_kv_store(void) {
             cpu->ops->kv_read(cpu, c.kv, ck, cv, &b2, 0);
             op_check_exact("kv_copy_blocks", "a block's K after the copy = its source's", ck, wk, (size_t)16 * HKV * D);
             op_check_exact("kv_copy_blocks", "and its V", cv, wv, (size_t)16 * HKV * D);
+            /* kv_save_blocks / kv_load_blocks: pool block full[0] (positions 0..15) through host memory into
+             * full[1] (16..31): its bytes are the K values then the V values (f32), read back as positions 0..15 */
+            if (cpu->ops->kv_save_blocks && cpu->ops->kv_load_blocks) {
+                const size_t block_bytes = (size_t)16 * HKV * 2 * g4_kv_row_bytes(G4_KV_F32, D);
+                unsigned char *host = malloc(block_bytes);
+                const int32_t from[] = {c.full[0]}, to[] = {c.full[1]};
+                cpu->ops->kv_save_blocks(cpu, c.kv, from, 1, host);
+                float hk[16 * HKV * D], hv[16 * HKV * D];
+                memcpy(hk, host, sizeof hk);
+                memcpy(hv, host + sizeof hk, sizeof hv);
+                op_check_exact("kv_save_blocks", "host bytes: K values of block 0", hk, wk, (size_t)16 * HKV * D);
+                op_check_exact("kv_save_blocks", "then its V values", hv, wv, (size_t)16 * HKV * D);
+                cpu->ops->kv_load_blocks(cpu, c.kv, to, 1, host);
+                for (int t = 0; t < 16; t++) p2[t] = t + 16;
+                const g4_attn_batch b3 = cache_batch(&c, 16, p2, s2, ranges);
+                cpu->ops->kv_read(cpu, c.kv, ck, cv, &b3, 0);
+                op_check_exact("kv_load_blocks", "block 1 after loading block 0's bytes: K", ck, wk, (size_t)16 * HKV * D);
+                op_check_exact("kv_load_blocks", "and V", cv, wv, (size_t)16 * HKV * D);
+                free(host);
+            }
             free(ck), free(cv);
         }
         free(k), free(v), free(gk), free(gv), free(wk), free(wv);

@@ -1,6 +1,6 @@
 /* The CUDA backend's KV cache and attention against the float64 references
  * (tests/support/op_reference.c): kv_store/kv_read at f32, bf16 and fp8
- * (the reference's rounding), kv_copy_blocks, qkv_prepare (q, and the
+ * (the reference's rounding), kv_copy_blocks, kv_save/load_blocks, qkv_prepare (q, and the
  * cache after chunked stores: ring wraps, GQA, k_eq_v, KV-shared layers),
  * and attention over paged caches with shuffled block tables: decode and
  * prefill, sliding rings that wrap, full tables, GQA 1-8, head_dim 18..512,
@@ -250,6 +250,31 @@ static void test_kv_copy_blocks(void) {
         printf("  kv_copy_blocks %s, %d blocks (3 consecutive, 2 single): %s\n", name, n,
                right ? "exact copies" : "WRONG");
         CHECK(right, "kv_copy_blocks %s: a block does not hold its source's K and V", name);
+        /* kv_save_blocks / kv_load_blocks: the source blocks to host memory (block after block: K values, V
+         * values, fp8 row scales), then into the destination blocks of a fresh pool, read back as their sources */
+        if (gpu->ops->kv_save_blocks && gpu->ops->kv_load_blocks) {
+            const size_t block_bytes = (size_t)BS * HKV * 2 * g4_kv_row_bytes(type, D);
+            unsigned char *host = malloc((size_t)n * block_bytes);
+            void *kg2 = gpu->ops->kv_alloc(gpu, NB, BS, HKV, D, type);
+            gpu->ops->kv_save_blocks(gpu, kg, src, n, host);
+            gpu->ops->kv_load_blocks(gpu, kg2, dst, n, host);
+            gpu->ops->kv_read(gpu, kg2, dk, dv, &db, 0);
+            float *lk = down(dk, (size_t)N * row), *lv = down(dv, (size_t)N * row);
+            int loaded = 1, layout = 1;
+            for (int i = 0; i < n; i++) {
+                const size_t off = (size_t)dst[i] * BS * row, src_off = (size_t)src[i] * BS * row, len = (size_t)BS * row * 4;
+                loaded &= !memcmp(lk + off, gk0 + src_off, len) && !memcmp(lv + off, gv0 + src_off, len);
+                if (type == G4_KV_F32) /* f32: the bytes are the values, K then V */
+                    layout &= !memcmp(host + i * block_bytes, gk0 + src_off, len) &&
+                              !memcmp(host + i * block_bytes + len, gv0 + src_off, len);
+            }
+            printf("  kv_save/load_blocks %s, %d blocks through host memory: %s%s\n", name, n,
+                   loaded ? "read back as their sources" : "WRONG", layout ? "" : ", host layout WRONG");
+            CHECK(loaded, "kv_save_blocks then kv_load_blocks %s: a block does not hold its source's K and V", name);
+            CHECK(layout, "kv_save_blocks %s: host bytes are not the blocks' K then V values", name);
+            gpu->ops->kv_free(gpu, kg2);
+            free(host), free(lk), free(lv);
+        }
         free(k), free(v), free(gk), free(gv), free(gk0), free(gv0);
         release(dk), release(dv);
         gpu->ops->kv_free(gpu, kg);
