@@ -6,10 +6,10 @@
 # (extras: only what the variables below ask for)
 # Extras by environment: STREAMS=1,32 (aggregate decode of concurrent streams),
 # PROFILE_CONFIGS="e2b:bf16 31b:bf16" (per-kernel decode profiles, Nsight Compute), NSYS_CONFIGS (the same
-# inside the recorded graphs, Nsight Systems), KNOBS (decode under G4_CUDA_* settings, see below), SPEED=all
+# inside the recorded graphs, Nsight Systems), KNOBS (decode under G4_CUDA_TUNE settings, see below), SPEED=all
 # (bench/cuda_ops_bench: the op timings; SPEED=gemv4|attn|moe one part),
-# PP_KNOBS (pp512 under G4_CUDA_* settings), DEPTH_KNOBS (decode at a context depth in a long session),
-# PREFILL_PROFILE="31b:bf16:VAR=V,.." (per-kernel prefill profile),
+# PP_KNOBS (pp512 under G4_CUDA_TUNE settings), DEPTH_KNOBS (decode at a context depth in a long session),
+# PREFILL_PROFILE="31b:bf16:key=value,.." (per-kernel prefill profile),
 # MEMCHECK_FIXTURES, G4_SKIP_MEMCHECK=1, EXACT_CONFIGS (prefill on the exact path, --precision exact).
 # The working tree travels to the GPU machine whole (64 MiB at most): remove what a call does not need
 # (e.g. models/tiny-assistant, or tests/fixtures for a bench-only call) and `git checkout` it after — never
@@ -148,31 +148,31 @@ if [ -n "${SPEED:-}" ]; then
   run_step speed 240 "$OPS_BENCH" "$SPEED"
   grep -E "^  " "$OUT/speed.log" | tee -a "$summary"
 fi
-# decode under experimental knobs: KNOBS="31b:bf16:G4_CUDA_GEMV_SPLIT=1 31b:bf16:-" (NAME:FORMAT:VAR=V,VAR=V
-# or - for none; tg128 only, one run)
+# decode under other tuning: KNOBS="31b:bf16:gemv_split=1 31b:bf16:-" (NAME:FORMAT:key=value,key=value, the
+# G4_CUDA_TUNE keys of README.md "CUDA tuning", or - for none; tg128 only, one run)
 for k in ${KNOBS:-}; do
   name=${k%%:*} rest=${k#*:}; fmt=${rest%%:*} vars=${rest#*:}
-  envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
+  envs=(); [ "$vars" != - ] && envs=("G4_CUDA_TUNE=$vars")
   r=$(timeout 150 env "${envs[@]}" "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 16 -n 128 \
       -r 1 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['tg_tps']:.1f}\")")
   note "knobs $name $fmt $vars: tg128 ${r:-failed} t/s"
 done
-# prefill under settings: PP_KNOBS="31b:bf16:G4_CUDA_ATTN_TC=0" (pp512 only, two runs; PP_TOKENS="64 512"
+# prefill under settings: PP_KNOBS="31b:bf16:attn=cores" (pp512 only, two runs; PP_TOKENS="64 512"
 # for other prompt lengths)
 for tokens in ${PP_TOKENS:-512}; do
   for k in ${PP_KNOBS:-}; do
     name=${k%%:*} rest=${k#*:}; fmt=${rest%%:*} vars=${rest#*:}
-    envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
+    envs=(); [ "$vars" != - ] && envs=("G4_CUDA_TUNE=$vars")
     r=$(timeout 200 env "${envs[@]}" "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p "$tokens" \
         -n 0 -r 2 --json 2>> "$OUT/bench.err" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['pp_tps']:.0f} ± {r['pp_sd']:.0f}\")")
     note "pp knobs $name $fmt $vars: pp$tokens ${r:-failed} t/s"
   done
 done
-# decode at a context depth in a long session: DEPTH_KNOBS="e2b:bf16:- e2b:bf16:G4_CUDA_ATTN_DYNAMIC=0"
+# decode at a context depth in a long session: DEPTH_KNOBS="e2b:bf16:- e2b:bf16:attn_min_split=64"
 # (tg128 after DEPTH=4096 tokens, --ctx CTX=32768 positions; two runs)
 for k in ${DEPTH_KNOBS:-}; do
   name=${k%%:*} rest=${k#*:}; fmt=${rest%%:*} vars=${rest#*:}
-  envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
+  envs=(); [ "$vars" != - ] && envs=("G4_CUDA_TUNE=$vars")
   r=$(timeout 200 env "${envs[@]}" "$GEMMA4" bench --device cuda --synthetic "$name" --format "$fmt" -p 0 -n 128 \
       -d "${DEPTH:-4096}" --ctx "${CTX:-32768}" -r 2 --json 2>> "$OUT/bench.err" |
       python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print(f\"{r['tg_tps']:.1f} ± {r['tg_sd']:.1f} (limit {r['tg_limit_tps']:.0f})\")")
@@ -205,7 +205,7 @@ for cfg in ${PROFILE_CONFIGS:-}; do
 done
 for cfg in ${PREFILL_PROFILE:-}; do
   name=${cfg%%:*} rest=${cfg#*:}; fmt=${rest%%:*} vars=${rest#*:}
-  envs=(); [ "$vars" != - ] && IFS=, read -r -a envs <<< "$vars"
+  envs=(); [ "$vars" != - ] && envs=("G4_CUDA_TUNE=$vars")
   note "prefill profile $name $fmt $vars (one 512-token prefill after the warm-up one)"
   timeout 300 env "${envs[@]}" PROMPT=512 GEN=0 bench/cuda_kernel_profile.sh "$GEMMA4" "$name" "$fmt" \
     "${PREFILL_SKIP:-0}" "${PREFILL_COUNT:-3000}" 2>&1 | head -28 | tee -a "$summary"

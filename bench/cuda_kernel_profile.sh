@@ -4,12 +4,13 @@
 # duration, clocks left alone), skipping the first launches (probes, warm-up,
 # prefill), and sums the durations per kernel name.
 #   [PROMPT=8 GEN=16 NCU_CACHE=all|none] bench/cuda_kernel_profile.sh GEMMA4 MODEL FORMAT [SKIP] [COUNT]
-# Kernels are launched one by one here (G4_CUDA_GRAPHS=0), so the sum is the
-# GPU time without launch gaps.
+# Kernels are launched one by one here (G4_CUDA_TUNE graphs=0, after any
+# settings the caller's G4_CUDA_TUNE gives), so the sum is the GPU time
+# without launch gaps.
 set -u
 gemma4=$1 model=$2 format=$3 skip=${4:-4000} count=${5:-1200}
 csv=$(mktemp)
-G4_CUDA_GRAPHS=0 ncu --clock-control none --cache-control "${NCU_CACHE:-all}" --metrics gpu__time_duration.sum --csv --launch-skip "$skip" \
+G4_CUDA_TUNE="${G4_CUDA_TUNE:+$G4_CUDA_TUNE,}graphs=0" ncu --clock-control none --cache-control "${NCU_CACHE:-all}" --metrics gpu__time_duration.sum --csv --launch-skip "$skip" \
   --launch-count "$count" "$gemma4" bench --device cuda --synthetic "$model" --format "$format" -p "${PROMPT:-8}" -n "${GEN:-16}" -r 1 \
   > "$csv" 2> "$csv.err" || { tail -5 "$csv.err"; tail -5 "$csv"; }
 python3 - "$csv" "$count" <<'PY'

@@ -67,10 +67,10 @@ static void run_attention(void *p) {
 }
 
 /* One-token GEMV over the matrices of an E2B and a 31B decode step with the
- * column split forced off and on (G4_CUDA_GEMV_SPLIT): which one the shape
+ * column split forced off and on (gemv_split): which one the shape
  * heuristic should pick. */
 static void gemv_split_speed(double bw) {
-    g4_backend *variant[2] = {knob_backend("G4_CUDA_GEMV_SPLIT", "0"), knob_backend("G4_CUDA_GEMV_SPLIT", "1")};
+    g4_backend *variant[2] = {knob_backend("gemv_split=0"), knob_backend("gemv_split=1")};
     /* E2B's, then the 31B's q|k|v, gate|up, o and down */
     const int64_t shapes[][2] = {{2048, 1536}, {256, 1536}, {1536, 2048}, {6144, 1536}, {12288, 1536}, {1536, 6144},
                                  {1536, 256}, {262144, 1536}, {16384, 5376}, {43008, 5376}, {5376, 8192},
@@ -171,7 +171,7 @@ static void attention_decode_speed(int Hq, int Hkv, int D, int len, int capacity
 
 /* Prefill attention of `n` tokens of one sequence from position 0 (causal,
  * keys limited to `window`), the CUDA-core kernel against the tensor-core
- * one (G4_CUDA_ATTN_TC=1). */
+ * one (attn=auto). */
 static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
     attn_tc_backends();
     const int bs = 16, blocks = (n + bs - 1) / bs;
@@ -203,7 +203,7 @@ static void attention_prefill_speed(int Hq, int Hkv, int D, int window, int n) {
      * same kernel at head_dim 512), the CUDA-core kernel last */
     for (int variant = 0; variant < ATTN_TC_VARIANTS; variant++) {
         g4_backend *be = attn_tc_be[variant];
-        if (!be || (D > 256 && !strcmp(attn_tc_knob[variant][0], "64"))) continue;
+        if (!be || (D > 256 && !strcmp(attn_tc_knob[variant][0], "tc"))) continue;
         a.be = be;
         const double s = time_op(be, run_attention, &a, 10);
         char knob[80];
@@ -261,7 +261,7 @@ static void moe_speed(double bw) {
     const int E = 128, width = 704, d = 2816, k = 8;
     /* the experts' prefill through the general grouped kernel and, for bf16
      * experts, our pipelined kernel (cuBLAS off), for comparison */
-    g4_backend *unpiped = knob_backend("G4_CUDA_MOE_PIPE", "0"), *own = knob_backend("G4_CUDA_MOE_CUBLAS", "0");
+    g4_backend *unpiped = knob_backend("moe=mma"), *own = knob_backend("moe_cublas=0");
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         moe_weights m;
         const int hf = formats[f].f == G4_WEIGHT_BF16;
@@ -288,7 +288,7 @@ static void moe_speed(double bw) {
                 gpu->ops->synchronize(gpu);
                 a.be = own;
                 const double s1 = time_op(own, run_moe, &a, 10);
-                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, G4_CUDA_MOE_CUBLAS=0\n",
+                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, moe_cublas=0\n",
                        m.dm.name, E, k, width, d, n, s1 * 1e6, bytes / s1 / 1e9, flops / s1 / 1e12);
                 a.be = gpu;
             }
@@ -296,7 +296,7 @@ static void moe_speed(double bw) {
                 gpu->ops->synchronize(gpu);
                 a.be = unpiped;
                 const double s0 = time_op(unpiped, run_moe, &a, 10);
-                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, G4_CUDA_MOE_PIPE=0\n",
+                printf("  moe %-14s E=%d k=%d %dx%d n=%-3d %8.1f us  %6.0f GB/s, %.1f TFLOP/s, moe=mma\n",
                        m.dm.name, E, k, width, d, n, s0 * 1e6, bytes / s0 / 1e9, flops / s0 / 1e12);
             }
             release(a.x), release(a.w), release(a.out), release(a.ids);
@@ -311,23 +311,12 @@ static void moe_speed(double bw) {
 /* The one-token 4-bit tensor-core GEMVs at the 31B's q|k|v, gate, o, down
  * and gate|up-sized shapes and E2B's q|k|v, o, gate|up and down: the default
  * (integer mma for affine groups of 64 and 128; MXFP4 the fp16 kernel), the
- * default with one copy of the prepared activations, and the fp16 kernels (G4_CUDA_GEMV_I8=0: pipelined over 5 stages; with
- * G4_CUDA_GEMV_TC_PIPE=0 unpipelined). */
+ * default with one copy of the prepared activations, and the fp16 kernels (gemv=fp16: pipelined over 5 stages). */
 static void gemv_pipe_speed(double bw) {
-    const struct {
-        const char *pipe, *i8, *copies;
-    } knobs[] = {{NULL, NULL, "1"}, {NULL, "0", NULL}, {"0", "0", NULL}};
+    const char *const knobs[] = {"gemv_copies=1", "gemv=fp16"};
     enum { N_KNOBS = sizeof knobs / sizeof knobs[0] };
     g4_backend *bes[1 + N_KNOBS] = {gpu};
-    for (int v = 0; v < N_KNOBS; v++) {
-        if (knobs[v].pipe) setenv("G4_CUDA_GEMV_TC_PIPE", knobs[v].pipe, 1);
-        if (knobs[v].i8) setenv("G4_CUDA_GEMV_I8", knobs[v].i8, 1);
-        if (knobs[v].copies) setenv("G4_CUDA_GEMV_COPIES", knobs[v].copies, 1);
-        if (device_backend_create(&bes[1 + v]) != G4_OK) bes[1 + v] = NULL;
-        unsetenv("G4_CUDA_GEMV_TC_PIPE");
-        unsetenv("G4_CUDA_GEMV_I8");
-        unsetenv("G4_CUDA_GEMV_COPIES");
-    }
+    for (int v = 0; v < N_KNOBS; v++) bes[1 + v] = knob_backend(knobs[v]);
     const int64_t shapes[][2] = {{16384, 5376}, {21504, 5376}, {5376, 8192}, {5376, 21504}, {43008, 5376},
                                  {2560, 1536},  {1536, 2048},  {12288, 1536}, {1536, 6144}};
     struct {
@@ -336,9 +325,8 @@ static void gemv_pipe_speed(double bw) {
         g4_dtype sdt;
     } formats[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8},
                    {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16}};
-    printf("  one-token 4- and 8-bit GEMV: default / G4_CUDA_GEMV_COPIES=1 (one copy of the prepared activations) / "
-           "G4_CUDA_GEMV_I8=0 (4 bits: fp16, pipelined; 8 bits: float32) / 0 with G4_CUDA_GEMV_TC_PIPE=0 (4 bits: "
-           "unpipelined)\n");
+    printf("  one-token 4- and 8-bit GEMV: default / gemv_copies=1 (one copy of the prepared activations) / "
+           "gemv=fp16 (4 bits: fp16, pipelined; 8 bits: float32)\n");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t rows = shapes[s][0], cols = shapes[s][1];
@@ -349,7 +337,7 @@ static void gemv_pipe_speed(double bw) {
             const double bytes = (double)g4_matrix_bytes(&t.host);
             printf("  gemv %-18s %lldx%lld n=1 ", t.name, (long long)rows, (long long)cols);
             for (int v = 0; v < 1 + N_KNOBS; v++) {
-                /* (MXFP4 runs the fp16 kernels whatever G4_CUDA_GEMV_I8 says) */
+                /* (MXFP4 runs the fp16 kernels whatever gemv says) */
                 if (!bes[v]) continue;
                 matmul_arg a = {bes[v], &t.dev, dx, dout, 1};
                 const double us = time_op(bes[v], run_matmul, &a, 50) * 1e6;
@@ -379,7 +367,7 @@ static void speed(void) {
     float *x = rand_floats((size_t)512 * cols, 0.05f, 2.0f);
     float *dx = up(x, (size_t)512 * cols * 4), *dout = poisoned((size_t)512 * rows);
     /* the float32 GEMV that 4-bit formats used before the tensor-core one */
-    g4_backend *f32 = knob_backend("G4_CUDA_GEMV_TC", "0");
+    g4_backend *f32 = knob_backend("gemv=float32");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
         test_matrix t;
         make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, rows, cols);
@@ -399,7 +387,7 @@ static void speed(void) {
         for (int n = 1; f32 && formats[k].bits >= 4 && n <= 8; n *= 8) {
             matmul_arg a = {f32, &t.dev, dx, dout, n};
             double s = time_op(f32, run_matmul, &a, 20);
-            printf("  gemv %-18s %lldx%lld n=%-3d %8.1f us  %6.0f GB/s (%.0f%% of copy), float32 GEMV (G4_CUDA_GEMV_TC=0)\n",
+            printf("  gemv %-18s %lldx%lld n=%-3d %8.1f us  %6.0f GB/s (%.0f%% of copy), float32 GEMV (gemv=float32)\n",
                    t.name, (long long)rows, (long long)cols, n, s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / bw);
         }
         free_matrix(&t);

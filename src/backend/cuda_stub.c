@@ -8,6 +8,11 @@ g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     return g4_fail(G4_ERR_UNSUPPORTED, "this build of gemma4 has no CUDA backend (built without nvcc)");
 }
 
+g4_status g4_backend_cuda_create_tuned(int device, const char *tune, g4_backend **out) {
+    (void)tune;
+    return g4_backend_cuda_create(device, out);
+}
+
 int g4_backend_is_cuda(const g4_backend *be) {
     (void)be;
     return 0;

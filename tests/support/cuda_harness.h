@@ -2,7 +2,8 @@
  * share: the device backend under test, device buffers (outputs poisoned
  * with NaN so that an unwritten element fails), weight matrices in every
  * format prepared on the device beside their host copies (which the float64
- * references read), backends created with one G4_CUDA_* setting, and paged
+ * references read), backends created with tuning overrides (G4_CUDA_TUNE
+ * syntax), and paged
  * attention batches.
  *
  * G4_TEST_DEVICE=cpu runs a test's logic with the CPU backend in the
@@ -41,7 +42,7 @@ static inline int harness_open(void) {
     gpu_is_cpu = dev && !strcmp(dev, "cpu");
     /* 8-bit weights take the integer GEMV only from 2^25 weights on; here it
      * takes every 8-bit case (the float32 GEMV's are checked with it off) */
-    setenv("G4_CUDA_GEMV_I8_MIN8", "0", 1);
+    setenv("G4_CUDA_TUNE", "i8_min8=0", 1);
     const g4_status st = device_backend_create(&gpu);
     if (st == G4_ERR_UNSUPPORTED) {
         printf("skipped: %s\n", g4_error_message());
@@ -60,14 +61,13 @@ static inline int harness_close(void) {
     return test_finish();
 }
 
-/* Another backend created with one setting (var=value), to check an
- * alternative path; NULL, with a failed check, if it cannot be. */
-static inline g4_backend *knob_backend(const char *var, const char *value) {
-    setenv(var, value, 1);
+/* Another backend created with tuning overrides ("key=value,...", README.md
+ * "CUDA tuning") to check an alternative path; NULL, with a failed check, if
+ * it cannot be. (In a dry run: another CPU backend.) */
+static inline g4_backend *knob_backend(const char *tune) {
     g4_backend *be = NULL;
-    const g4_status st = device_backend_create(&be);
-    unsetenv(var);
-    CHECK(st == G4_OK, "backend with %s=%s: %s", var, value, g4_error_message());
+    const g4_status st = gpu_is_cpu ? g4_backend_cpu_create(0, &be) : g4_backend_cuda_create_tuned(0, tune, &be);
+    CHECK(st == G4_OK, "backend with %s: %s", tune, g4_error_message());
     return st == G4_OK ? be : NULL;
 }
 
@@ -268,21 +268,18 @@ static inline int32_t *moe_random_ids(int n, int k, int E) {
 
 /* ---- attention settings (the attention test and the bench) ---- */
 
-/* Backends with the tensor-core prefill attention on (G4_CUDA_ATTN_TC=1:
- * the flash kernel; 32 and 64: the older kernel with that many rows per
- * block; G4_CUDA_ATTN_TC_SPLIT: keys
- * per piece when each tile's keys are split over blocks, "" by shape) and
- * off (0, last), made once. */
-enum { ATTN_TC_VARIANTS = 9, ATTN_DECODE_VARIANTS = 2 };
+/* Backends with the tensor-core prefill attention on (tuning attn=auto:
+ * the flash kernel; attn=tc: the older kernel; attn_tc_split: keys per
+ * piece when each tile's keys are split over blocks, "" by shape) and off
+ * (attn=cores, last), made once; and decode under other settings (key
+ * pieces of at least 64 positions). */
+enum { ATTN_TC_VARIANTS = 8, ATTN_DECODE_VARIANTS = 1 };
 static const char *const attn_tc_knob[ATTN_TC_VARIANTS][2] = {
-    {"1", ""}, {"1", "0"}, {"1", "32"}, {"1", "256"}, {"32", "0"}, {"64", "0"}, {"32", "256"}, {"64", "64"}, {"0", ""}};
+    {"auto", ""}, {"auto", "0"}, {"auto", "32"}, {"auto", "256"}, {"tc", "0"}, {"tc", "64"}, {"tc", "256"}, {"cores", ""}};
 static const char *attn_tc_name[ATTN_TC_VARIANTS];
 static g4_backend *attn_tc_be[ATTN_TC_VARIANTS];
 static int attn_tc_made;
-/* decode under other settings: the pieces sized from the cache's capacity,
- * K/V staged 32 positions at a time */
-static const char *const attn_decode_knob[ATTN_DECODE_VARIANTS][2] = {{"G4_CUDA_ATTN_DYNAMIC", "0"},
-                                                                      {"G4_CUDA_ATTN_DECODE_T", "32"}};
+static const char *const attn_decode_knob[ATTN_DECODE_VARIANTS][2] = {{"attn_min_split", "64"}};
 static char attn_decode_name[ATTN_DECODE_VARIANTS][64];
 static g4_backend *attn_decode_be[ATTN_DECODE_VARIANTS];
 
@@ -291,23 +288,15 @@ static inline void attn_tc_backends(void) {
     attn_tc_made = 1;
     static char names[ATTN_TC_VARIANTS][64];
     for (int v = 0; v < ATTN_TC_VARIANTS; v++) {
-        setenv("G4_CUDA_ATTN_TC", attn_tc_knob[v][0], 1);
-        if (attn_tc_knob[v][1][0]) setenv("G4_CUDA_ATTN_TC_SPLIT", attn_tc_knob[v][1], 1);
-        snprintf(names[v], sizeof names[v], "G4_CUDA_ATTN_TC=%s%s%s", attn_tc_knob[v][0],
-                 attn_tc_knob[v][1][0] ? " G4_CUDA_ATTN_TC_SPLIT=" : "", attn_tc_knob[v][1]);
+        snprintf(names[v], sizeof names[v], "attn=%s%s%s", attn_tc_knob[v][0],
+                 attn_tc_knob[v][1][0] ? ",attn_tc_split=" : "", attn_tc_knob[v][1]);
         attn_tc_name[v] = names[v];
-        if (device_backend_create(&attn_tc_be[v]) != G4_OK) attn_tc_be[v] = NULL;
-        CHECK(attn_tc_be[v] != NULL, "CUDA backend with %s: %s", attn_tc_name[v], g4_error_message());
-        unsetenv("G4_CUDA_ATTN_TC_SPLIT");
+        attn_tc_be[v] = knob_backend(attn_tc_name[v]);
     }
-    unsetenv("G4_CUDA_ATTN_TC");
     for (int v = 0; v < ATTN_DECODE_VARIANTS; v++) {
         snprintf(attn_decode_name[v], sizeof attn_decode_name[v], "%s=%s", attn_decode_knob[v][0],
                  attn_decode_knob[v][1]);
-        setenv(attn_decode_knob[v][0], attn_decode_knob[v][1], 1);
-        if (device_backend_create(&attn_decode_be[v]) != G4_OK) attn_decode_be[v] = NULL;
-        CHECK(attn_decode_be[v] != NULL, "CUDA backend with %s: %s", attn_decode_name[v], g4_error_message());
-        unsetenv(attn_decode_knob[v][0]);
+        attn_decode_be[v] = knob_backend(attn_decode_name[v]);
     }
 }
 

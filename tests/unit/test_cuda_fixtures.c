@@ -389,10 +389,8 @@ static void check_engine(const char *fixture) {
  * off must give bit-identical logits, and the recording must really have
  * been replayed. */
 static void check_graphs(const char *name) {
-    setenv("G4_CUDA_GRAPHS", "0", 1);
     g4_backend *eager_be = NULL;
-    g4_status st = g4_backend_cuda_create(0, &eager_be);
-    unsetenv("G4_CUDA_GRAPHS");
+    g4_status st = g4_backend_cuda_create_tuned(0, "graphs=0", &eager_be);
     CHECK(st == G4_OK, "second CUDA backend: %s", g4_error_message());
     if (st != G4_OK) return;
     fixture_ref ref, ref2;

@@ -132,31 +132,6 @@ static void test_matmul(void) {
         check_matmul(&t, lm, 2);
         free_matrix(&t);
     }
-    /* the dequantise-in-tile mma kernel for quantised prefill (G4_CUDA_QGEMM=mma) */
-    g4_backend *mma = knob_backend("G4_CUDA_QGEMM", "mma");
-    if (mma) {
-        struct {
-            g4_weight_format f;
-            int bits, group;
-            g4_dtype sdt;
-            int64_t rows, cols;
-        } q[] = {{G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 2048, 1536}, {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16, 1536, 6144},
-                 {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 300, 2816},     {G4_WEIGHT_AFFINE, 2, 32, G4_DTYPE_F16, 130, 512},
-                 {G4_WEIGHT_F16, 0, 0, 0, 200, 256}};
-        for (size_t k = 0; k < sizeof q / sizeof q[0]; k++) {
-            test_matrix t;
-            make_matrix(&t, q[k].f, q[k].bits, q[k].group, q[k].sdt, q[k].rows, q[k].cols);
-            g4_matrix dm = t.host;
-            const g4_status st = mma->ops->prepare_matrix(mma, &dm);
-            CHECK(st == G4_OK, "prepare on the mma backend: %s", g4_error_message());
-            /* inputs live on the first backend's device: one GPU, one address space */
-            check_matmul_on(mma, "mma ", &t.host, &dm, t.name, 64);
-            check_matmul_on(mma, "mma ", &t.host, &dm, t.name, 300);
-            free_matrix(&t);
-        }
-        CHECK(backend_status(mma) == G4_OK, "mma backend status: %s", g4_error_message());
-        g4_backend_destroy(mma);
-    }
 }
 
 static void test_embed(void) {
@@ -266,45 +241,17 @@ static void test_gemv_tc(void) {
         }
     /* one token of 8 bits runs the integer kernel here (groups of 32 and 64;
      * 128: the float32 GEMV; by default only from 2^25 weights, here from 0,
-     * see main); with it off (G4_CUDA_GEMV_I8=4) the
-     * float32 GEMV, and with G4_CUDA_GEMV_TC8_ONE=1 too the fp16 kernel,
-     * must be right too */
-    setenv("G4_CUDA_GEMV_I8", "4", 1);
-    g4_backend *f32_8 = knob_backend("G4_CUDA_GEMV_TC8_ONE", "0");
-    g4_backend *tc8 = knob_backend("G4_CUDA_GEMV_TC8_ONE", "1");
-    unsetenv("G4_CUDA_GEMV_I8");
+     * see harness_open); on the float32 GEMV (gemv=float32) it must be right too */
+    g4_backend *f32_8 = knob_backend("gemv=float32");
     for (size_t k = 0; k < n_formats; k++)
         for (size_t s = 0; formats[k].bits == 8 && s < sizeof shapes / sizeof shapes[0]; s++) {
             if (shapes[s][1] % formats[k].group != 0) continue;
             test_matrix t;
             make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, shapes[s][0], shapes[s][1]);
             if (f32_8) check_matmul_on(f32_8, "i8 off ", &t.host, &t.dev, t.name, 1);
-            if (tc8) check_matmul_on(tc8, "tc8-one ", &t.host, &t.dev, t.name, 1);
             free_matrix(&t);
         }
     if (f32_8) g4_backend_destroy(f32_8);
-    if (tc8) g4_backend_destroy(tc8);
-    /* every GEMV here loads its first weights before waiting for the kernel
-     * before it; with that off (G4_CUDA_GEMV_EARLY=0) too: bf16 on the
-     * float32 kernel, 4 and 8 bits on the integer one, MXFP4 on the
-     * pipelined fp16 one */
-    g4_backend *late = knob_backend("G4_CUDA_GEMV_EARLY", "0");
-    const struct {
-        g4_weight_format f;
-        int bits, group;
-        g4_dtype sdt;
-    } late_formats[] = {{G4_WEIGHT_BF16, 0, 0, G4_DTYPE_BF16},
-                        {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16},
-                        {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16},
-                        {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
-    for (size_t k = 0; late && k < sizeof late_formats / sizeof late_formats[0]; k++) {
-        test_matrix t;
-        make_matrix(&t, late_formats[k].f, late_formats[k].bits, late_formats[k].group, late_formats[k].sdt, 1000,
-                    2048);
-        check_matmul_on(late, "early off ", &t.host, &t.dev, t.name, 1);
-        free_matrix(&t);
-    }
-    if (late) g4_backend_destroy(late);
     /* a 31B MLP-sized matrix and wide rows (72 x 21504: columns in parts) */
     const int64_t big[][2] = {{21504, 5376}, {72, 21504}};
     for (size_t k = 0; k < n_formats; k++)
@@ -316,21 +263,13 @@ static void test_gemv_tc(void) {
             check_matmul(&t, tokens, 5);
             free_matrix(&t);
         }
-    /* the one-token fp16 4-bit kernels beside their default (pipelined, 5
-     * stages; G4_CUDA_GEMV_TC_PIPE): the unpipelined gemv_tc_kernel (0) and
-     * 4, 6, 7 stages, on every 4-bit format and shape above with the integer
-     * kernel off (G4_CUDA_GEMV_I8=0: affine groups of 64 and 128 run it by
-     * default); the unpipelined one also on gated pairs and MoE slots */
-    const char *stages[] = {"0", "4", "6", "7"};
-    for (int v = 0; v < 4; v++) {
-        setenv("G4_CUDA_GEMV_TC_PIPE", stages[v], 1);
-        setenv("G4_CUDA_GEMV_I8", "0", 1);
-        g4_backend *pipe = NULL;
-        if (device_backend_create(&pipe) != G4_OK) pipe = NULL;
-        unsetenv("G4_CUDA_GEMV_TC_PIPE");
-        unsetenv("G4_CUDA_GEMV_I8");
-        CHECK(pipe != NULL, "CUDA backend with G4_CUDA_GEMV_TC_PIPE=%s G4_CUDA_GEMV_I8=0: %s", stages[v],
-              g4_error_message());
+    /* the one-token fp16 4-bit kernel (pipelined) on every 4-bit format and
+     * shape above with the integer kernel off (gemv=fp16: affine groups of
+     * 64 and 128 run it by default), also on gated pairs (MoE slots:
+     * test_cuda_moe) */
+    const char *stages[] = {"gemv=fp16"};
+    for (int v = 0; v < 1; v++) {
+        g4_backend *pipe = knob_backend(stages[v]);
         if (!pipe) continue;
         char tag[32];
         snprintf(tag, sizeof tag, "tc-pipe %s ", stages[v]);
@@ -373,12 +312,14 @@ static void test_gemv_tc(void) {
         g4_backend_destroy(pipe);
     }
     /* the integer GEMV's prepared activations in one copy and in three
-     * (G4_CUDA_GEMV_COPIES, default 4: tile t reads copy t % copies), on
+     * (gemv_copies, default 4: tile t reads copy t % copies), on
      * every quantised format and shape above (the fp16 kernels keep one
      * copy), one and three tokens and a gated pair (MoE slots: test_cuda_moe) */
     const char *copies[] = {"1", "3"};
     for (int v = 0; v < 2; v++) {
-        g4_backend *cb = knob_backend("G4_CUDA_GEMV_COPIES", copies[v]);
+        char spec[32];
+        snprintf(spec, sizeof spec, "gemv_copies=%s", copies[v]);
+        g4_backend *cb = knob_backend(spec);
         if (!cb) continue;
         char tag[32];
         snprintf(tag, sizeof tag, "copies %s ", copies[v]);
@@ -550,8 +491,8 @@ static void test_fast_prefill(void) {
 /* Paths the bench (bench/cuda_ops_bench.c) times that the cases above do
  * not reach: one token over a 31B MLP-sized matrix (21504 x 5376, columns
  * in parts) in each timed format, on the default kernels and on the
- * float32 GEMV (G4_CUDA_GEMV_TC=0); and the one-token GEMV's column split
- * forced off and on (G4_CUDA_GEMV_SPLIT) at E2B and 31B shapes. */
+ * float32 GEMV (gemv=float32); and the one-token GEMV's column split
+ * forced off and on (gemv_split) at E2B and 31B shapes. */
 static void test_gemv_variants(void) {
     const struct {
         g4_weight_format f;
@@ -560,7 +501,7 @@ static void test_gemv_variants(void) {
     } formats[] = {{G4_WEIGHT_BF16, 0, 0, 0}, {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16},
                    {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16}, {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16},
                    {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8}};
-    g4_backend *f32 = knob_backend("G4_CUDA_GEMV_TC", "0");
+    g4_backend *f32 = knob_backend("gemv=float32");
     for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
         test_matrix t;
         make_matrix(&t, formats[k].f, formats[k].bits, formats[k].group, formats[k].sdt, 21504, 5376);
@@ -569,7 +510,7 @@ static void test_gemv_variants(void) {
         free_matrix(&t);
     }
     if (f32) g4_backend_destroy(f32);
-    g4_backend *split[2] = {knob_backend("G4_CUDA_GEMV_SPLIT", "0"), knob_backend("G4_CUDA_GEMV_SPLIT", "1")};
+    g4_backend *split[2] = {knob_backend("gemv_split=0"), knob_backend("gemv_split=1")};
     const int64_t shapes[][2] = {{2048, 1536}, {256, 1536}, {1536, 6144}, {16384, 5376}, {5376, 21504}};
     for (size_t k = 0; k < 3; k += 2) /* bf16 and affine 4-bit */
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

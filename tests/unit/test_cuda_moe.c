@@ -101,8 +101,8 @@ typedef struct {
 
 /* the cases at 40 and 150 tokens (grouped prefill sizes) on a backend
  * created with var=value */
-static void check_moe_knob(const char *var, const char *value, const moe_case *cases, int count) {
-    g4_backend *be = knob_backend(var, value);
+static void check_moe_knob(const char *tune, const moe_case *cases, int count) {
+    g4_backend *be = knob_backend(tune);
     if (!be) return;
     const int prefill_ns[] = {40, 150};
     gpu->ops->synchronize(gpu);
@@ -110,7 +110,7 @@ static void check_moe_knob(const char *var, const char *value, const moe_case *c
         const moe_case *m = &cases[i];
         check_moe(be, m->label, m->hf, m->f, m->bits, m->group, m->E, m->width, m->d, m->k, prefill_ns, 2, 0);
     }
-    CHECK(backend_status(be) == G4_OK, "no CUDA failure recorded with %s=%s: %s", var, value, g4_error_message());
+    CHECK(backend_status(be) == G4_OK, "no CUDA failure recorded with %s: %s", tune, g4_error_message());
     g4_backend_destroy(be);
 }
 
@@ -129,10 +129,10 @@ static void test_moe_experts(void) {
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 16, 256, 512, 10, ns, 3, 0);
     /* the same on the fp16 kernel's run: groups of 32, and groups of 64 with the integer kernel off */
     check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 256, 512, 5, ns, 3, 0);
-    g4_backend *fp16 = knob_backend("G4_CUDA_GEMV_I8", "0");
+    g4_backend *fp16 = knob_backend("gemv=fp16");
     if (fp16) {
-        check_moe(fp16, "MLX G4_CUDA_GEMV_I8=0", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 3, 0);
-        check_moe(fp16, "MLX G4_CUDA_GEMV_I8=0", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, 0);
+        check_moe(fp16, "MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 3, 0);
+        check_moe(fp16, "MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, 0);
         g4_backend_destroy(fp16);
     }
     /* the grouped prefill kernel's affine paths at every group size (one, two
@@ -166,15 +166,15 @@ static void test_moe_experts(void) {
     const moe_case blas[] = {{"HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8},
                              {"HF cuBLAS", 1, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3},
                              {"MLX-layout cuBLAS", 0, G4_WEIGHT_BF16, 0, 0, 16, 128, 256, 3}};
-    check_moe_knob("G4_CUDA_MOE_CUBLAS", "1", blas, 3);
-    const moe_case own[] = {{"HF G4_CUDA_MOE_CUBLAS=0", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8}};
-    check_moe_knob("G4_CUDA_MOE_CUBLAS", "0", own, 1);
+    check_moe_knob("moe_cublas=1", blas, 3);
+    const moe_case own[] = {{"HF moe_cublas=0", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8}};
+    check_moe_knob("moe_cublas=0", own, 1);
     /* the experts' prefill through the general grouped kernel too (the
      * default is the pipelined one) */
     const moe_case unpiped[] = {{"HF unpipelined", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8},
                                 {"MLX unpipelined", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8},
                                 {"MLX unpipelined", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8}};
-    check_moe_knob("G4_CUDA_MOE_PIPE", "0", unpiped, 3);
+    check_moe_knob("moe=mma", unpiped, 3);
 }
 
 /* moe_route_experts (the routing riding on the experts' first pre-pass for
@@ -243,24 +243,24 @@ static void test_moe_route_experts(void) {
 }
 
 /* The experts' GEMVs under the GEMV settings test_cuda_matmul's
- * test_gemv_tc checks matrices with: the unpipelined one-token fp16 4-bit
- * kernel (G4_CUDA_GEMV_TC_PIPE=0 with the integer kernel off), and the
+ * test_gemv_tc checks matrices with: the pipelined one-token fp16 4-bit
+ * kernel with the integer kernel off (gemv=fp16), and the
  * integer GEMV's prepared activations in one copy and in three
- * (G4_CUDA_GEMV_COPIES). */
+ * (gemv_copies). */
 static void test_moe_gemv_variants(void) {
     const int moe_ns[] = {1, 5};
-    setenv("G4_CUDA_GEMV_I8", "0", 1);
-    g4_backend *pipe = knob_backend("G4_CUDA_GEMV_TC_PIPE", "0");
-    unsetenv("G4_CUDA_GEMV_I8");
+    g4_backend *pipe = knob_backend("gemv=fp16");
     if (pipe) {
-        check_moe(pipe, "MLX tc-pipe 0", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, moe_ns, 2, 0);
-        check_moe(pipe, "MLX tc-pipe 0", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, moe_ns, 2, 0);
-        check_moe(pipe, "stacked tc-pipe 0", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, moe_ns, 2, 0);
+        check_moe(pipe, "MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, moe_ns, 2, 0);
+        check_moe(pipe, "MLX gemv=fp16", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, moe_ns, 2, 0);
+        check_moe(pipe, "stacked gemv=fp16", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, moe_ns, 2, 0);
         g4_backend_destroy(pipe);
     }
     const char *copies[] = {"1", "3"};
     for (int v = 0; v < 2; v++) {
-        g4_backend *cb = knob_backend("G4_CUDA_GEMV_COPIES", copies[v]);
+        char spec[32];
+        snprintf(spec, sizeof spec, "gemv_copies=%s", copies[v]);
+        g4_backend *cb = knob_backend(spec);
         if (!cb) continue;
         char tag[32];
         snprintf(tag, sizeof tag, "copies %s ", copies[v]);

@@ -11,8 +11,7 @@
  * its own range. When there are too few tiles to fill the GPU (decode), the
  * key range is split over several blocks and a second kernel merges their
  * partial softmaxes (flash decoding). Prefill-like batches run on tensor
- * cores where that kernel takes the shape (cuda_attention_tc.cu;
- * G4_CUDA_ATTN_TC=0 keeps them here). */
+ * cores where that kernel takes the shape (cuda_attention_tc.cu). */
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -177,9 +176,8 @@ struct attn_params : attn_common {
 
 /* Merges the split partial softmaxes of one (token, head) (at most
  * ATTN_MAX_SPLITS splits), one block per (token, head).
- * (Measured and dropped: the last split of each tile merging inside the
- * attention kernel, no second launch: e2b bf16 tg128 364.8 against 395.8
- * t/s, one block does all the tile's rows.) */
+ * (Merging inside the attention kernel's last split was slower: one block
+ * then does all the tile's rows.) */
 __global__ void attention_merge_kernel(float *out, const float *part_acc, const float *part_ml, int splits, int D) {
     pdl_wait();
     pdl_launch_next();
@@ -549,7 +547,7 @@ static void launch_attention(cuda_ctx *c, const attn_params &p, int tiles, size_
         cudaFuncAttributes fa;
         if (!cuda_check(c, cudaFuncGetAttributes(&fa, attention_kernel<DMAX, RPT, T>), "cudaFuncGetAttributes"))
             return;
-        const int dyn_max = (int)(c->smem_optin - fa.sharedSizeBytes);
+        const int dyn_max = (int)(c->caps.smem_optin - fa.sharedSizeBytes);
         if (!cuda_check(c,
                         cudaFuncSetAttribute(attention_kernel<DMAX, RPT, T>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -603,11 +601,9 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     const int decode = n <= 32 && G <= 4 * ATTN_WARPS;
     /* positions per staged K/V tile: 16 for head_dim 512 and for decode (a
      * tile's serial chain of loads, dot products and P V is what a short
-     * context waits on: E2B's 8/1 heads x 256 at 144 keys 11.4 -> 8.8 us;
-     * G4_CUDA_ATTN_DECODE_T=32 stages 32 where head_dim <= 256), else 32.
-     * Two lanes share a position at 16, 16 channels each per 32: head_dim
-     * must be a multiple of 32. */
-    const int T = dmax > 256 || (decode && c->attn_decode_t != 32 && D % 32 == 0) ? 16 : 32;
+     * context waits on), else 32. Two lanes share a position at 16, 16
+     * channels each per 32: head_dim must be a multiple of 32. */
+    const int T = dmax > 256 || (decode && D % 32 == 0) ? 16 : 32;
     if (decode) {
         rows_per_tile = G;
         rpt = G <= ATTN_WARPS ? 1 : G <= 2 * ATTN_WARPS ? 2 : 4;
@@ -615,32 +611,28 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         rpt = dmax > 256 ? 2 : 4;
         rows_per_tile = ATTN_WARPS * rpt;
     }
-    /* many query rows per KV head: tensor cores when enabled and the shape fits */
-    if (!decode && c->attn_tc && cuda_attention_tc(c, out, q, kv, b, sliding, n_heads, scale)) return;
+    /* many query rows per KV head: tensor cores where the shape fits */
+    if (!decode && c->tune.attn != G4_CUDA_ATTN_CORES && cuda_attention_tc(c, out, q, kv, b, sliding, n_heads, scale))
+        return;
     const int tiles = (int)(((int64_t)n * G + rows_per_tile - 1) / rows_per_tile);
     /* Decode splits each token's keys into pieces from its first key (at
      * most 64 pieces, as many as the cache's capacity needs), so a token's
      * result does not depend on what else is in the batch; prefill tiles are
      * parallel enough alone. The pieces' length comes from the token's own
      * span (kernel side, see attn_params.pieces): a short context in a long
-     * session still gets about two blocks per multiprocessor
-     * (G4_CUDA_ATTN_DYNAMIC=0: from the capacity, as recorded graphs once
-     * required; measured in bench/RESULTS.md, ninth run). */
+     * session still gets about two blocks per multiprocessor. */
     int splits = 1, split_len = INT32_MAX / 2, pieces = 0, min_len = T;
     if (decode) {
         const int64_t max_span = (int64_t)(sliding ? b->ring_blocks : b->full_table_stride) * b->block_size;
         int64_t len = (max_span + 63) / 64;
         /* Pieces just short enough for about two blocks per multiprocessor
          * over the batch's tiles and KV heads, one key tile at least
-         * (G4_CUDA_ATTN_MIN_SPLIT raises that floor). Measured on the H200:
-         * E2B's one KV head at 1024 positions of capacity got 8 blocks with
-         * 128-key pieces (tg128 335.8 t/s) and 32 with 32-key ones (391.6);
-         * 8 KV heads over 4096 keys ran 66 us with 128-key pieces but 85 us
-         * with 64-key ones (more partials to merge, no more parallelism). */
-        const int64_t want_blocks = 2 * (int64_t)c->sm_count;
+         * (tune.attn_min_split raises that floor; shorter pieces than that
+         * only add partials to merge). */
+        const int64_t want_blocks = 2 * (int64_t)c->caps.sm_count;
         const int64_t fill = ((int64_t)max_span * tiles * Hkv + want_blocks - 1) / want_blocks;
         if (len < fill) len = fill;
-        min_len = c->attn_min_split > 0 ? (c->attn_min_split + T - 1) / T * T : T;
+        min_len = c->tune.attn_min_split > 0 ? (c->tune.attn_min_split + T - 1) / T * T : T;
         if (len < min_len) len = min_len;
         len = (len + T - 1) / T * T;
         split_len = (int)len;
@@ -648,7 +640,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         if (splits < 1) splits = 1;
         /* pieces per token for about two blocks per multiprocessor */
         const int64_t per_token = (want_blocks + (int64_t)tiles * Hkv - 1) / ((int64_t)tiles * Hkv);
-        if (c->attn_dynamic && splits > 1) pieces = (int)(per_token < splits ? per_token : splits);
+        if (splits > 1) pieces = (int)(per_token < splits ? per_token : splits);
     }
     attn_params p;
     static_cast<attn_common &>(p) = attn_common_of(out, q, kv, b, sliding, n_heads, scale);
@@ -660,8 +652,8 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     p.part_acc = p.part_ml = NULL;
     if (splits > 1 && !cuda_attention_parts(c, (int64_t)n * n_heads, splits, D, &p.part_acc, &p.part_ml)) return;
     const size_t smem = ((size_t)ATTN_WARPS * rpt * D + (size_t)T * attn_k_stride(D) + (size_t)T * D) * sizeof(float);
-    if (smem > c->smem_optin) {
-        cuda_fail_op(c, "attention: %zu bytes of shared memory needed, %zu available", smem, c->smem_optin);
+    if (smem > c->caps.smem_optin) {
+        cuda_fail_op(c, "attention: %zu bytes of shared memory needed, %zu available", smem, c->caps.smem_optin);
         return;
     }
     switch (dmax) {

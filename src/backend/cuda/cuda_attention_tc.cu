@@ -1,7 +1,7 @@
-/* Prefill attention on tensor cores, the older kernel: by default for
- * head_dim 257..512 and where the flash kernel (cuda_attention_flash.cu,
- * head_dim 64..256) does not fit the GPU's shared memory; for every
- * head_dim 64..512 in multiples of 16 with G4_CUDA_ATTN_TC=32 or 64.
+/* Prefill attention on tensor cores, the older kernel: for head_dim
+ * 257..512 and where the flash kernel (cuda_attention_flash.cu, head_dim
+ * 64..256) does not fit the GPU's shared memory (or tune.attn = tc asks for
+ * it, a test hook).
  * Flash-attention style with S and P through shared memory.
  *
  * A block of 8 warps owns BM query rows of one KV head (row r: token r / G,
@@ -34,8 +34,7 @@
  *
  * Blocks run the tiles of the latest tokens first (they see the most keys:
  * a causal prompt's work per tile grows along it, and the longest tiles
- * started last would leave the GPU waiting on them; measured 31B 32/16
- * heads x 256 at 512 tokens 294 -> 204 us). Where there are too few tiles
+ * started last would leave the GPU waiting on them). Where there are too few tiles
  * to fill the GPU (E2B's one KV head), each tile's keys are also split into
  * pieces, one block each, merged by cuda_attention_merge (tca_split_len).
  *
@@ -463,15 +462,13 @@ template <int DMAX, int BM> static void launch_attention_tc(cuda_ctx *c, const a
 /* Keys per piece when each tile's keys are split over several blocks (0:
  * not split). A causal prompt gives its last tiles the most keys: with no
  * more tiles than multiprocessors the longest tile alone sets the time.
- * Measured on the H200 at 512 tokens, 256-key pieces: E2B's one KV head,
- * 8/1 heads x 256 128 -> 90 us (64 rows per block), x 512 215 -> 168 us;
- * but 31B 32/16 x 256 187 -> 270 us (128 tiles of 64 rows), where the
- * pieces' partials and their merge cost more than the balance gains. So:
- * pieces where one or two KV heads leave the multiprocessors short of
- * tiles. G4_CUDA_ATTN_TC_SPLIT=N forces N keys (0: never). */
+ * With many tiles the pieces' partials and their merge cost more than the
+ * balance gains. So: pieces where one or two KV heads leave the
+ * multiprocessors short of tiles (tune.attn_tc_split >= 0 forces a length;
+ * 0: never). */
 static int tca_split_len(const cuda_ctx *c, int tiles, int n_kv) {
-    if (c->attn_tc_split >= 0) return c->attn_tc_split;
-    return n_kv <= 2 && (int64_t)tiles * n_kv <= c->sm_count ? 256 : 0;
+    if (c->tune.attn_tc_split >= 0) return c->tune.attn_tc_split;
+    return n_kv <= 2 && (int64_t)tiles * n_kv <= c->caps.sm_count ? 256 : 0;
 }
 
 int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv, const g4_attn_batch *b, int sliding,
@@ -482,15 +479,12 @@ int cuda_attention_tc(cuda_ctx *c, float *out, const float *q, const cuda_kv *kv
     const int G = n_heads / Hkv;
     /* Rows per block: 32 at head_dim 512 (registers and shared memory);
      * below, 64: K/V staged once for twice the rows, one block per
-     * multiprocessor. Measured on the H200 against 32 (two blocks per
-     * multiprocessor): 31B 32/16 heads x 256 at 512 tokens 204 -> 187 us,
-     * at 2048 2051 -> 1836 us, E2B 8/1 x 256 at 512 (split) 101 -> 90 us.
-     * G4_CUDA_ATTN_TC=32 or 64 forces one. */
-    const int flash_rows = c->attn_tc == 1 ? cuda_attention_flash_rows(c, D) : 0;
-    int BM = flash_rows ? flash_rows : dmax > 256 ? 32 : c->attn_tc == 32 ? 32 : 64;
-    if (!flash_rows && BM == 64 && tca_smem_bytes(D, 64) > c->smem_optin) BM = 32; /* less shared memory */
+     * multiprocessor (faster than 32 and two blocks). */
+    const int flash_rows = c->tune.attn != G4_CUDA_ATTN_TC ? cuda_attention_flash_rows(c, D) : 0;
+    int BM = flash_rows ? flash_rows : dmax > 256 ? 32 : 64;
+    if (!flash_rows && BM == 64 && tca_smem_bytes(D, 64) > c->caps.smem_optin) BM = 32; /* less shared memory */
     const size_t smem = tca_smem_bytes(D, BM);
-    if (!flash_rows && smem > c->smem_optin) return 0; /* (512 needs ~155 KB: fits an A100's 163 KB) */
+    if (!flash_rows && smem > c->caps.smem_optin) return 0; /* (512 needs ~155 KB: fits an A100's 163 KB) */
     attn_tc_params p;
     static_cast<attn_common &>(p) = attn_common_of(out, q, kv, b, sliding, n_heads, scale);
     p.tiles = (int)(((int64_t)b->n_tokens * G + BM - 1) / BM);

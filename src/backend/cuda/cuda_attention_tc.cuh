@@ -73,7 +73,7 @@ __device__ __forceinline__ void tca_piece(const attn_tc_params &p, int split, in
 static inline void tca_launch(cuda_ctx *c, void (*kernel)(attn_tc_params), unsigned *configured,
                               const attn_tc_params &p, int threads, size_t smem, const char *name) {
     if (!cuda_done_on_device(configured, c)) {
-        if (!cuda_check(c, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem_optin),
+        if (!cuda_check(c, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->caps.smem_optin),
                         "cudaFuncSetAttribute"))
             return;
         cuda_mark_device(configured, c);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* environ */
 
 #include "backend/cuda/cuda_internal.cuh"
 
@@ -353,6 +354,10 @@ static const g4_backend_ops cuda_ops = {
 };
 
 extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
+    return g4_backend_cuda_create_tuned(device, NULL, out);
+}
+
+extern "C" g4_status g4_backend_cuda_create_tuned(int device, const char *tune, g4_backend **out) {
     *out = NULL;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -371,6 +376,21 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     if (prop.major < 8)
         return g4_fail(G4_ERR_UNSUPPORTED, "CUDA device %d (%s) has compute capability %d.%d; 8.0 or newer needed",
                        device, prop.name, prop.major, prop.minor);
+    g4_cuda_caps caps;
+    caps.sm_count = prop.multiProcessorCount;
+    caps.major = prop.major;
+    caps.minor = prop.minor;
+    caps.smem_optin = prop.sharedMemPerBlockOptin;
+    /* the measured defaults for this device, then the environment's override, then the caller's */
+    g4_cuda_tuning tuning = g4_cuda_tuning_defaults(&caps);
+    char tune_error[512];
+    if (!g4_cuda_tuning_check_env(environ, tune_error, sizeof tune_error))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s", tune_error);
+    if (!g4_cuda_tuning_parse(&tuning, getenv("G4_CUDA_TUNE"), tune_error, sizeof tune_error))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "G4_CUDA_TUNE: %s", tune_error);
+    if (!g4_cuda_tuning_parse(&tuning, tune, tune_error, sizeof tune_error))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s", tune_error);
+    if (caps.major < 9) tuning.pdl = 0; /* no programmatic dependent launch before Hopper */
     const char *blas_error = "";
     const cuda_blas_api *blas = cuda_blas(&blas_error);
     if (!blas) return g4_fail(G4_ERR_UNSUPPORTED, "CUDA device %d: %s", device, blas_error);
@@ -386,89 +406,9 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     c->device = device;
     c->blas_api = blas;
     snprintf(c->name, sizeof c->name, "%s", prop.name);
-    c->sm_count = prop.multiProcessorCount;
-    c->smem_optin = prop.sharedMemPerBlockOptin;
-    const char *qg = getenv("G4_CUDA_QGEMM");
-    c->quant_gemm_mma = qg && !strcmp(qg, "mma");
+    c->caps = caps;
+    c->tune = tuning;
     c->prefill_split = 1; /* G4_PRECISION_EXACT until set_precision says otherwise */
-    /* four rows per warp for one-token quantised GEMV: the default (faster
-     * by 25-45%); G4_CUDA_GEMV_ROWS4=0 goes back to one row per warp */
-    const char *rows4 = getenv("G4_CUDA_GEMV_ROWS4");
-    c->gemv_rows4 = !rows4 || strcmp(rows4, "0") != 0;
-    const char *split = getenv("G4_CUDA_GEMV_SPLIT");
-    c->gemv_split = split && (!strcmp(split, "0") || !strcmp(split, "1")) ? atoi(split) : -1;
-    const char *minb = getenv("G4_CUDA_GEMV_MINB");
-    c->gemv_minb = minb ? atoi(minb) : -1;
-    const char *tc = getenv("G4_CUDA_GEMV_TC");
-    c->gemv_tc = !tc || strcmp(tc, "0") != 0;
-    const char *tc8 = getenv("G4_CUDA_GEMV_TC8_ONE");
-    c->gemv_tc8_one = tc8 && !strcmp(tc8, "1");
-    /* one token of 4 bits by the software-pipelined kernel (gemv_tc_pipe_kernel,
-     * measured faster on every model: 31b mxfp4 90.9 -> 93.7, 26b-a4b mxfp4 252.7
-     * -> 268.8 t/s): G4_CUDA_GEMV_TC_PIPE=0 runs gemv_tc_kernel instead, 4..7 that
-     * many stages, 1 or unset the default (5) */
-    const char *pipe = getenv("G4_CUDA_GEMV_TC_PIPE");
-    const int pipe_stages = pipe ? atoi(pipe) : 1;
-    c->gemv_tc_pipe = pipe_stages == 1 || (pipe_stages >= 4 && pipe_stages <= 7) ? pipe_stages : 0;
-    /* one token of affine 4- and 8-bit weights on integer tensor cores (cuda_gemv_i8.cu;
-     * 31b mlx4 109.9 -> 118.7 t/s): G4_CUDA_GEMV_I8=0 leaves them to the fp16 kernels
-     * (4 bits) and the float32 GEMV (8 bits), =4 or =8 keeps one width on it */
-    const char *i8 = getenv("G4_CUDA_GEMV_I8");
-    c->gemv_i8 = !i8 ? 4 | 8 : !strcmp(i8, "0") ? 0 : !strcmp(i8, "4") ? 4 : !strcmp(i8, "8") ? 8 : 4 | 8;
-    /* 8 bits only from this many weights (rows x columns x MoE slots) on: the
-     * integer kernel's pre-pass and per-block setup lose to the float32 GEMV
-     * on small matrices (H200, groups of 64: 5376 x 8192 23.3 us against
-     * 27.8, 43008 x 5376 71.3 against 96.2, but 12288 x 1536 11.2 against
-     * 10.2 and 1536 x 2048 6.1 against 3.9). G4_CUDA_GEMV_I8_MIN8=0: all. */
-    const char *min8 = getenv("G4_CUDA_GEMV_I8_MIN8");
-    c->gemv_i8_min8 = min8 ? atoll(min8) : (int64_t)1 << 25;
-    /* Every tile of a tensor-core GEMV reads the same prepared activations
-     * at about the same time; one copy's lines sit in a few L2 slices that
-     * all of the GPU's warps then queue on. Tile t reads copy t % copies.
-     * bench/gemv_access_bench.cu, the integer GEMV's loads without its math
-     * (21504 x 5376 4-bit): weights alone 17.7 us, with one shared copy of
-     * the activations 23.8, with 16 copies 19.9. In the GEMV itself (with
-     * the pre-pass writing the copies): 21504 x 5376 26.4 -> 25.4 us, 43008
-     * x 5376 45.2 -> 42.5; tg128 31b mlx4 115.7 / 120.4 / 117.4 t/s with 1,
-     * 4, 16 copies, e2b mlx4 440.6 / 442.4 / 435.7. The integer kernel's
-     * activations only (see cuda_gemv_tc). */
-    /* a GEMV's first weight loads (float formats on the float32 kernel, the
-     * integer kernel's) before it waits for the kernel before it */
-    const char *early = getenv("G4_CUDA_GEMV_EARLY");
-    c->gemv_early = !(early && !strcmp(early, "0"));
-    const char *norm_moe = getenv("G4_CUDA_NORM_MOE");
-    c->norm_moe = !(norm_moe && !strcmp(norm_moe, "0"));
-    const char *route_ride = getenv("G4_CUDA_ROUTE_RIDE");
-    c->route_ride = !(route_ride && !strcmp(route_ride, "0"));
-    const char *prep_trigger = getenv("G4_CUDA_PREP_TRIGGER");
-    c->prep_trigger_first = !(prep_trigger && !strcmp(prep_trigger, "0"));
-    const char *copies = getenv("G4_CUDA_GEMV_COPIES");
-    c->gemv_copies = copies ? atoi(copies) : 4;
-    if (c->gemv_copies < 1) c->gemv_copies = 1;
-    if (c->gemv_copies > 64) c->gemv_copies = 64;
-    const char *pdl = getenv("G4_CUDA_PDL");
-    c->pdl = prop.major >= 9 && !(pdl && !strcmp(pdl, "0"));
-    const char *min_split = getenv("G4_CUDA_ATTN_MIN_SPLIT");
-    c->attn_min_split = min_split ? atoi(min_split) : 0;
-    const char *moe_pipe = getenv("G4_CUDA_MOE_PIPE");
-    c->moe_pipe = !(moe_pipe && !strcmp(moe_pipe, "0"));
-    const char *moe_cublas = getenv("G4_CUDA_MOE_CUBLAS");
-    c->moe_cublas = moe_cublas ? atoi(moe_cublas) : 64;
-    const char *decode_t = getenv("G4_CUDA_ATTN_DECODE_T");
-    c->attn_decode_t = decode_t && atoi(decode_t) == 32 ? 32 : 16;
-    const char *dynamic = getenv("G4_CUDA_ATTN_DYNAMIC");
-    c->attn_dynamic = !(dynamic && !strcmp(dynamic, "0"));
-    /* prefill attention on tensor cores (hi + lo fp16 splits, float32-like;
-     * measured faster at every prefill shape): 1 (default) lets
-     * cuda_attention_tc pick the rows per block, 32 or 64 force them, 0 keeps
-     * the CUDA-core kernel */
-    const char *attn_tc = getenv("G4_CUDA_ATTN_TC");
-    c->attn_tc = !attn_tc ? 1 : !strcmp(attn_tc, "0") ? 0 : !strcmp(attn_tc, "32") || !strcmp(attn_tc, "64") ? atoi(attn_tc) : 1;
-    const char *tc_split = getenv("G4_CUDA_ATTN_TC_SPLIT");
-    c->attn_tc_split = tc_split ? atoi(tc_split) : -1;
-    if (c->attn_tc_split < -1) c->attn_tc_split = -1;
-    const char *graphs = getenv("G4_CUDA_GRAPHS");
-    c->graphs_enabled = !graphs || strcmp(graphs, "0") != 0;
     c->pinned_bytes = 64u << 20;
     c->blas_workspace_bytes = 32u << 20;
     int ok = cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -493,6 +433,9 @@ extern "C" g4_status g4_backend_cuda_create(int device, g4_backend **out) {
     }
     g4_log(G4_LOG_INFO, "cuda: device %d: %s, %d SMs, %.1f GiB", device, prop.name, prop.multiProcessorCount,
            (double)prop.totalGlobalMem / (1u << 30));
+    char settings[512];
+    g4_cuda_tuning_format(&c->tune, settings, sizeof settings);
+    g4_log(G4_LOG_DEBUG, "cuda: tuning %s", settings);
     *out = be;
     return G4_OK;
 }

@@ -12,6 +12,11 @@
 extern "C" {
 #endif
 
+/* g4_backend_cuda_create with tuning overrides: tune is "key=value,..."
+ * (README.md, "CUDA tuning"; NULL or "" for none), applied after the
+ * device's measured defaults and the G4_CUDA_TUNE environment variable.
+ * G4_ERR_INVALID_ARGUMENT naming the key or value when one is wrong. */
+g4_status g4_backend_cuda_create_tuned(int device, const char *tune, g4_backend **out);
 /* Whether be is a CUDA backend. */
 int g4_backend_is_cuda(const g4_backend *be);
 /* The device's name ("" when not CUDA). */

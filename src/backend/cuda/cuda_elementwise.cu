@@ -454,7 +454,7 @@ void cuda_add_rmsnorm_moe(g4_backend *be, float *h, const float *x, const float 
     cuda_ctx *c = cuda_of(be);
     if (rows <= 0 || dim <= 0) return;
     const int threads = norm_threads(dim), per = (dim + threads - 1) / threads;
-    if (per > 8 || !c->norm_moe) { /* the two steps one by one */
+    if (per > 8) { /* the two steps one by one */
         cuda_add_rmsnorm(be, h, x, w, rows, dim, eps, 1.0f, out, w_out);
         cuda_rmsnorm_pair(be, out2, w2, out3, w3, h, rows, dim, eps);
         return;

@@ -13,10 +13,8 @@
  * codes stay integers: a word of eight 4-bit codes is two words of four bytes
  * (a mask; a shift and a mask), and one mma.m16n8k32 (u8 codes x s8
  * activations, int32 sums) takes 32 columns of 16 rows, four per block:
- * ~96 instructions per block. Measured on the H200 (21504 x 5376, groups of
- * 64): 26.8 us, 58% of the copy rate, against 30.4 us for the fp16 kernel;
- * its warps now wait on memory more than on issue; tg128 31b mlx4 109.9 ->
- * 118.4 t/s, 26b-a4b mlx4 295.1 -> 315.8, e2b mlx4 429.3 -> 454.0.
+ * ~96 instructions per block, so its warps wait on memory more than on
+ * issue (the speeds: bench/RESULTS.md).
  *
  * Exactness: per 128-column block the activations are scaled by a power of
  * two 2^-e (the largest magnitude into [2^21, 2^22)) and rounded to integers
@@ -44,8 +42,8 @@
  *
  * 4-bit groups of 32 columns would need 12 B columns, and MXFP4 codes are
  * not integers: those stay on the fp16 kernel, as do several tokens; 8-bit
- * groups of 128 (one group over two blocks) on the float32 GEMV.
- * G4_CUDA_GEMV_I8=0 turns this path off, =4 / =8 keeps only that width. */
+ * groups of 128 (one group over two blocks) on the float32 GEMV
+ * (g4_plan_gemv, cuda_plan.h). */
 #include "backend/cuda/cuda_gemv_i8.cuh"
 #include "backend/cuda/cuda_moe_route.cuh"
 
@@ -80,7 +78,7 @@ __device__ __forceinline__ uint32_t i8_plane(int X, int p) {
 /* One warp per (copy, activation row, block). */
 template <int BITS>
 __global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
-                                       int n_rows, int group_cols, int copies, size_t copy_uint4, int trigger_first,
+                                       int n_rows, int group_cols, int copies, size_t copy_uint4,
                                        cuda_moe_route_job route) {
     using G = i8_geom<BITS>;
     constexpr int PER = G::BC / 32; /* columns per lane */
@@ -89,11 +87,9 @@ __global__ void gemv_i8_prepare_kernel(uint4 *prepared, const float *x, size_t x
      * kernel before the pre-pass (a norm, the attention merge) still runs.
      * Safe: the GEMV waits for this grid to complete, which waits for that
      * one; and the GEMV lets nothing after it start early, so no more than
-     * these three are ever resident at once. (G4_CUDA_PREP_TRIGGER=0: after
-     * the wait, as the other small kernels do.) */
-    if (trigger_first) pdl_launch_next();
+     * these three are ever resident at once. */
+    pdl_launch_next();
     pdl_wait();
-    if (!trigger_first) pdl_launch_next();
     if (route.n > 0 && blockIdx.x == gridDim.x - 1) { /* the MoE routing's block (cuda_moe_route_experts) */
         moe_route_job_run(route);
         return;
@@ -220,10 +216,8 @@ __device__ __forceinline__ void i8_block(const i8_roles &r, uint4 wl, uint4 wh, 
 
 /* ---- the kernel ----
  * A block of 4 warps per 16-row tile and column part, as gemv_tc_pipe_kernel
- * (tc_lane_setup, tc_finish). (Measured and dropped: a streamed grid, each
- * warp an equal run of (tile, block) units across tile boundaries, split
- * tiles reduced through partial sums and a counter: 21504 x 5376 31.5 us
- * against 26.8, 31b mlx4 103.6 against 117.4 t/s, e2b mlx4 344.7 / 457.5.)
+ * (tc_lane_setup, tc_finish). (A streamed grid, each warp an equal run of
+ * (tile, block) units across tile boundaries, was slower.)
  * Each lane streams its warp's blocks of the tile: pointers at the warp's
  * first block, advanced once per S blocks (within those the offsets are
  * constants), and how many of them it loads weights, scales and
@@ -343,7 +337,7 @@ __device__ __forceinline__ void i8_run(const gemv_tc_args &a, const tc_lane &L, 
 template <int SD, int BITS, int SLOTS, int S>
 __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_i8_kernel(gemv_tc_args a) {
     using G = i8_geom<BITS>;
-    const bool early = a.early && !a.ids; /* (see i8_run) */
+    const bool early = !a.ids; /* (see i8_run) */
     if (!early) pdl_wait();
     __shared__ uint4 ring[TC_WARPS][S][G::STAGE];
     tc_lane L;
@@ -370,17 +364,6 @@ __global__ void __launch_bounds__(TC_MOE_WARPS * 32) gemv_i8_moe_down_kernel(gem
     tc_moe_down_finish(a, weights, k, blockIdx.y, t.row0, acc_lo, acc_hi);
 }
 
-/* 4 bits in groups of 64 or 128 (groups of 32 would need 12 B columns), 8
- * bits in groups of 32 or 64 (a group of 128 would span two blocks) */
-bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens, int n_slots) {
-    if (n_tokens != 1 || w->format != G4_WEIGHT_AFFINE) return false;
-    if (w->bits == 4) return (c->gemv_i8 & 4) && (w->group_size == 64 || w->group_size == 128);
-    if (w->bits == 8)
-        return (c->gemv_i8 & 8) && (w->group_size == 32 || w->group_size == 64) &&
-               w->rows * w->cols * n_slots >= c->gemv_i8_min8;
-    return false;
-}
-
 size_t cuda_gemv_i8_prepared_uint4(int n_blocks, int bits) {
     return (size_t)n_blocks * (bits == 8 ? i8_geom<8>::BU : i8_geom<4>::BU);
 }
@@ -392,10 +375,10 @@ void cuda_gemv_i8_prepare(cuda_ctx *c, uint4 *prepared, const float *x, size_t x
     const size_t copy_uint4 = (size_t)items * (bits == 8 ? i8_geom<8>::BU : i8_geom<4>::BU);
     if (bits == 8)
         cuda_launch(c, gemv_i8_prepare_kernel<8>, grid, TC_WARPS * 32, 0, prepared, x, x_stride, cols, n_blocks, n_x,
-                    group_cols, copies, copy_uint4, c->prep_trigger_first, route);
+                    group_cols, copies, copy_uint4, route);
     else
         cuda_launch(c, gemv_i8_prepare_kernel<4>, grid, TC_WARPS * 32, 0, prepared, x, x_stride, cols, n_blocks, n_x,
-                    group_cols, copies, copy_uint4, c->prep_trigger_first, route);
+                    group_cols, copies, copy_uint4, route);
 }
 
 /* The launches: scale storage (SD), width (BITS), groups per block (SLOTS). */

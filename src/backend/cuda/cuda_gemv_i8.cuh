@@ -1,14 +1,10 @@
-/* The integer tensor-core GEMV (cuda_gemv_i8.cu): one token of 4-bit affine
- * weights in groups of 64 or 128 columns; cuda_gemv_tc() hands it the
- * products it fits. */
+/* The integer tensor-core GEMV (cuda_gemv_i8.cu): one token of affine
+ * weights, 4 bits in groups of 64 or 128 columns, 8 bits in groups of 32 or
+ * 64; cuda_gemv_tc_launch runs it where g4_plan_gemv planned it. */
 #pragma once
 
 #include "backend/cuda/cuda_gemv_tc.cuh"
 
-/* whether this kernel takes the product (enabled, one token, the format:
- * affine 4 bits in groups of 64 or 128, 8 bits in groups of 32 or 64 for
- * at least c->gemv_i8_min8 weights over the n_slots MoE slots) */
-bool cuda_gemv_i8_fits(const cuda_ctx *c, const g4_matrix *w, int n_tokens, int n_slots);
 /* uint4 of prepared activations per activation row (blocks of 128 columns
  * for 4 bits, 64 for 8) */
 size_t cuda_gemv_i8_prepared_uint4(int n_blocks, int bits);

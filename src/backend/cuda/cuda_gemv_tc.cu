@@ -35,10 +35,8 @@
  * fragments for every token; 8-bit codes take 64-column blocks (see
  * gemv_tc_tokens_kernel).
  *
- * G4_CUDA_GEMV_TC=0 turns this path off (the float32 GEMV runs instead);
- * One token of 4 bits runs by default on the software-pipelined
- * gemv_tc_pipe_kernel (G4_CUDA_GEMV_TC_PIPE=0: gemv_tc_kernel; 4..7: that
- * many stages). */
+ * One token of 4 bits runs on the software-pipelined gemv_tc_pipe_kernel.
+ * Which kernel takes a product is planned by g4_plan_gemv (cuda_plan.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,12 +70,11 @@ __device__ __forceinline__ uint32_t tc_half_pair(float a, float b, int part) {
 template <int BITS>
 __global__ void gemv_tc_prepare_kernel(uint4 *prepared, const float *x, size_t x_stride, int64_t cols, int n_blocks,
                                        int n_rows, int group_cols, int copies, size_t copy_uint4,
-                                       int trigger_first, cuda_moe_route_job route) {
+                                       cuda_moe_route_job route) {
     constexpr int BC = BITS == 4 ? TC_BLOCK_COLS : TC8_BLOCK_COLS, BU = BITS == 4 ? TC_BLOCK_UINT4 : TC8_BLOCK_UINT4;
     constexpr int PER = BC / 32, FRAGS = BU - 2; /* columns per lane; uint4 of B fragments */
-    if (trigger_first) pdl_launch_next(); /* (see gemv_i8_prepare_kernel) */
+    pdl_launch_next(); /* before the wait (see gemv_i8_prepare_kernel) */
     pdl_wait();
-    if (!trigger_first) pdl_launch_next();
     if (route.n > 0 && blockIdx.x == gridDim.x - 1) { /* (see gemv_i8_prepare_kernel) */
         moe_route_job_run(route);
         return;
@@ -147,10 +144,6 @@ __device__ __forceinline__ void decode_word(uint32_t w, uint32_t *p) {
         }
     }
 }
-/* 128-column blocks in flight per warp: weights, scales and prepared
- * activations of this many blocks are requested before any is used. */
-#define TC_PREFETCH 4
-
 /* Scales and biases of a lane's two rows for one block. */
 struct tc_params {
     float sl, sh, bl, bh;
@@ -159,10 +152,8 @@ struct tc_params {
 /* The same as loaded, held until their block's turn, one to a register
  * (scale lo, scale hi, bias lo, bias hi; MXFP4 has no biases). Nothing may
  * touch them before then: an instruction that did (packing two 16-bit
- * values into one register, as this did before) waits for the load right
- * where it is issued, blocks early. (ncu on 16384 x 5376 affine4: a third
- * of the stalls were on these loads; unpacked, 31b mlx4 decode 101.8 ->
- * 107.1 t/s, 26b-a4b mlx4 258.8 -> 274.3.) */
+ * values into one register) would wait for the load right where it is
+ * issued. */
 template <int SD> struct tc_params_raw {
     uint32_t v[SD == TC_SCALE_E8M0 ? 2 : 4];
 };
@@ -232,79 +223,28 @@ __device__ __forceinline__ void tc_block_mma(const tc_lane &L, uint4 wl, uint4 w
         }
     }
 }
-/* One token (or one per MoE slot): per warp, TC_PREFETCH blocks requested,
- * awaited together, then computed (see tc_lane_setup, tc_finish). */
-template <int SD>
-__global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_kernel(gemv_tc_args a) {
-    pdl_wait();
-    constexpr bool MX = SD == TC_SCALE_E8M0;
-    /* each warp's prepared activations, copied asynchronously (the loads
-     * then wait once per TC_PREFETCH blocks, together with the weights) */
-    __shared__ uint4 ring[TC_WARPS][TC_PREFETCH][TC_BLOCK_UINT4];
-    tc_lane L;
-    if (!tc_lane_setup(a, L, TC_BLOCK_UINT4)) return;
-    const int warp = L.warp, lane = L.lane;
-    float acc_lo = 0.0f, acc_hi = 0.0f;
-    for (int blk0 = L.first; blk0 < L.last; blk0 += TC_PREFETCH) {
-        uint4 wl[TC_PREFETCH], wh[TC_PREFETCH];
-        tc_params p[TC_PREFETCH];
-#pragma unroll
-        for (int k = 0; k < TC_PREFETCH; k++) {
-            const int blk = blk0 + k;
-            if (blk < L.last) {
-                const uint4 *src = L.prepared + (size_t)blk * TC_BLOCK_UINT4;
-                cp_async16(&ring[warp][k][lane], src + lane);
-                if (lane < TC_BLOCK_UINT4 - 32) cp_async16(&ring[warp][k][32 + lane], src + 32 + lane);
-            }
-            const bool in = tc_block_in(a, L, blk);
-            const size_t off = (size_t)blk * 64;
-            wl[k] = in && L.ok_lo ? load_stream16(L.w_lo + off) : make_uint4(0, 0, 0, 0);
-            wh[k] = in && L.ok_hi ? load_stream16(L.w_hi + off) : make_uint4(0, 0, 0, 0);
-            p[k] = tc_params_of<SD>(tc_block_params_raw<SD>(a, L, blk));
-        }
-        cp_async_wait_all();
-        __syncwarp();
-#pragma unroll
-        for (int k = 0; k < TC_PREFETCH; k++) {
-            if (blk0 + k >= L.last) break;
-            tc_block_mma<MX>(L, wl[k], wh[k], ring[warp][k], p[k], acc_lo, acc_hi);
-        }
-        __syncwarp(); /* the ring is refilled next pass */
-    }
-    tc_finish(a, L, acc_lo, acc_hi);
-}
-
-/* ---- one token, software-pipelined (G4_CUDA_GEMV_TC_PIPE) ----
+/* ---- one token, software-pipelined ----
  *
- * gemv_tc_kernel waits for all TC_PREFETCH blocks of a round before it
- * computes any, so a warp's requests in flight fall to zero every round.
- * Here the lane's weights go to shared memory too (cp.async, the same 16
- * bytes of rows g and g + 8 it loads there), with the block's prepared
- * activations, into a ring of S stages per warp: while block i is
- * computed, blocks i + 1 .. i + S - 1 are in flight (one cp.async group per
- * block; wait_group S - 1 = block i has landed). Scales and biases are
- * 2-byte values at some group sizes, which cp.async cannot copy: ordinary
- * loads issued with their block's copies, into a register ring (the loop is
- * unrolled by S so its indices are constants). The math is
- * gemv_tc_kernel's (tc_block_mma).
+ * The lane's weights go to shared memory (cp.async, the same 16 bytes of
+ * rows g and g + 8 it would load), with the block's prepared activations,
+ * into a ring of S stages per warp: while block i is computed, blocks
+ * i + 1 .. i + S - 1 are in flight (one cp.async group per block;
+ * wait_group S - 1 = block i has landed), so a warp's requests in flight
+ * never fall to zero. Scales and biases are 2-byte values at some group
+ * sizes, which cp.async cannot copy: ordinary loads issued with their
+ * block's copies, into a register ring (the loop is unrolled by S so its
+ * indices are constants). The math is tc_block_mma.
  *
  * Shared memory: a stage is 64 uint4 of weights + TC_BLOCK_UINT4 of
  * activations = 1568 bytes per warp, 6272 per block of 4 warps (+ 324 of
- * tc_finish and the 1 KB each block reserves). Five blocks per SM fit up
- * to S = 7 (5 x 45252 = 226260 of 228 KB), but what shared memory takes L1
+ * tc_finish and the 1 KB each block reserves). What shared memory takes L1
  * loses, and the scales' loads need L1: each warp keeps 32 lines of them
  * (16 rows, scales and biases) alive for 4 to 8 blocks, 80 KB for 20
- * warps; missed, each load is a 32-byte L2 request per row (as many as the
- * weights'). S = 5 (5 x 32708 bytes: 164 KB of shared memory, 92 KB of L1)
+ * warps. S = 5 (5 x 32708 bytes: 164 KB of shared memory, 92 KB of L1)
  * keeps them and still has 4 blocks (80 KB of weights per SM) in flight,
- * about twice what the H200's bandwidth times its latency asks for.
- * G4_CUDA_GEMV_TC_PIPE=4..7 picks the others. Measured on the H200
- * (21504x5376 affine4 g64): unpipelined 32.5 us, 4 stages 32.4, 5 31.5,
- * 6 34.4, 7 41.4; end to end (tg128) 5 stages against unpipelined: 31b
- * mlx4 95.2 / 94.3 t/s, mxfp4 93.7 / 90.9, 26b-a4b mlx4 243.5 / 236.0,
- * mxfp4 268.8 / 252.7, e2b mlx4 364.9 / 354.4. Registers: at the launch bounds' 96 no spills
- * up to S = 7 for 16- and 8-bit scales (two to a register), up to 5 for
- * float32 ones (which take 5 when more are asked for). */
+ * about twice the bandwidth-latency product; float32 scales spill above 5
+ * stages at the launch bounds' 96 registers. (Other stage counts and the
+ * unpipelined kernel measured slower: bench/RESULTS.md.) */
 #define TC_PIPE_STAGES 5
 
 struct tc_pipe_stage {
@@ -384,7 +324,7 @@ __device__ __forceinline__ void tc_pipe_run(const gemv_tc_args &a, const tc_lane
 
 template <int SD, int S>
 __global__ void __launch_bounds__(TC_WARPS * 32, 5) gemv_tc_pipe_kernel(gemv_tc_args a) {
-    const bool early = a.early && !a.ids; /* (see tc_pipe_run) */
+    const bool early = !a.ids; /* (see tc_pipe_run) */
     if (!early) pdl_wait();
     __shared__ tc_pipe_stage ring[TC_WARPS][S];
     tc_lane L;
@@ -439,20 +379,17 @@ __device__ __forceinline__ void decode_word8(uint32_t w, uint32_t *p) {
     p[1] = (w >> 8) & 0x00FF00FFu;
 }
 
-/* blocks of weights in flight per warp: three for one token, two for more
- * (more made the kernels spill at their launch bounds) */
-template <int NT> __host__ __device__ constexpr int tc_tokens_prefetch() { return NT == 1 ? 3 : 2; }
-/* blocks per multiprocessor the kernel is compiled for */
-template <int NT> __host__ __device__ constexpr int tc_tokens_min_blocks() { return NT == 1 ? 5 : 4; }
+/* blocks of weights in flight per warp (more made the kernels spill at their launch bounds) */
+#define TC_TOKENS_PREFETCH 2
 
-/* NT tokens at most (n of them: dense weights), or NT = 1 and one token per
- * MoE slot (a.ids; blockIdx.y is the slot). Partial sums and the
- * semaphore reduction as in gemv_tc_kernel, per token. */
+/* NT (2, 4 or 8) tokens at most, n of them, of dense weights. Partial sums
+ * and the semaphore reduction as in tc_finish, per token; four blocks per
+ * multiprocessor. */
 template <int SD, int BITS, int NT>
-__global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gemv_tc_tokens_kernel(gemv_tc_args a, int n) {
+__global__ void __launch_bounds__(TC_WARPS * 32, 4) gemv_tc_tokens_kernel(gemv_tc_args a, int n) {
     pdl_wait();
     constexpr bool MX = SD == TC_SCALE_E8M0;
-    constexpr int PF = tc_tokens_prefetch<NT>();
+    constexpr int PF = TC_TOKENS_PREFETCH;
     constexpr int BC = BITS == 4 ? TC_BLOCK_COLS : TC8_BLOCK_COLS;    /* columns per block */
     constexpr int BU = BITS == 4 ? TC_BLOCK_UINT4 : TC8_BLOCK_UINT4;  /* prepared uint4 per block */
     constexpr int FRAGS = BU - 2;                                      /* of them B fragments */
@@ -466,19 +403,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
     const uint8_t *data = a.data, *scales = a.scales, *biases = a.biases;
     const float *mul = a.gelu_mul;
     float *out = a.out;
-    int xrow = 0;
-    const int slot = blockIdx.y;
-    if (a.ids) {
-        const int e = a.ids[slot];
-        if (e < 0 || e >= a.n_experts) return;
-        const int64_t base = (int64_t)e * a.expert_stride + a.row_offset;
-        if (mul) mul += (size_t)slot * a.out_stride;
-        data += (size_t)base * a.row_bytes;
-        scales += (size_t)base * a.scale_row_bytes;
-        if (biases) biases += (size_t)base * a.scale_row_bytes;
-        xrow = slot / a.x_div;
-        out += (size_t)slot * a.out_stride;
-    }
+    const int slot = 0, xrow = 0; /* dense weights: one grid row */
     const int64_t r_lo = row0 + g, r_hi = paired ? row0 + g + a.pair : row0 + g + 8;
     const bool ok_lo = r_lo < a.rows, ok_hi = paired ? ok_lo : r_hi < a.rows;
     const int gs = a.group_size;
@@ -636,7 +561,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
     if (mine_ok)
         for (int w = 0; w < TC_WARPS; w++) v += sum_warps[w][t][r];
     if (parts > 1) {
-        /* [slot][token][part][row]: slot > 0 only with ids, token > 0 only without */
+        /* [slot][token][part][row] (slot 0 here) */
         const size_t first = ((size_t)slot * NT + t) * parts * a.rows_padded + (size_t)tile * 16 + r;
         if (!tc_parts_sum(a.partial + first + (size_t)part * a.rows_padded, a.partial + first, a.rows_padded, parts,
                           a.counters + (size_t)slot * a.n_tiles + tile, mine_ok, v))
@@ -655,108 +580,85 @@ __global__ void __launch_bounds__(TC_WARPS * 32, tc_tokens_min_blocks<NT>()) gem
     if (mine_ok && row0 + r < a.rows) out[row0 + r] = mul ? __fmul_rn(gelu_tanh(v), mul[row0 + r]) : v;
 }
 
-/* 4 bits: gemv_tc_kernel for one token (or one per slot), the tokens
- * kernel for more; 8 bits: the tokens kernel always. n_tokens > 1 only
- * without ids (dense weights). */
+/* The launches by scale storage (SD) and width (BITS). */
 template <int SD>
 static void launch_tc_moe_down(cuda_ctx *c, const gemv_tc_args &a, int n_tokens, const float *weights, int k) {
     const dim3 grid((unsigned)a.n_tiles, (unsigned)n_tokens);
     cuda_launch(c, gemv_tc_moe_down_kernel<SD>, grid, TC_MOE_WARPS * 32, 0, a, weights, k);
 }
 
-template <int SD, int S> static void launch_tc_pipe(cuda_ctx *c, dim3 grid, const gemv_tc_args &a) {
+template <int SD> static void launch_tc_pipe(cuda_ctx *c, const gemv_tc_args &a, int n_slots) {
     /* five blocks' shared memory, the rest left to L1 (see TC_PIPE_STAGES) */
     static int carved;
-    if (!tc_carve(c, gemv_tc_pipe_kernel<SD, S>, 5, &carved)) return;
-    cuda_launch(c, gemv_tc_pipe_kernel<SD, S>, grid, TC_WARPS * 32, 0, a);
+    if (!tc_carve(c, gemv_tc_pipe_kernel<SD, TC_PIPE_STAGES>, 5, &carved)) return;
+    const dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
+    cuda_launch(c, gemv_tc_pipe_kernel<SD, TC_PIPE_STAGES>, grid, TC_WARPS * 32, 0, a);
 }
 
-template <int SD, int BITS> static void launch_tc(cuda_ctx *c, const gemv_tc_args &a, int n_slots, int n_tokens) {
-    dim3 grid((unsigned)(a.n_tiles * a.parts), (unsigned)n_slots);
-    if (n_tokens <= 1) {
-        if constexpr (BITS == 4) {
-            /* G4_CUDA_GEMV_TC_PIPE: the pipelined kernel, with that many stages */
-            switch (c->gemv_tc_pipe) {
-            case 0: cuda_launch(c, gemv_tc_kernel<SD>, grid, TC_WARPS * 32, 0, a); break;
-            case 4: launch_tc_pipe<SD, 4>(c, grid, a); break;
-            /* float32 scales spill above 5 stages */
-            case 6: launch_tc_pipe<SD, SD == TC_SCALE_F32 ? 5 : 6>(c, grid, a); break;
-            case 7: launch_tc_pipe<SD, SD == TC_SCALE_F32 ? 5 : 7>(c, grid, a); break;
-            default: launch_tc_pipe<SD, TC_PIPE_STAGES>(c, grid, a); break;
-            }
-        } else
-            cuda_launch(c, gemv_tc_tokens_kernel<SD, 8, 1>, grid, TC_WARPS * 32, 0, a, 1);
-    } else if (n_tokens <= 2)
-        cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 2>, grid, TC_WARPS * 32, 0, a, n_tokens);
-    else if (n_tokens <= 4)
-        cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 4>, grid, TC_WARPS * 32, 0, a, n_tokens);
+template <int SD, int BITS> static void launch_tc_tokens(cuda_ctx *c, const gemv_tc_args &a, int tokens, int n) {
+    const dim3 grid((unsigned)(a.n_tiles * a.parts));
+    if (tokens == 2)
+        cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 2>, grid, TC_WARPS * 32, 0, a, n);
+    else if (tokens == 4)
+        cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 4>, grid, TC_WARPS * 32, 0, a, n);
     else
-        cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 8>, grid, TC_WARPS * 32, 0, a, n_tokens);
+        cuda_launch(c, gemv_tc_tokens_kernel<SD, BITS, 8>, grid, TC_WARPS * 32, 0, a, n);
 }
 
-/* Handles the product when the shape and format allow (returns 1), else
- * returns 0 and the caller runs the float32 GEMV. */
-/* cuda_gemv_tc, and with combine_w the MoE down projection's weighted sum
- * of each token's k slots into out (cuda_gemv_tc_moe_down). */
-static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
-                       const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-                       int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair,
-                       const float *combine_w, int combine_k) {
-    if (!c->gemv_tc || (!ids && (n_tokens < 1 || n_tokens > 8))) return 0;
+template <int SD>
+static void launch_tc_planned(cuda_ctx *c, const g4_gemv_plan *p, const gemv_tc_args &a, const cuda_gemv_req *r) {
+    const int n_slots = r->ids ? r->n_slots : 1;
+    switch (p->kernel) {
+    case G4_KERNEL_MOE_DOWN_FP16: launch_tc_moe_down<SD>(c, a, n_slots / r->combine_k, r->combine_w, r->combine_k); break;
+    case G4_KERNEL_GEMV_FP16: launch_tc_pipe<SD>(c, a, n_slots); break;
+    default:
+        if constexpr (SD != TC_SCALE_E8M0) {
+            if (p->bits == 8) {
+                launch_tc_tokens<SD, 8>(c, a, p->tokens, r->n_tokens);
+                break;
+            }
+        }
+        launch_tc_tokens<SD, 4>(c, a, p->tokens, r->n_tokens);
+        break;
+    }
+}
+
+void cuda_gemv_tc_launch(cuda_ctx *c, const g4_gemv_plan *p, const cuda_gemv_req *r) {
+    const g4_matrix *w = r->w;
     const bool mx = w->format == G4_WEIGHT_MXFP4;
-    const int bits = w->bits;
-    if (mx ? bits != 4 : !(w->format == G4_WEIGHT_AFFINE && (bits == 4 || bits == 8))) return 0;
-    const int gs = w->group_size;
-    if (mx ? gs != 32 : !(gs == 32 || gs == 64 || gs == 128)) return 0;
-    if (w->cols % 32 != 0 || w->cols % gs != 0 || w->row_bytes != (size_t)w->cols * bits / 8 ||
-        ((uintptr_t)w->data & 15u) != 0 || w->row_bytes % 16 != 0)
-        return 0;
-    if (!ids) n_slots = 1;
-    if (ids) n_tokens = 1; /* one token per slot */
-    /* one token of 4-bit affine weights in groups of 64 or 128, 8-bit in groups of 32 or 64: integer mma */
-    const bool i8 = cuda_gemv_i8_fits(c, w, n_tokens, n_slots);
-    /* One token of 8-bit weights otherwise: the float32 GEMV measured faster
-     * than the fp16 kernel (21504 x 5376 g64: 55.5 us against 71.6 here);
-     * G4_CUDA_GEMV_TC8_ONE=1 uses this path anyway. From two tokens on this
-     * one wins (80 us vs ~300 at 2-8). */
-    if (bits == 8 && n_tokens == 1 && !i8 && !c->gemv_tc8_one) return 0;
-    if (x_div <= 0) x_div = 1;
-    const int n_x = ids ? (n_slots + x_div - 1) / x_div : n_tokens;
+    const bool i8 = p->kernel == G4_KERNEL_GEMV_INT8 || p->kernel == G4_KERNEL_MOE_DOWN_INT8;
+    const int bits = p->bits, gs = w->group_size;
+    const int n_slots = r->ids ? r->n_slots : 1, n_tokens = r->ids ? 1 : r->n_tokens;
+    const int x_div = r->x_div > 0 ? r->x_div : 1;
+    const int n_x = r->ids ? (n_slots + x_div - 1) / x_div : n_tokens;
     /* blocks of 64 bytes of a row: 128 columns of 4 bits, 64 of 8 */
     const int block_cols = bits == 8 ? TC8_BLOCK_COLS : TC_BLOCK_COLS;
     const int n_blocks = (int)((w->cols + block_cols - 1) / block_cols);
-    /* the down projection with the tokens' sums: integer mma, or the pipelined fp16 kernel's run (4 bits) */
-    if (combine_w && !((i8 || (bits == 4 && c->gemv_tc_pipe)) && ids && x_div == 1 && pair == 0 &&
-                       combine_k >= 1 && combine_k <= TC_MOE_WARPS && n_slots % combine_k == 0))
-        return 0;
     const size_t row_uint4 = i8 ? cuda_gemv_i8_prepared_uint4(n_blocks, bits)
                                 : (size_t)n_blocks * (bits == 8 ? TC8_BLOCK_UINT4 : TC_BLOCK_UINT4);
-    const int64_t tiles = (w->rows + (pair > 0 ? 7 : 15)) / (pair > 0 ? 8 : 16);
-    /* copies of the prepared rows (see cuda_ctx.gemv_copies), no more than tiles read them; the integer
-     * kernel's only: the fp16 kernels measured no faster with them and their larger pre-pass slower (tg128
-     * e2b mxfp4 413.5 / 392.2 t/s with 1 / 4 copies, 26b-a4b mxfp4 316.8 / 315.0, 31b mxfp4 104.4 / 104.5) */
-    const int copies = i8 ? (int)(tiles < c->gemv_copies ? tiles : c->gemv_copies) : 1;
+    const int64_t tiles = p->tiles;
+    const int copies = p->copies; /* (the fp16 kernels' one: more made their pre-pass slower) */
     const size_t copy_uint4 = (size_t)n_x * row_uint4;
     uint4 *prepared = (uint4 *)cuda_scratch(c, SCRATCH_GEMV_FRAGS, copies * copy_uint4 * sizeof(uint4));
-    if (!prepared) return 1; /* failure recorded */
+    if (!prepared) return; /* failure recorded */
     const int gc = gs < block_cols ? gs : block_cols;
     const int64_t items = (int64_t)n_x * n_blocks;
     /* a MoE routing waiting for the experts' first pre-pass rides on this one (cuda_moe_route_experts) */
     cuda_moe_route_job route = {};
-    if (ids && c->route_job.n > 0) {
+    if (r->ids && c->route_job.n > 0) {
         route = c->route_job;
         c->route_job.n = 0;
     }
     const unsigned prep_grid = cuda_blocks((size_t)(items * copies), TC_WARPS) + (route.n > 0 ? 1 : 0);
     if (i8)
-        cuda_gemv_i8_prepare(c, prepared, x, x_stride, w->cols, n_blocks, n_x, gc, copies, bits, route);
+        cuda_gemv_i8_prepare(c, prepared, r->x, r->x_stride, w->cols, n_blocks, n_x, gc, copies, bits, route);
     else if (bits == 8)
-        cuda_launch(c, gemv_tc_prepare_kernel<8>, prep_grid, TC_WARPS * 32, 0, prepared, x, x_stride, w->cols,
-                    n_blocks, n_x, gc, copies, copy_uint4, c->prep_trigger_first, route);
+        cuda_launch(c, gemv_tc_prepare_kernel<8>, prep_grid, TC_WARPS * 32, 0, prepared, r->x, r->x_stride, w->cols,
+                    n_blocks, n_x, gc, copies, copy_uint4, route);
     else
-        cuda_launch(c, gemv_tc_prepare_kernel<4>, prep_grid, TC_WARPS * 32, 0, prepared, x, x_stride, w->cols,
-                    n_blocks, n_x, gc, copies, copy_uint4, c->prep_trigger_first, route);
-    if (!cuda_launched(c, "gemv_tc_prepare")) return 1;
+        cuda_launch(c, gemv_tc_prepare_kernel<4>, prep_grid, TC_WARPS * 32, 0, prepared, r->x, r->x_stride, w->cols,
+                    n_blocks, n_x, gc, copies, copy_uint4, route);
+    if (!cuda_launched(c, "gemv_tc_prepare")) return;
 
     gemv_tc_args a;
     static_cast<dev_matrix &>(a) = dev_matrix_of(w);
@@ -766,80 +668,38 @@ static int gemv_tc_run(cuda_ctx *c, float *out, size_t out_stride, const float *
     a.n_blocks = n_blocks;
     a.copies = copies;
     a.copy_uint4 = copy_uint4;
-    a.out = out;
-    a.out_stride = out_stride;
-    a.ids = ids;
-    a.expert_stride = expert_stride;
-    a.row_offset = row_offset;
+    a.out = r->out;
+    a.out_stride = r->out_stride;
+    a.ids = r->ids;
+    a.expert_stride = r->expert_stride;
+    a.row_offset = r->row_offset;
     a.x_div = x_div;
-    a.n_experts = n_experts;
-    a.gelu_mul = pair > 0 ? NULL : gelu_mul;
-    a.pair = pair;
-    a.early = c->gemv_early;
-    /* Columns in 2, 4 or 8 parts until there are four waves of blocks (five
-     * blocks per multiprocessor fit, four for several tokens): a last partial
-     * wave then costs little. Each warp keeps at least eight blocks (two
-     * rounds of loads: measured faster than more, shorter warps at
-     * 21504 x 5376, 4 bits; at least four or two blocks instead: 31b mlx4
-     * 91.8 -> 86.1 / 83.7 t/s). */
-    const int per_sm = n_tokens == 1 ? 5 : 4; /* the kernels' launch bounds */
-    int parts = 1;
-    while (parts < 8 && tiles * n_slots * parts < 4 * per_sm * (int64_t)c->sm_count &&
-           n_blocks >= 8 * TC_WARPS * parts * 2 && tiles * n_slots <= TC_MAX_COUNTERS)
-        parts *= 2;
-    a.parts = parts;
+    a.n_experts = r->n_experts;
+    a.gelu_mul = r->pair > 0 ? NULL : r->gelu_mul;
+    a.pair = r->pair;
+    a.parts = p->parts;
     a.n_tiles = tiles;
     a.rows_padded = tiles * 16;
     a.partial = NULL;
     a.counters = c->gemv_counters;
-    if (parts > 1) {
+    if (p->parts > 1) {
         /* [slot][part][row], or [token][part][row] for several tokens */
         a.partial = (float *)cuda_scratch(c, SCRATCH_GEMV_PARTIAL,
-                                          (size_t)n_slots * n_tokens * parts * tiles * 16 * sizeof(float));
-        if (!a.partial) return 1;
+                                          (size_t)n_slots * n_tokens * p->parts * tiles * 16 * sizeof(float));
+        if (!a.partial) return;
     }
     const int sd = mx ? TC_SCALE_E8M0 : dev_matrix_of(w).scale_dtype; /* 0 bf16, 1 f16, 2 f32 */
-    if (combine_w && i8) {
-        cuda_gemv_i8_moe_down_launch(c, a, n_slots / combine_k, combine_w, combine_k, sd);
-    } else if (combine_w) {
-        const int n_tok = n_slots / combine_k;
-        switch (sd) {
-        case TC_SCALE_BF16: launch_tc_moe_down<TC_SCALE_BF16>(c, a, n_tok, combine_w, combine_k); break;
-        case TC_SCALE_F16: launch_tc_moe_down<TC_SCALE_F16>(c, a, n_tok, combine_w, combine_k); break;
-        case TC_SCALE_F32: launch_tc_moe_down<TC_SCALE_F32>(c, a, n_tok, combine_w, combine_k); break;
-        default: launch_tc_moe_down<TC_SCALE_E8M0>(c, a, n_tok, combine_w, combine_k); break;
-        }
-    } else if (i8) {
+    if (p->kernel == G4_KERNEL_MOE_DOWN_INT8) {
+        cuda_gemv_i8_moe_down_launch(c, a, n_slots / r->combine_k, r->combine_w, r->combine_k, sd);
+    } else if (p->kernel == G4_KERNEL_GEMV_INT8) {
         cuda_gemv_i8_launch(c, a, n_slots, sd);
-    } else if (bits == 8) {
-        switch (sd) {
-        case TC_SCALE_BF16: launch_tc<TC_SCALE_BF16, 8>(c, a, n_slots, n_tokens); break;
-        case TC_SCALE_F16: launch_tc<TC_SCALE_F16, 8>(c, a, n_slots, n_tokens); break;
-        default: launch_tc<TC_SCALE_F32, 8>(c, a, n_slots, n_tokens); break;
-        }
     } else {
         switch (sd) {
-        case TC_SCALE_BF16: launch_tc<TC_SCALE_BF16, 4>(c, a, n_slots, n_tokens); break;
-        case TC_SCALE_F16: launch_tc<TC_SCALE_F16, 4>(c, a, n_slots, n_tokens); break;
-        case TC_SCALE_F32: launch_tc<TC_SCALE_F32, 4>(c, a, n_slots, n_tokens); break;
-        default: launch_tc<TC_SCALE_E8M0, 4>(c, a, n_slots, n_tokens); break;
+        case TC_SCALE_BF16: launch_tc_planned<TC_SCALE_BF16>(c, p, a, r); break;
+        case TC_SCALE_F16: launch_tc_planned<TC_SCALE_F16>(c, p, a, r); break;
+        case TC_SCALE_F32: launch_tc_planned<TC_SCALE_F32>(c, p, a, r); break;
+        default: launch_tc_planned<TC_SCALE_E8M0>(c, p, a, r); break;
         }
     }
     cuda_launched(c, "gemv_tc");
-    return 1;
-}
-
-int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
-                 const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-                 int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair) {
-    return gemv_tc_run(c, out, out_stride, x, x_stride, n_tokens, w, ids, n_slots, x_div, expert_stride, row_offset,
-                       n_experts, gelu_mul, pair, NULL, 0);
-}
-
-int cuda_gemv_tc_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
-                          const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
-                          int64_t expert_stride, int64_t row_offset, int n_experts) {
-    if (k <= 0 || n_slots % k != 0) return 0;
-    return gemv_tc_run(c, out, out_stride, x, x_stride, 1, w, ids, n_slots, 1, expert_stride, row_offset, n_experts,
-                       NULL, 0, weights, k);
 }

@@ -60,7 +60,6 @@ struct gemv_tc_args : dev_matrix {
     float *partial;     /* [slot][part][rows_padded] when parts > 1 */
     int *counters;      /* [slot][tile]: parts finished; zero between calls */
     int64_t pair;       /* > 0: gated pairs (see cuda_gemv): a tile is 8 gate rows and their up rows */
-    int early;          /* without ids: the first weights before pdl_wait (the integer and pipelined kernels; see i8_run) */
 };
 
 /* How group scales are stored; MXFP4 is the E8M0 case. */
@@ -81,7 +80,7 @@ template <int SD> __device__ __forceinline__ float group_value(uint32_t bits) {
     return e8m0_value(bits);
 }
 
-/* One lane of a one-token GEMV block (gemv_tc_kernel, gemv_tc_pipe_kernel):
+/* One lane of a one-token GEMV block (gemv_tc_pipe_kernel, gemv_i8_kernel):
  * its tile, rows, pointers, roles in the mma and range of blocks. */
 struct tc_lane {
     int warp, lane, g, c;

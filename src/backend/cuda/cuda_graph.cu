@@ -16,7 +16,7 @@ struct cuda_graph {
 
 int cuda_graph_begin(g4_backend *be) {
     cuda_ctx *c = cuda_of(be);
-    if (!c->graphs_enabled || c->failed != G4_OK || c->capturing) return 0;
+    if (!c->tune.graphs || c->failed != G4_OK || c->capturing) return 0;
     if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         cudaGetLastError();
         return 0;

@@ -19,6 +19,8 @@
 extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda_plan.h"
+#include "backend/cuda_tuning.h"
 }
 
 /* Growable device buffers, one per use, reused across calls (the stream
@@ -60,8 +62,6 @@ struct cuda_moe_route_job {
 struct cuda_ctx {
     int device;
     char name[256];
-    int sm_count;
-    size_t smem_optin;
     cudaStream_t stream;
     const cuda_blas_api *blas_api; /* loaded at creation */
     cublasHandle_t blas;
@@ -76,39 +76,15 @@ struct cuda_ctx {
     void *pinned[2];
     size_t pinned_bytes;
     cudaEvent_t pinned_free[2];
-    int quant_gemm_mma; /* G4_CUDA_QGEMM=mma: quantised prefill through the mma kernel */
     /* Prefill GEMMs split activations (and non-bf16 weights) into hi + lo
      * bf16 parts: about float32 accuracy for 2-3x the tensor-core work
      * (G4_PRECISION_EXACT). G4_PRECISION_FAST turns it off: one bf16
      * product, ~3 significant digits per activation. */
     int prefill_split;
-    int gemv_rows4; /* G4_CUDA_GEMV_ROWS4=1: see launch_gemv_tokens */
-    int gemv_split; /* G4_CUDA_GEMV_SPLIT=0/1 forces the column split off/on; -1: by shape (gemv_split) */
-    int gemv_minb;  /* G4_CUDA_GEMV_MINB (0/5/6), -1 by format: see launch_gemv */
-    int gemv_tc;    /* 4/8-bit GEMV (up to 8 tokens) on tensor cores (cuda_gemv_tc.cu); G4_CUDA_GEMV_TC=0 turns it off */
-    int gemv_tc8_one; /* G4_CUDA_GEMV_TC8_ONE=1: one token of 8-bit weights on tensor cores too (slower, see cuda_gemv_tc) */
-    int gemv_tc_pipe; /* one token of 4 bits by the pipelined kernel with this many stages (4..7; 1: its default, 5); 0: gemv_tc_kernel (G4_CUDA_GEMV_TC_PIPE) */
-    int gemv_i8;      /* widths (4 | 8) whose one-token affine GEMV runs on integer tensor cores (cuda_gemv_i8.cu), 0: none (G4_CUDA_GEMV_I8) */
-    int64_t gemv_i8_min8; /* fewest weights (rows x cols x slots) of 8 bits for the integer kernel (G4_CUDA_GEMV_I8_MIN8) */
-    int gemv_early;   /* the GEMVs' first weights before pdl_wait (float32, integer, pipelined fp16 kernels; G4_CUDA_GEMV_EARLY=0: after) */
-    int norm_moe;     /* add_rmsnorm_moe in one launch (G4_CUDA_NORM_MOE=0: add_rmsnorm, then rmsnorm_pair) */
-    int route_ride;   /* moe_route_experts: the routing rides on the experts' first pre-pass (G4_CUDA_ROUTE_RIDE=0: a launch of its own) */
-    cuda_moe_route_job route_job; /* that routing until a pre-pass takes it (cuda_moe_route_flush launches it otherwise) */
-    int prep_trigger_first; /* GEMV pre-passes let their GEMV be scheduled before they wait (G4_CUDA_PREP_TRIGGER=0: after) */
-    int gemv_copies;  /* copies of the integer GEMV's prepared activations, tile t reading copy t % copies (G4_CUDA_GEMV_COPIES) */
-    int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of that GEMV's split rows, zero between calls */
-    /* CUDA graphs (cuda_graph.cu): G4_CUDA_GRAPHS=0 turns recording off */
-    int graphs_enabled;
-    /* programmatic dependent launch (Hopper and later; G4_CUDA_PDL=0 turns
-     * it off): see cuda_launch */
-    int pdl;
-    int attn_min_split; /* G4_CUDA_ATTN_MIN_SPLIT: shortest key piece of split decode attention (0: one tile) */
-    int moe_pipe;       /* experts' prefill by the pipelined grouped kernel (1, default; G4_CUDA_MOE_PIPE=0: mma_gemm_kernel) */
-    int moe_cublas;     /* bf16 experts' prefill by cuBLAS from this many tokens on (G4_CUDA_MOE_CUBLAS, default 64; 0: never) */
-    int attn_decode_t;  /* K/V positions per staged tile in decode attention: 16 (default) or 32 (G4_CUDA_ATTN_DECODE_T) */
-    int attn_dynamic;   /* decode pieces sized from each token's span (1, default) or the capacity (G4_CUDA_ATTN_DYNAMIC=0) */
-    int attn_tc; /* prefill-like attention on tensor cores (cuda_attention_tc.cu): 1 (default), 32/64 rows per block, 0 off (G4_CUDA_ATTN_TC) */
-    int attn_tc_split; /* keys per piece when that kernel splits each tile's keys over blocks: -1 by shape (default), 0 never (G4_CUDA_ATTN_TC_SPLIT) */
+    g4_cuda_caps caps;   /* the device's, at creation */
+    g4_cuda_tuning tune; /* the measured defaults for caps, with G4_CUDA_TUNE and the creator's overrides */
+    cuda_moe_route_job route_job; /* a routing until a GEMV pre-pass takes it (cuda_moe_route_flush launches it otherwise) */
+    int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of the tensor-core GEMVs' split rows, zero between calls */
     int capturing;        /* between graph_begin and graph_end */
     int capture_spoiled;  /* a buffer had to grow while recording: drop the recording */
     unsigned generation;  /* bumped whenever a scratch buffer moves; recordings of older generations are stale */
@@ -146,12 +122,10 @@ void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes);
  * (hiding the launch gap of a decode step's many small kernels). Every such
  * kernel calls pdl_wait() first, which returns once the previous kernel has
  * completed and its writes are visible; nothing is read or written before,
- * except by the GEMVs (float32, integer and pipelined fp16 kernels, without ids): their
- * first weights, which no kernel writes (G4_CUDA_GEMV_EARLY=0: after).
- * (Measured and dropped: letting the next kernel start as soon as all blocks
- * are resident in every kernel, griddepcontrol.launch_dependents first, with GEMVs
- * prefetching their weights into L2 while waiting: e2b bf16 402.9 -> 349.1
- * t/s, 31b bf16 62.9 -> 52.9; without the prefetch 387.8 and 60.0.) */
+ * except by the GEMVs without ids (float32, integer and pipelined fp16
+ * kernels): their first weights, which no kernel writes. (Letting every
+ * kernel start its successor as soon as all its blocks are resident lost:
+ * bench/RESULTS.md.) */
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -162,8 +136,7 @@ __device__ __forceinline__ void pdl_wait() {
  * for this one to complete. Called first by the one- or few-block kernels of
  * a decode step (norms, RoPE, activation preparation, routing, merges),
  * whose successor is mostly a GEMV: its blocks are then resident when they
- * finish (tg128 e2b bf16 451.6 -> 457.8 / 455.9, 26b-a4b mlx4 284.0 -> 286.2
- * / 286.6 t/s; in every kernel it lost, see above). */
+ * finish (faster there, slower in every other kernel: bench/RESULTS.md). */
 __device__ __forceinline__ void pdl_launch_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -182,7 +155,7 @@ static inline void cuda_launch(cuda_ctx *c, void (*kernel)(Params...), dim3 grid
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = c->pdl ? 1 : 0;
+    cfg.numAttrs = c->tune.pdl ? 1 : 0;
     cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
@@ -280,36 +253,48 @@ void cuda_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_toke
 int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
               const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
               int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair);
-/* The same for one token per slot, or up to 8 tokens of dense weights, of
- * 4-bit affine / MXFP4 / 8-bit affine weights on tensor cores (cuda_gemv_tc.cu); returns 0, doing nothing, when the
- * format or shape is not one it handles. */
-int cuda_gemv_tc(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
-                 const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
-                 int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair);
+/* One product as the GEMV kernels take it (cuda_gemv's arguments; with
+ * combine_w the MoE down projection's weighted sum of each token's
+ * combine_k slots, as cuda_gemv_moe_down). */
+struct cuda_gemv_req {
+    const g4_matrix *w;
+    const float *x;
+    size_t x_stride;
+    float *out;
+    size_t out_stride;
+    int n_tokens;
+    const int32_t *ids;
+    int n_slots, x_div;
+    int64_t expert_stride, row_offset;
+    int n_experts;
+    const float *gelu_mul;
+    int64_t pair;
+    const float *combine_w;
+    int combine_k;
+};
+/* Runs a plan of the tensor-core GEMVs (GEMV_FP16, GEMV_FP16_TOKENS,
+ * GEMV_INT8, MOE_DOWN_FP16, MOE_DOWN_INT8: cuda_gemv_tc.cu, cuda_gemv_i8.cu),
+ * its activation pre-pass first. */
+void cuda_gemv_tc_launch(cuda_ctx *c, const g4_gemv_plan *p, const cuda_gemv_req *r);
 /* The MoE experts' down projection (one token per slot, k slots per token,
  * expert ids on the device) with each token's weighted sum of its slots
  * written to out[t] (out_stride apart), as moe_combine_kernel adds them: 1
- * when done, 0 (nothing launched) where the shape or format has no such
- * kernel (4-bit affine groups of 64 or 128, k <= 8). */
-int cuda_gemv_tc_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
-                          const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
-                          int64_t expert_stride, int64_t row_offset, int n_experts);
-/* The same for every format with such a kernel: the quantised ones above,
- * and bf16 / f16 / f32 weights (cuda_matmul.cu). */
+ * when done, 0 (nothing launched) where no kernel does both (see
+ * g4_plan_gemv). */
 int cuda_gemv_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
                        const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
                        int64_t expert_stride, int64_t row_offset, int n_experts);
 /* Whether the mma kernel below handles this matrix (format, alignment). */
 int cuda_mma_supported(const g4_matrix *w, const float *x, size_t x_stride);
 /* out[dst(m)][n] = sum_k W_e[n][k] x[src(m)][k] with bf16 tensor cores and
- * weights dequantised in the tile. Dense: m < n_rows, src = dst = m, e = 0.
- * Grouped (sorted != NULL): tiles from cuda_moe_sort, src = slot / x_div. */
+ * weights dequantised in the tile, over the grouped tiles g from
+ * cuda_moe_sort (src = slot / x_div): the MoE experts' general prefill. */
 typedef struct {
     const int32_t *sorted, *tile_expert, *tile_start, *tile_len, *n_tiles;
     const int32_t *expert_count; /* slots per expert (sorted holds expert 0's, then 1's, ...) */
     int max_tiles;
 } cuda_groups;
-void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int x_div, int n_rows,
+void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int x_div,
                    const g4_matrix *w, int64_t rows, int64_t expert_stride, int64_t row_offset, const cuda_groups *g);
 /* Rows per tile of the grouped mma kernel. */
 #define CUDA_MMA_GROUP_BM 64
@@ -324,7 +309,7 @@ int cuda_moe_gemm_supported(const g4_matrix *w);
  * (cuda_moe_cublas.cu): g = gelu(gate) * up per slot (g: scratch) and out =
  * each token's weighted sum of its experts' down projections. Returns 0,
  * having launched nothing, where it does not apply (other formats, fewer
- * tokens than c->moe_cublas, a stream being captured). */
+ * tokens than c->tune.moe_cublas, a stream being captured). */
 int cuda_moe_experts_cublas(cuda_ctx *c, float *out, float *g, const float *x, int n, const int32_t *ids,
                             const float *weights, int k, int n_experts, const g4_matrix *wg, const g4_matrix *wu,
                             const g4_matrix *wd, int64_t gate_stride, int64_t gate_offset, int64_t up_stride,

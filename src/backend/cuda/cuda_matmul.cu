@@ -14,9 +14,10 @@
  *    weights (2^-9 relative), enough for trained checkpoints but not for the
  *    tiny random fixtures, whose logits amplify it to 0.1-1 relative error.
  *    The dequantising pass costs about 2-4 bytes written and read per weight
- *    per call, amortised over the prompt's tokens; G4_CUDA_QGEMM=mma instead
- *    dequantises inside the tiles of the mma kernel below (also used by the
- *    MoE experts).
+ *    per call, amortised over the prompt's tokens (dequantising inside the
+ *    tiles of the mma kernel below, which the MoE experts use, was slower).
+ * Which kernel runs is planned first (g4_plan_gemv, cuda_plan.h), then the
+ * planned one is launched.
  * Precision: float32 activations and accumulation everywhere; the split
  * products keep prefill within about 1e-5 of float32. */
 #include <string.h>
@@ -73,9 +74,8 @@ __device__ __forceinline__ void decode_chunk(const uint4 raw, float *v, const fl
             for (int k = 0; k < 4; k++)
                 v[4 * i + k] = __uint_as_float(__byte_perm(w[i], 0x4B000000u, 0x7440u | (uint32_t)k)) - magic;
         } else if constexpr (F == FF_AFF4) {
-            /* (a bf16-pair decode, two codes per shift + mask giving 128 + q,
-             * measured no faster on the H200 and lost an order of magnitude
-             * of precision to the 128 x sum(x) correction) */
+            /* (a bf16-pair decode, 128 + q per code, was no faster and lost
+             * an order of magnitude of precision to the 128 x sum(x) correction) */
 #pragma unroll
             for (int k = 0; k < 8; k++) v[8 * i + k] = __uint_as_float(((w[i] >> (4 * k)) & 15u) | 0x4B000000u) - magic;
         } else if constexpr (F == FF_AFF2) {
@@ -102,7 +102,6 @@ struct gemv_args : dev_matrix {
     /* > 0: gated pairs, out[r] = gelu_tanh(row r's sum) * (row r + pair's sum)
      * for the a.rows output rows (gate rows, their up rows pair further on) */
     int64_t pair;
-    int early; /* the first weights before pdl_wait (see gemv_kernel); 0 with ids */
 };
 
 #define GEMV_WARPS 4
@@ -155,7 +154,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
      * formats only (with scales and biases too, the loads held across the
      * loop's first turn cost the 8-bit kernels spills). */
     constexpr bool GROUPED = is_affine<F>() || F == FF_MXFP4;
-    const bool early = !GROUPED && a.early && !a.ids;
+    const bool early = !GROUPED && !a.ids;
     if (!early) pdl_wait();
     if (a.ids) {
         const int slot = blockIdx.y;
@@ -178,8 +177,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     const int n_chunks = (int)(a.cols / C);
     /* two chunks per thread per pass: twice the bytes in flight (four, or
-     * the L2 256-byte prefetch hint on these loads, measured slower on the
-     * 31B's bf16 shapes) */
+     * the L2 256-byte prefetch hint on these loads, were slower) */
     uint4 raw[2][R];
     /* the chunks' scales and biases as loaded, requested with the codes and
      * converted only when used (a conversion here would wait for the load
@@ -322,7 +320,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB) gemv_kernel(gemv_args a) {
  * columns for the 26B-A4B), two chunks per lane in flight; the block adds
  * the experts' rows in choice order, weighted, as moe_combine_kernel does.
  * (Before: a GEMV block per (2 rows, slot), then a combine launch.) The
- * quantised formats' kernels: cuda_gemv_tc_moe_down. */
+ * quantised formats' kernels: gemv_tc_moe_down_kernel, gemv_i8_moe_down_kernel. */
 #define GEMV_MOE_WARPS 8
 #define GEMV_MOE_ROWS 4
 
@@ -392,40 +390,29 @@ __global__ void __launch_bounds__(GEMV_MOE_WARPS * 32) gemv_moe_down_kernel(gemv
     a.out[(size_t)token * a.out_stride + (size_t)(row0 + r)] = v;
 }
 
-int cuda_gemv_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
-                       const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
-                       int64_t expert_stride, int64_t row_offset, int n_experts) {
-    if (cuda_gemv_tc_moe_down(c, out, out_stride, x, x_stride, w, ids, weights, n_slots, k, expert_stride,
-                              row_offset, n_experts))
-        return 1;
-    cuda_moe_route_flush(c); /* (taken by the gate and up projections before: only for safety) */
-    const int f = fast_format_of(w);
-    if (!(f == FF_BF16 || f == FF_F16 || f == FF_F32) || k < 1 || k > GEMV_MOE_WARPS || n_slots % k != 0) return 0;
-    const int C = chunk_cols_of(f);
-    if (w->cols % C != 0 || w->row_bytes != (size_t)(w->cols / C) * 16 || !aligned16(w->data) || !aligned16(x) ||
-        x_stride % 4 != 0)
-        return 0;
+static void launch_gemv_moe_down(cuda_ctx *c, const cuda_gemv_req *r) {
+    const g4_matrix *w = r->w;
     gemv_args a;
     memset(&a, 0, sizeof a);
     static_cast<dev_matrix &>(a) = dev_matrix_of(w);
     a.rows = w->rows;
     a.cols = w->cols;
-    a.x = x;
-    a.x_stride = x_stride;
-    a.out = out;
-    a.out_stride = out_stride;
-    a.ids = ids;
-    a.expert_stride = expert_stride;
-    a.row_offset = row_offset;
-    a.n_experts = n_experts;
-    const dim3 grid(cuda_blocks((size_t)w->rows, GEMV_MOE_ROWS), (unsigned)(n_slots / k));
-    switch (f) {
-    case FF_BF16: cuda_launch(c, gemv_moe_down_kernel<FF_BF16>, grid, GEMV_MOE_WARPS * 32, 0, a, weights, k); break;
-    case FF_F16: cuda_launch(c, gemv_moe_down_kernel<FF_F16>, grid, GEMV_MOE_WARPS * 32, 0, a, weights, k); break;
-    default: cuda_launch(c, gemv_moe_down_kernel<FF_F32>, grid, GEMV_MOE_WARPS * 32, 0, a, weights, k); break;
+    a.x = r->x;
+    a.x_stride = r->x_stride;
+    a.out = r->out;
+    a.out_stride = r->out_stride;
+    a.ids = r->ids;
+    a.expert_stride = r->expert_stride;
+    a.row_offset = r->row_offset;
+    a.n_experts = r->n_experts;
+    const int k = r->combine_k;
+    const dim3 grid(cuda_blocks((size_t)w->rows, GEMV_MOE_ROWS), (unsigned)(r->n_slots / k));
+    switch (fast_format_of(w)) {
+    case FF_BF16: cuda_launch(c, gemv_moe_down_kernel<FF_BF16>, grid, GEMV_MOE_WARPS * 32, 0, a, r->combine_w, k); break;
+    case FF_F16: cuda_launch(c, gemv_moe_down_kernel<FF_F16>, grid, GEMV_MOE_WARPS * 32, 0, a, r->combine_w, k); break;
+    default: cuda_launch(c, gemv_moe_down_kernel<FF_F32>, grid, GEMV_MOE_WARPS * 32, 0, a, r->combine_w, k); break;
     }
     cuda_launched(c, "gemv_moe_down");
-    return 1;
 }
 
 /* Any format, any alignment: element by element (odd shapes, 3/5/6/7-bit). */
@@ -465,25 +452,28 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_generic_kernel(gemv_args
     }
 }
 
-/* Split the columns over the block (see gemv_kernel) when whole-warp rows
- * would give fewer than four blocks per multiprocessor, for quantised
- * formats (whose decoding keeps the GPU busy with fewer warps) fewer than
- * one (measured on the H200: affine4 1536x6144 17.4 -> 10.2 us split, but
- * 6144x1536 9.2 -> 12.5 us). One token of bf16/f16/f32 rows of 512 columns
- * or more always splits: measured as fast or faster at every E2B and 31B
- * shape (31B bf16: 21504x5376 60.7 -> 53.1 us, gate|up 43008x5376 106.8 ->
- * 102.5 us; E2B 1536x6144 12.7 -> 6.1 us), slower only at 1536x256. */
-static bool gemv_split(const cuda_ctx *c, const gemv_args &a, int rows_per_warp, int n_slots, bool quantised) {
-    if (c->gemv_split >= 0) return c->gemv_split != 0;
-    if (!quantised && a.n == 1 && a.cols >= 512) return true;
-    const int64_t blocks = (a.rows + GEMV_WARPS * rows_per_warp - 1) / (GEMV_WARPS * rows_per_warp) * n_slots;
-    return blocks < (quantised ? 1 : 4) * (int64_t)c->sm_count;
+/* The float32 GEMV as planned: rows per warp and launch bound are the
+ * plan's (g4_gemv_float_rows, g4_gemv_float_min_blocks), instantiated here
+ * for each format and token count. */
+template <int F> __host__ __device__ constexpr int float_rows(int NT) {
+    return NT == 1 && (F == FF_AFF4 || F == FF_AFF8 || F == FF_MXFP4) ? 4
+           : NT == 1 && F == FF_BF16                                  ? 2
+                                                                      : gemv_rows<F>();
+}
+template <int F> __host__ __device__ constexpr int float_min_blocks(int NT) {
+    return NT == 1 && (F == FF_AFF4 || F == FF_MXFP4) ? 5 : NT == 1 && F == FF_AFF8 ? 6 : 0;
 }
 
-template <int F, int NT, int R, int MINB>
-static void launch_gemv_minb(cuda_ctx *c, const gemv_args &a, int n_slots) {
+template <int F, int NT>
+static void launch_gemv_float_nt(cuda_ctx *c, const g4_gemv_plan *p, const gemv_args &a, int n_slots) {
+    constexpr int R = float_rows<F>(NT), MINB = float_min_blocks<F>(NT);
+    if (p->rows != R || p->min_blocks != MINB) {
+        cuda_fail_op(c, "gemv: no float32 kernel for %d rows per warp, %d blocks per multiprocessor", p->rows,
+                     p->min_blocks);
+        return;
+    }
     const int rp = a.pair > 0 ? R / 2 : R; /* output rows per warp */
-    if (gemv_split(c, a, rp, n_slots, is_affine<F>() || F == FF_MXFP4)) {
+    if (p->split) {
         dim3 grid(cuda_blocks((size_t)a.rows, rp), (unsigned)n_slots);
         cuda_launch(c, gemv_kernel<F, NT, R, true, MINB>, grid, GEMV_THREADS, 0, a);
     } else {
@@ -493,44 +483,13 @@ static void launch_gemv_minb(cuda_ctx *c, const gemv_args &a, int n_slots) {
     cuda_launched(c, "gemv");
 }
 
-/* One token of a quantised format is compiled for at least 5 (4-bit) or 6
- * (8-bit) blocks of 128 threads per multiprocessor: ~90 / 80 registers
- * instead of ~120, more warps to hide the loads' latency, no spills.
- * Measured on the H200 (21504x5376, one token): affine8 67 -> 57 us,
- * affine4 and mxfp4 about equal, the 262144x1536 affine4 head 200 ->
- * 186 us. G4_CUDA_GEMV_MINB=0/5/6 forces a choice (0: the compiler's). Any
- * other kernel is left to the compiler (MINB 0). */
-template <int F, int NT, int R>
-static void launch_gemv(cuda_ctx *c, const gemv_args &a, int n_slots) {
-    if constexpr (NT == 1 && (is_affine<F>() || F == FF_MXFP4) && F != FF_AFF2) {
-        const int minb = c->gemv_minb >= 0 ? c->gemv_minb : F == FF_AFF8 ? 6 : 5;
-        if (minb == 5) return launch_gemv_minb<F, NT, R, 5>(c, a, n_slots);
-        if (minb == 6) return launch_gemv_minb<F, NT, R, 6>(c, a, n_slots);
+template <int F> static void launch_gemv_float(cuda_ctx *c, const g4_gemv_plan *p, const gemv_args &a, int n_slots) {
+    switch (p->tokens) {
+    case 1: launch_gemv_float_nt<F, 1>(c, p, a, n_slots); break;
+    case 2: launch_gemv_float_nt<F, 2>(c, p, a, n_slots); break;
+    case 4: launch_gemv_float_nt<F, 4>(c, p, a, n_slots); break;
+    default: launch_gemv_float_nt<F, 8>(c, p, a, n_slots); break;
     }
-    launch_gemv_minb<F, NT, R, 0>(c, a, n_slots);
-}
-
-template <int F>
-static void launch_gemv_tokens(cuda_ctx *c, const gemv_args &a, int n_slots) {
-    constexpr int R = gemv_rows<F>();
-    /* gemv_rows4 (default; G4_CUDA_GEMV_ROWS4=0 disables): four rows per warp for one token of a quantised
-     * format (each activation load serves twice the weights; an experiment) */
-    if (a.n <= 1 && c->gemv_rows4 && (is_affine<F>() || F == FF_MXFP4) && F != FF_AFF2)
-        launch_gemv<F, 1, 4>(c, a, n_slots);
-    else if (F == FF_BF16 && a.n <= 1)
-        /* two rows per warp (per block when split): measured faster than
-         * four or one at every 31B and E2B shape (31B down 5376x21504 61.4
-         * -> 55.8 us, o 5376x8192 24.7 -> 22.7 us: twice the blocks, whole
-         * waves) */
-        launch_gemv<F, 1, 2>(c, a, n_slots);
-    else if (a.n <= 1)
-        launch_gemv<F, 1, R>(c, a, n_slots);
-    else if (a.n <= 2)
-        launch_gemv<F, 2, R>(c, a, n_slots);
-    else if (a.n <= 4)
-        launch_gemv<F, 4, R>(c, a, n_slots);
-    else
-        launch_gemv<F, 8, R>(c, a, n_slots);
 }
 
 template <int NT>
@@ -541,6 +500,82 @@ static void launch_gemv_generic(cuda_ctx *c, const gemv_args &a, const dev_matri
 }
 
 
+static g4_gemv_plan plan_of(const cuda_ctx *c, const cuda_gemv_req *r) {
+    g4_gemv_shape sh;
+    sh.w = r->w;
+    sh.n_tokens = r->n_tokens;
+    sh.has_ids = r->ids != NULL;
+    sh.n_slots = r->n_slots;
+    sh.x_div = r->x_div;
+    sh.x_aligned = aligned16(r->x) && r->x_stride % 4 == 0;
+    sh.pair = r->pair;
+    sh.combine_k = r->combine_k;
+    return g4_plan_gemv(&c->caps, &c->tune, &sh);
+}
+
+/* The float32 GEMV kernels (plan GEMV_FLOAT or GEMV_GENERIC). */
+static void launch_gemv_planned(cuda_ctx *c, const g4_gemv_plan *p, const cuda_gemv_req *r) {
+    const g4_matrix *w = r->w;
+    gemv_args a;
+    static_cast<dev_matrix &>(a) = dev_matrix_of(w);
+    a.rows = w->rows; /* with ids: rows of one expert */
+    a.cols = w->cols;
+    a.x = r->x;
+    a.x_stride = r->x_stride;
+    a.out = r->out;
+    a.out_stride = r->out_stride;
+    a.n = r->ids ? 1 : r->n_tokens;
+    a.ids = r->ids;
+    a.expert_stride = r->expert_stride;
+    a.row_offset = r->row_offset;
+    a.x_div = r->x_div > 0 ? r->x_div : 1;
+    a.n_experts = r->n_experts;
+    a.gelu_mul = r->pair > 0 ? NULL : r->gelu_mul;
+    a.pair = r->pair;
+    const int n_slots = r->ids ? r->n_slots : 1;
+    if (p->kernel == G4_KERNEL_GEMV_GENERIC) {
+        const dev_matrix m = dev_matrix_of(w);
+        if (p->tokens == 1)
+            launch_gemv_generic<1>(c, a, m, n_slots);
+        else if (p->tokens == 4)
+            launch_gemv_generic<4>(c, a, m, n_slots);
+        else
+            launch_gemv_generic<8>(c, a, m, n_slots);
+        return;
+    }
+    switch (fast_format_of(w)) {
+    case FF_F32: launch_gemv_float<FF_F32>(c, p, a, n_slots); break;
+    case FF_BF16: launch_gemv_float<FF_BF16>(c, p, a, n_slots); break;
+    case FF_F16: launch_gemv_float<FF_F16>(c, p, a, n_slots); break;
+    case FF_AFF2: launch_gemv_float<FF_AFF2>(c, p, a, n_slots); break;
+    case FF_AFF4: launch_gemv_float<FF_AFF4>(c, p, a, n_slots); break;
+    case FF_AFF8: launch_gemv_float<FF_AFF8>(c, p, a, n_slots); break;
+    case FF_MXFP4: launch_gemv_float<FF_MXFP4>(c, p, a, n_slots); break;
+    }
+}
+
+/* Plans r, then runs the planned kernel: 0 when none takes it (nothing launched). */
+static int run_gemv(cuda_ctx *c, const cuda_gemv_req *r) {
+    const g4_gemv_plan p = plan_of(c, r);
+    switch (p.kernel) {
+    case G4_KERNEL_GEMV_FP16:
+    case G4_KERNEL_GEMV_FP16_TOKENS:
+    case G4_KERNEL_GEMV_INT8:
+    case G4_KERNEL_MOE_DOWN_FP16:
+    case G4_KERNEL_MOE_DOWN_INT8: cuda_gemv_tc_launch(c, &p, r); return 1;
+    default: break;
+    }
+    cuda_moe_route_flush(c); /* a routing waiting for a pre-pass: these kernels have none */
+    switch (p.kernel) {
+    case G4_KERNEL_SKIP: return 1;
+    case G4_KERNEL_GEMV_GENERIC:
+    case G4_KERNEL_GEMV_FLOAT: launch_gemv_planned(c, &p, r); return 1;
+    case G4_KERNEL_MOE_DOWN_FLOAT: launch_gemv_moe_down(c, r); return 1;
+    case G4_KERNEL_DECLINE: return 0;
+    default: cuda_fail_op(c, "gemv: plan %s is not a GEMV", g4_kernel_name(p.kernel)); return 1;
+    }
+}
+
 int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int n_tokens,
               const g4_matrix *w, const int32_t *ids, int n_slots, int x_div, int64_t expert_stride,
               int64_t row_offset, int n_experts, const float *gelu_mul, int64_t pair) {
@@ -548,56 +583,21 @@ int cuda_gemv(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t
         cuda_fail_op(c, "gemv: %d tokens (at most 8)", n_tokens);
         return 1;
     }
-    if (cuda_gemv_tc(c, out, out_stride, x, x_stride, n_tokens, w, ids, n_slots, x_div, expert_stride, row_offset,
-                     n_experts, gelu_mul, pair))
-        return 1;
-    cuda_moe_route_flush(c); /* a routing waiting for a pre-pass: this path has none */
-    gemv_args a;
-    static_cast<dev_matrix &>(a) = dev_matrix_of(w);
-    a.rows = w->rows; /* with ids: rows of one expert */
-    a.cols = w->cols;
-    a.x = x;
-    a.x_stride = x_stride;
-    a.out = out;
-    a.out_stride = out_stride;
-    a.n = ids ? 1 : n_tokens;
-    a.ids = ids;
-    a.expert_stride = expert_stride;
-    a.row_offset = row_offset;
-    a.x_div = x_div > 0 ? x_div : 1;
-    a.n_experts = n_experts;
-    a.gelu_mul = pair > 0 ? NULL : gelu_mul;
-    a.pair = pair;
-    a.early = c->gemv_early;
-    if (!ids) n_slots = 1;
-    if (a.rows <= 0 || n_slots <= 0) return 1;
-    int f = fast_format_of(w);
-    const int C = f == FF_NONE ? 0 : chunk_cols_of(f);
-    int fast = f != FF_NONE && w->cols % C == 0 && w->row_bytes == (size_t)(w->cols / C) * 16 &&
-               w->row_bytes % 16 == 0 && aligned16(w->data) && aligned16(x) && x_stride % 4 == 0;
-    if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
-        fast = w->group_size > 0 && w->group_size % C == 0 && (f != FF_MXFP4 || w->group_size == 32);
-    if (pair > 0 && (!fast || f == FF_AFF2)) return 0; /* gated pairs need an even number of rows per warp */
-    if (!fast) {
-        dev_matrix m = dev_matrix_of(w);
-        if (a.n <= 1)
-            launch_gemv_generic<1>(c, a, m, n_slots);
-        else if (a.n <= 4)
-            launch_gemv_generic<4>(c, a, m, n_slots);
-        else
-            launch_gemv_generic<8>(c, a, m, n_slots);
-        return 1;
+    const cuda_gemv_req r = {w,        x,           x_stride,   out,      out_stride, n_tokens, ids, n_slots,
+                             x_div,    expert_stride, row_offset, n_experts, gelu_mul, pair,     NULL, 0};
+    return run_gemv(c, &r);
+}
+
+int cuda_gemv_moe_down(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride,
+                       const g4_matrix *w, const int32_t *ids, const float *weights, int n_slots, int k,
+                       int64_t expert_stride, int64_t row_offset, int n_experts) {
+    if (k <= 0) {
+        cuda_moe_route_flush(c);
+        return 0;
     }
-    switch (f) {
-    case FF_F32: launch_gemv_tokens<FF_F32>(c, a, n_slots); break;
-    case FF_BF16: launch_gemv_tokens<FF_BF16>(c, a, n_slots); break;
-    case FF_F16: launch_gemv_tokens<FF_F16>(c, a, n_slots); break;
-    case FF_AFF2: launch_gemv_tokens<FF_AFF2>(c, a, n_slots); break;
-    case FF_AFF4: launch_gemv_tokens<FF_AFF4>(c, a, n_slots); break;
-    case FF_AFF8: launch_gemv_tokens<FF_AFF8>(c, a, n_slots); break;
-    case FF_MXFP4: launch_gemv_tokens<FF_MXFP4>(c, a, n_slots); break;
-    }
-    return 1;
+    const cuda_gemv_req r = {w, x, x_stride, out, out_stride, 1, ids, n_slots, 1, expert_stride, row_offset,
+                             n_experts, NULL, 0, weights, k};
+    return run_gemv(c, &r);
 }
 
 /* ---- conversions for the tensor-core path ---- */
@@ -755,7 +755,9 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
         cuda_fail_op(c, "matmul: %lld x %lld is too large for cuBLAS", (long long)w->rows, (long long)w->cols);
         return;
     }
-    if (w->format == G4_WEIGHT_F32 && w->row_bytes % 4 == 0) {
+    g4_gemv_shape sh = {w, n_tokens, 0, 1, 1, 1, 0, 0};
+    const g4_gemv_plan p = g4_plan_gemv(&c->caps, &c->tune, &sh);
+    if (p.kernel == G4_KERNEL_GEMM_F32) {
         const float alpha = 1.0f, beta = 0.0f;
         cuda_check_blas(c,
                         c->blas_api->sgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n_tokens, (int)w->cols, &alpha,
@@ -764,17 +766,13 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
                         "cublasSgemm");
         return;
     }
-    if (c->quant_gemm_mma && w->format != G4_WEIGHT_BF16 && cuda_mma_supported(w, x, (size_t)w->cols)) {
-        cuda_mma_gemm(c, out, (size_t)w->rows, x, (size_t)w->cols, 1, n_tokens, w, w->rows, 0, 0, NULL);
-        return;
-    }
     const int split = c->prefill_split;
     const size_t nx = (size_t)n_tokens * (size_t)w->cols;
     __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx * 2 * (split ? 2 : 1));
     if (!xb) return;
     __nv_bfloat16 *x_lo = split ? xb + nx : NULL;
     if (!cuda_split_bf16(c, xb, x_lo, x, nx)) return;
-    if (w->format == G4_WEIGHT_BF16 && w->row_bytes % 2 == 0) {
+    if (p.kernel == G4_KERNEL_GEMM_BF16) {
         gemm_bf16(c, out, (size_t)w->rows, xb, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 0.0f);
         if (split) gemm_bf16(c, out, (size_t)w->rows, x_lo, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 1.0f);
         return;
@@ -816,7 +814,6 @@ struct mma_args : dev_matrix {
     int x_div;
     float *out;
     size_t out_stride;
-    int n_rows;
     cuda_groups g;
 };
 
@@ -854,19 +851,10 @@ __global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
 
     const int tile = blockIdx.x;
     const int64_t n0 = (int64_t)blockIdx.y * MMA_BN;
-    int m_len, m0 = 0;
-    int64_t base = a.row_offset;
-    const int32_t *rowlist = NULL;
-    if (a.g.sorted) {
-        if (tile >= *a.g.n_tiles) return;
-        const int e = a.g.tile_expert[tile];
-        rowlist = a.g.sorted + a.g.tile_start[tile];
-        m_len = a.g.tile_len[tile];
-        base = (int64_t)e * a.expert_stride + a.row_offset;
-    } else {
-        m0 = tile * BM;
-        m_len = a.n_rows - m0 < BM ? a.n_rows - m0 : BM;
-    }
+    if (tile >= *a.g.n_tiles) return;
+    const int32_t *rowlist = a.g.sorted + a.g.tile_start[tile];
+    const int m_len = a.g.tile_len[tile];
+    const int64_t base = (int64_t)a.g.tile_expert[tile] * a.expert_stride + a.row_offset;
     __syncthreads(); /* lut */
 
     /* this thread's A rows (NULL: beyond the tile's rows, loads zeros) */
@@ -876,7 +864,7 @@ __global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
         const int m = (tid + j * 256) >> 3;
         a_src[j] = NULL;
         if (m < m_len) {
-            const int src = rowlist ? rowlist[m] / a.x_div : m0 + m;
+            const int src = rowlist[m] / a.x_div;
             a_src[j] = a.x + (size_t)src * a.x_stride;
         }
     }
@@ -1026,7 +1014,7 @@ __global__ void __launch_bounds__(256) mma_gemm_kernel(mma_args a) {
         for (int half = 0; half < 2; half++) {
             const int m = wm * (BM / 2) + i * 16 + g + half * 8;
             if (m >= m_len) continue;
-            const size_t dst = rowlist ? (size_t)rowlist[m] : (size_t)(m0 + m);
+            const size_t dst = (size_t)rowlist[m];
             float *o = a.out + dst * a.out_stride;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -1077,7 +1065,7 @@ static void launch_mma_format(cuda_ctx *c, int f, const mma_args &a, unsigned ti
     }
 }
 
-void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int x_div, int n_rows,
+void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, size_t x_stride, int x_div,
                    const g4_matrix *w, int64_t rows, int64_t expert_stride, int64_t row_offset, const cuda_groups *g) {
     mma_args a;
     static_cast<dev_matrix &>(a) = dev_matrix_of(w);
@@ -1090,23 +1078,14 @@ void cuda_mma_gemm(cuda_ctx *c, float *out, size_t out_stride, const float *x, s
     a.x_div = x_div > 0 ? x_div : 1;
     a.out = out;
     a.out_stride = out_stride;
-    a.n_rows = n_rows;
-    memset(&a.g, 0, sizeof a.g);
-    if (g) a.g = *g;
+    a.g = *g;
     const int f = fast_format_of(w);
     if (rows <= 0) return;
-    const unsigned tiles = g ? (unsigned)g->max_tiles : cuda_blocks((size_t)n_rows, n_rows > 64 ? 128 : 64);
-    if (c->prefill_split) {
-        if (g || n_rows <= 64)
-            launch_mma_format<64, true>(c, f, a, tiles);
-        else
-            launch_mma_format<128, true>(c, f, a, tiles);
-    } else {
-        if (g || n_rows <= 64)
-            launch_mma_format<64, false>(c, f, a, tiles);
-        else
-            launch_mma_format<128, false>(c, f, a, tiles);
-    }
+    const unsigned tiles = (unsigned)g->max_tiles;
+    if (c->prefill_split)
+        launch_mma_format<CUDA_MMA_GROUP_BM, true>(c, f, a, tiles);
+    else
+        launch_mma_format<CUDA_MMA_GROUP_BM, false>(c, f, a, tiles);
 }
 
 void cuda_matmul_gated(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w) {

@@ -64,7 +64,7 @@ void cuda_moe_route_experts(g4_backend *be, float *out, const float *x, int n, i
                             const float *logits, const float *expert_scale, int n_experts, int k,
                             const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down) {
     cuda_ctx *c = cuda_of(be);
-    if (c->route_ride && n > 0 && n <= 8 && k > 0 && k <= 32 && k <= n_experts && n_experts <= 128) {
+    if (n > 0 && n <= 8 && k > 0 && k <= 32 && k <= n_experts && n_experts <= 128) {
         c->route_job = {ids, weights, logits, expert_scale, n, n_experts, k};
     } else {
         cuda_moe_route(be, ids, weights, logits, expert_scale, n, n_experts, k);
@@ -112,7 +112,7 @@ __global__ void moe_sort_kernel(const int32_t *ids, int n_slots, int n_experts, 
 
 /* out[t][:] = sum_j weights[t][j] * y[t*k + j][:] over valid choices, in
  * order. Grid (column blocks, tokens), one column per thread: a token's
- * row is spread over many blocks (one block per token took ~20 us). */
+ * row is spread over many blocks (one block per token leaves the GPU idle). */
 __global__ void moe_combine_kernel(float *out, const float *y, const int32_t *ids, const float *weights, int k,
                                    int n_experts, int d) {
     pdl_wait();
@@ -183,11 +183,12 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
     if (n > 8) cuda_moe_route_flush(c); /* the grouped paths sort the ids first */
     const int grouped = n > 8 && cuda_mma_supported(&wg, x, (size_t)d_in) && cuda_mma_supported(&wu, x, (size_t)d_in) &&
                         cuda_mma_supported(&wd, g, (size_t)width) && moe_groups(c, ids, n_slots, E, &groups);
-    const int pipelined = grouped && c->moe_pipe && cuda_moe_gemm_supported(&wg) && cuda_moe_gemm_supported(&wu) &&
+    const int general = c->tune.moe == G4_CUDA_MOE_MMA; /* (the test hook) */
+    const int pipelined = grouped && !general && cuda_moe_gemm_supported(&wg) && cuda_moe_gemm_supported(&wu) &&
                           cuda_moe_gemm_supported(&wd);
-    /* bf16 experts from c->moe_cublas tokens on through cuBLAS, the tokens'
-     * sums included (unless the general kernel was asked for) */
-    if (grouped && c->moe_pipe &&
+    /* bf16 experts from c->tune.moe_cublas tokens on through cuBLAS, the
+     * tokens' sums included (unless the general kernel was asked for) */
+    if (grouped && !general &&
         cuda_moe_experts_cublas(c, out, g, x, n, ids, weights, k, E, &wg, &wu, &wd, gate->expert_stride,
                                 gate->row_offset, up->expert_stride, up->row_offset, down->expert_stride,
                                 down->row_offset, &groups))
@@ -208,12 +209,12 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
         cuda_moe_gemm(c, y, (size_t)d, xb, parts > 1 ? xb + ng : NULL, 1, &wd, d, down->expert_stride,
                            down->row_offset, &groups);
     } else if (grouped) {
-        cuda_mma_gemm(c, g, (size_t)width, x, (size_t)d_in, k, n_slots, &wg, width, gate->expert_stride,
+        cuda_mma_gemm(c, g, (size_t)width, x, (size_t)d_in, k, &wg, width, gate->expert_stride,
                       gate->row_offset, &groups);
-        cuda_mma_gemm(c, u, (size_t)width, x, (size_t)d_in, k, n_slots, &wu, width, up->expert_stride,
+        cuda_mma_gemm(c, u, (size_t)width, x, (size_t)d_in, k, &wu, width, up->expert_stride,
                       up->row_offset, &groups);
         cuda_launch_gelu_mul(c, g, g, u, (size_t)n_slots * width);
-        cuda_mma_gemm(c, y, (size_t)d, g, (size_t)width, 1, n_slots, &wd, d, down->expert_stride, down->row_offset,
+        cuda_mma_gemm(c, y, (size_t)d, g, (size_t)width, 1, &wd, d, down->expert_stride, down->row_offset,
                       &groups);
     } else {
         /* one GEMV per slot, its expert picked on the device; gate and up rows

@@ -1,10 +1,10 @@
 /* The MoE experts' prefill products through cuBLAS, for bf16 experts
- * (G4_CUDA_MOE_CUBLAS: from how many tokens on; 0 turns it off).
+ * (from c->tune.moe_cublas tokens on; 0 turns it off).
  *
- * Why: at 512 tokens the 26B-A4B's 128 experts get ~32 slots each, and our
- * grouped kernel (cuda_moe_gemm.cu) multiplies them at ~50 TFLOP/s of useful
- * work; cuBLAS's batched GEMM, every expert padded to the same slot count,
- * reached ~220 (bench/moe_cublas_bench.cu). Its grouped GEMM, which would
+ * Why: at 512 tokens the 26B-A4B's 128 experts get ~32 slots each, and
+ * cuBLAS's batched GEMM, every expert padded to the same slot count, is
+ * several times faster on them than our grouped kernel (cuda_moe_gemm.cu;
+ * bench/RESULTS.md, bench/moe_cublas_bench.cu). Its grouped GEMM, which would
  * need no padding, refuses float32 results for bf16 operands.
  *
  * The products run with the operands swapped: M = the expert's weight rows,
@@ -203,7 +203,7 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *out, float *g, const float *x, i
                             const g4_matrix *wg, const g4_matrix *wu, const g4_matrix *wd, int64_t gate_stride,
                             int64_t gate_offset, int64_t up_stride, int64_t up_offset, int64_t down_stride,
                             int64_t down_offset, const cuda_groups *groups) {
-    if (c->moe_cublas <= 0 || n < c->moe_cublas || !c->blas_api->gemm_batched) return 0;
+    if (c->tune.moe_cublas <= 0 || n < c->tune.moe_cublas || !c->blas_api->gemm_batched) return 0;
     const g4_matrix *ws[3] = {wg, wu, wd};
     for (const g4_matrix *w : ws)
         if (fast_format_of(w) != FF_BF16 || w->row_bytes % 16 || ((uintptr_t)w->data & 15) || w->cols % 8 ||

@@ -5,9 +5,8 @@
  * Why: the general grouped kernel (mma_gemm_kernel, cuda_matmul.cu) loads
  * each k tile into registers one step ahead and converts it there, so a
  * block has one tile's bytes in flight and waits a memory round trip per
- * 32 columns; on the 26B-A4B's experts (128 x 704 x 2816, ~32 slots per
- * expert at 512 tokens) it read bf16 weights at ~30% of the bandwidth and
- * 4-bit ones at ~6%. Here the activations are split into bf16 hi + lo once
+ * 32 columns, far from the bandwidth on the 26B-A4B's experts (128 x 704 x
+ * 2816, ~32 slots per expert at 512 tokens). Here the activations are split into bf16 hi + lo once
  * per call (cuda_split_bf16) and copied as they are, and so are the weights'
  * stored bytes, MOE_STAGES - 1 k tiles ahead. bf16 weights go to the
  * tensor cores as stored; quantised ones (MLX affine 4/8-bit, MXFP4) are
@@ -76,8 +75,8 @@ template <int F, bool SPLIT> __host__ __device__ constexpr size_t moe_smem_bytes
 }
 
 /* blocks per multiprocessor the kernel is compiled for: three fit MXFP4's
- * shared memory (63 KB) if its registers stay at 85 (at 90 it ran 10%
- * slower with two); the others are held to two by their shared memory (bf16)
+ * shared memory (63 KB) if its registers stay at 85 (two blocks were
+ * slower); the others are held to two by their shared memory (bf16)
  * or their registers (affine: ~126; held to 80 for three they spill 420 bytes) */
 template <int F> __host__ __device__ constexpr int moe_min_blocks() { return F == FF_MXFP4 ? 3 : 2; }
 

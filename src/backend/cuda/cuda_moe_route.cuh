@@ -19,9 +19,8 @@ __device__ __forceinline__ unsigned route_key(float v) {
  * per-expert scale; in double like the host, its sum in the host's order.
  * Lane l holds experts l + 32 i (i < NV) in registers; each choice is the
  * warp's largest key (one redux) and the lowest index holding it (another).
- * The exponentials run after the choices, one per lane. (One choice per
- * round of shuffles with the exponential inside took 8.3 us for the
- * 26B-A4B's top-8 of 128.) */
+ * The exponentials run after the choices, one per lane (inside each
+ * round of shuffles they serialised the choices). */
 template <int NV>
 __device__ __forceinline__ void moe_route_token(int32_t *ids, float *weights, const float *logits,
                                                 const float *expert_scale, int t, int n_experts, int k) {
