@@ -78,6 +78,11 @@ if [ "$mode" != bench ] && [ "$mode" != extras ]; then
     G4_SOURCE=$PWD run_step test_assistant 300 "$TESTS/test_assistant"
     grep -E "^-- CUDA|transformers drafter calls|assisted|no CUDA" "$OUT/test_assistant.log" | tail -8 | tee -a "$summary"
   fi
+  # every recordable step shape eager vs recorded vs replayed, bit for bit (prebuilt: EXTRA_TESTS=test_cuda_replay)
+  if [ -x "$TESTS/test_cuda_replay" ]; then
+    run_step test_cuda_replay 300 "$TESTS/test_cuda_replay"
+    grep -E "shapes \(" "$OUT/test_cuda_replay.log" | tee -a "$summary"
+  fi
   if [ -z "${G4_SKIP_MEMCHECK:-}" ] && command -v compute-sanitizer > /dev/null; then
     run_step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS/test_cuda_fixtures" \
       ${MEMCHECK_FIXTURES:-dense moe-mlx4 e2b-mlx4}

@@ -23,6 +23,7 @@ typedef enum g4_status {
     G4_ERR_CANCELLED,        /* stopped on request */
     G4_ERR_LIMIT,            /* a size limit (context, tokens, bytes) was hit */
     G4_ERR_INTERNAL,
+    G4_ERR_PERMISSION,       /* refused: e.g. a media file outside the allowed folder */
 } g4_status;
 
 /* The message of the last failure on this thread ("" if none). */

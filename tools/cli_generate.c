@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/file.h"
-#include "cli_common.h"
 #include "cli_draft.h"
 
 void cli_sampling_usage(FILE *f) {

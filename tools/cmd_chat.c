@@ -1,7 +1,7 @@
-/* gemma4 chat: an interactive conversation. The KV cache is kept between
- * turns: each turn re-renders the conversation with the chat template and
- * only the part after the longest common prefix with what the cache holds is
- * evaluated. Ctrl-C stops a reply, not the program. */
+/* gemma4 chat: an interactive conversation. The session's sequence and KV
+ * cache are kept between turns: each turn re-renders the conversation with
+ * the chat template and only the part after what the cache can keep
+ * (g4_session_reuse) is evaluated. Ctrl-C stops a reply, not the program. */
 #include <cjson/cJSON.h>
 #include <editline/readline.h>
 #include <signal.h>
@@ -46,25 +46,6 @@ static char *read_line(int tty) {
     }
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = '\0';
     return buf;
-}
-
-static int is_vision_token(const g4_context *c, int32_t id) {
-    return id == c->model->config.tokens.image_id || id == c->model->config.tokens.video_id;
-}
-
-/* How much of the cached history a new prompt can reuse. */
-static int reusable_prefix(const g4_context *c, const g4_session *s, const int32_t *hist, int n_hist,
-                           const int32_t *ids, int n_ids) {
-    int k = 0;
-    while (k < n_hist && k < n_ids && hist[k] == ids[k]) k++;
-    if (k == n_ids) k--; /* always evaluate at least one token to get logits */
-    /* an image's tokens attend to each other: never resume inside one */
-    while (k > 0 && k < n_ids && is_vision_token(c, ids[k]) && is_vision_token(c, ids[k - 1])) k--;
-    /* the sliding layers' ring must still hold the window before k */
-    int ring_positions = s->kv->ring_blocks * s->kv->block_size;
-    int window = c->model->config.text.sliding_window;
-    if (k < n_hist && k - window + 1 < n_hist - ring_positions) k = 0;
-    return k > 0 ? k : 0;
 }
 
 int cmd_chat(int argc, char **argv) {
@@ -134,8 +115,7 @@ int cmd_chat(int argc, char **argv) {
 
     cJSON *messages = cJSON_CreateArray();
     cli_media pending = {0}, all_media = {0}; /* media of the next message / of the conversation */
-    int32_t *history = NULL;
-    int n_history = 0, rc = 0;
+    int rc = 0;
     for (;;) {
         interrupted = 0;
         char *line = read_line(tty);
@@ -152,7 +132,6 @@ int cmd_chat(int argc, char **argv) {
             messages = cJSON_CreateArray();
             cli_media_free(&pending);
             cli_media_free(&all_media);
-            n_history = 0;
             g4_session_reset(s);
             fprintf(stderr, "(conversation cleared)\n");
         } else if (!strncmp(line, "/think", 6)) {
@@ -186,22 +165,13 @@ int cmd_chat(int argc, char **argv) {
                     st = g4_fail(G4_ERR_LIMIT, "the conversation (%d tokens) fills the context of %d; /reset",
                                  p.n_ids, s->opt.n_ctx);
                 else {
-                    from = reusable_prefix(c, s, history, n_history, p.ids, p.n_ids);
-                    g4_kv_seq_truncate(&s->seq, from);
+                    from = g4_session_reuse(s, p.ids, p.n_ids); /* the KV cache the conversation repeats */
                     st = cli_generate(c, s, &p, from, &go, &interrupted, &res);
                 }
             }
             if (st == G4_OK) {
                 cli_print_stats(&res);
-                /* remember what the cache now holds and what the model said */
-                int32_t *grown = realloc(history, (size_t)(p.n_ids + res.n_generated) * sizeof *history);
-                if (grown) {
-                    history = grown;
-                    memcpy(history, p.ids, (size_t)p.n_ids * sizeof *history);
-                    memcpy(history + p.n_ids, res.ids, (size_t)res.n_generated * sizeof *history);
-                    n_history = g4_session_length(s) < p.n_ids + res.n_generated ? g4_session_length(s)
-                                                                                  : p.n_ids + res.n_generated;
-                }
+                /* what the model said joins the conversation */
                 char *said = NULL;
                 size_t said_len = 0;
                 g4_chat_reply reply = {0};
@@ -217,7 +187,6 @@ int cmd_chat(int argc, char **argv) {
             } else {
                 fprintf(stderr, "gemma4 chat: %s\n", g4_error_message());
                 cJSON_DeleteItemFromArray(messages, cJSON_GetArraySize(messages) - 1); /* forget the failed turn */
-                n_history = 0;
                 g4_session_reset(s);
             }
             free(res.ids);
@@ -225,7 +194,6 @@ int cmd_chat(int argc, char **argv) {
         }
         free(line);
     }
-    free(history);
     cJSON_Delete(messages);
     cli_media_free(&pending);
     cli_media_free(&all_media);

@@ -4,16 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/constraints.h"
 #include "base/status.h"
 #include "model/kv_cache.h"
+#include "runtime/chat_messages.h"
+#include "runtime/constraints.h"
 #include "runtime/context.h"
 #include "runtime/engine.h"
 #include "runtime/prompt.h"
 #include "runtime/reply_stream.h"
-#include "server/json_strict.h"
-#include "server/openai_media.h"
-#include "server/openai_request.h"
+#include "text/chat.h"
+#include "text/json_strict.h"
 
 struct g4_handle {
     g4_context *ctx;
@@ -267,15 +267,15 @@ g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *to
     cJSON *messages = cJSON_Parse(messages_json);
     cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
     g4_status st = G4_OK;
-    g4_oai_error err;
+    char where[48];
     if (!cJSON_IsArray(messages)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not a JSON array");
     else if (tools_json && !cJSON_IsArray(tools)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not a JSON array");
-    else if (g4_oai_check_messages(messages, &err))
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: %s", err.param ? err.param : "messages", err.message);
+    else if (g4_chat_check_messages(messages, where, sizeof where) != G4_OK)
+        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: %s", where, g4_error_message());
     g4_media_list media = {0};
     if (st == G4_OK) {
         g4_media_limits ml = {.max_images = 64, .max_audio = 64, .max_bytes = (size_t)256 << 20};
-        if (g4_oai_collect_media(messages, &ml, &media, &err)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s", err.message);
+        st = g4_chat_collect_media(messages, &ml, &media);
     }
     if (st == G4_OK) st = g4_chat_normalize_tool_arguments(messages);
     g4_prompt pr = {0};

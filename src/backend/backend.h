@@ -10,7 +10,13 @@
  * per-layer pool; a sequence's block table maps its logical blocks to pool
  * blocks. Full-attention layers use a linear table (block b = pos / bs);
  * sliding layers use a ring (block (pos / bs) % ring_blocks), so a sequence
- * holds at most window + chunk positions there. */
+ * holds at most window + chunk positions there.
+ *
+ * Fused entries ("exactly X then Y") have defaults composed from the
+ * primitives (backend_defaults.c): a backend implements what it can do
+ * better and g4_backend_fill_defaults completes its table at creation, so
+ * every entry is always there and the model issues one sequence of calls
+ * whatever the backend. */
 #ifndef G4_BACKEND_BACKEND_H
 #define G4_BACKEND_BACKEND_H
 
@@ -38,6 +44,26 @@ typedef struct {
 } g4_attn_batch;
 
 typedef struct g4_backend g4_backend;
+
+/* Matrices that read the same input, as the loader left them: parts[0..n)
+ * (a layer's q, k, v; its gate, up) and, when the backend chose to stack
+ * them at upload (prepare_stacked), *stacked with their rows in order (the
+ * parts are then views of it); else stacked->data is NULL. */
+typedef struct {
+    const g4_matrix *part[3];
+    int n;
+    const g4_matrix *stacked;
+} g4_matrix_group;
+
+/* What a step's ops depend on besides the contents of its buffers (see
+ * run_step). Keys are equal when every field is. */
+typedef struct {
+    uint64_t owner;          /* who issues it (a scratch's id; never reused) */
+    int n_tokens;            /* rows of the batch */
+    int shape[6];            /* the rest of the step's shape, as its owner counts it */
+    const void *buffers[4];  /* buffers it reads whose addresses may change between steps */
+    int direct;              /* 1: issue also reads or writes host memory (hooks, copies out): never recorded */
+} g4_step_key;
 
 /* The element type of a KV cache pool. F32: the verification path's. BF16:
  * K and V rounded to bf16 (half the bytes). FP8: fp8 e4m3 (tensor/fp8.h)
@@ -117,35 +143,36 @@ typedef struct {
     /* Makes a host-resident weight usable by this backend (may copy it to the
      * device and rewrite its pointers). */
     g4_status (*prepare_matrix)(g4_backend *be, g4_matrix *m);
-    /* Optional (NULL where it would cost a copy, as on CPU where weights stay
-     * in the memory map): prepares host-resident parts[0..n) (one format and
-     * width) as prepare_matrix does, placed one after the other so that
-     * *stacked, their rows in order, is a matrix too; each part becomes a
-     * view of it (no extra memory). G4_ERR_UNSUPPORTED when the parts cannot
-     * be stacked: nothing is prepared then. */
+    /* Prepares host-resident parts[0..n) (one format and width) as
+     * prepare_matrix does, placed one after the other so that *stacked,
+     * their rows in order, is a matrix too; each part becomes a view of it
+     * (no extra memory). The backend's choice: G4_ERR_UNSUPPORTED, nothing
+     * prepared, when it keeps them apart (the default; the CPU, whose weights
+     * stay in the memory map, where stacking would copy them) or cannot
+     * stack them; the loader then prepares each part alone. */
     g4_status (*prepare_stacked)(g4_backend *be, g4_matrix *const *parts, int n, g4_matrix *stacked);
     /* Waits for queued work (no-op on CPU). */
     void (*synchronize)(g4_backend *be);
-    /* Optional (NULL where ops cannot fail, as on CPU): ops return nothing,
-     * so a backend that can fail (a CUDA launch, an out-of-memory scratch
-     * buffer) keeps its first failure; this returns it as an error (G4_OK
-     * when none). Work still queued may fail later: call after a copy to the
-     * host to cover everything before it. */
+    /* Ops return nothing, so a backend that can fail (a CUDA launch, an
+     * out-of-memory scratch buffer) keeps its first failure; this returns it
+     * as an error (G4_OK when none: the default, for backends whose ops
+     * cannot fail). Work still queued may fail later: call after a copy to
+     * the host to cover everything before it. */
     g4_status (*status)(g4_backend *be);
 
-    /* Recording (optional: NULL where the backend has none, as on CPU). Ops
-     * issued between graph_begin and graph_end are recorded, not run;
-     * graph_launch runs the recording again, reading whatever the same
-     * buffers then hold. So a recording fits any call whose launches depend
-     * only on shapes and buffer addresses (a decode step). graph_begin
-     * returns 0 when recording is off; graph_end returns NULL when the
-     * recording failed (nothing ran: run the ops instead); graph_launch
-     * returns 0, running nothing, when the recording is stale because the
-     * backend moved one of its own buffers since (record again). */
-    int (*graph_begin)(g4_backend *be);
-    void *(*graph_end)(g4_backend *be);
-    int (*graph_launch)(g4_backend *be, void *graph);
-    void (*graph_free)(g4_backend *be, void *graph);
+    /* One step of a model (a forward pass): issue(ctx) issues its ops. The
+     * backend may record the ops of a key's first runs and replay the
+     * recording for later runs of an equal key (the CUDA backend's graphs),
+     * reading whatever the same buffers then hold; replay runs exactly the
+     * kernels issue would. So issue's ops must depend only on the key: its
+     * shapes and the buffer addresses that may differ between steps. The
+     * default (CPU) calls issue. Returns issue's status. */
+    g4_status (*run_step)(g4_backend *be, const g4_step_key *key, g4_status (*issue)(void *ctx), void *ctx);
+    /* The row width of the block tables a step should use when its longest
+     * table has `width` entries (>= width). The default is width; the CUDA
+     * backend rounds up to a power of two, so that decode steps keep one key
+     * (and one recording) while their sequences grow. */
+    int (*block_table_width)(g4_backend *be, int width);
 
     /* out[t][r] = sum_c W[r][c] x[t][c] */
     void (*matmul)(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
@@ -155,9 +182,15 @@ typedef struct {
                             const float *mul);
     /* A gated MLP's two projections as one matrix, w = gate rows then up
      * rows (rows even, F = rows / 2): out[t][r] = gelu_tanh((W x[t])[r]) *
-     * (W x[t])[F + r] for r < F. Optional (NULL: run the two apart); the CUDA
-     * backend has it for matrices stacked by prepare_stacked. */
+     * (W x[t])[F + r] for r < F: matmul then gelu_mul (the default takes a
+     * temporary for the up rows); one kernel on CUDA. */
     void (*matmul_gated)(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
+    /* A gated MLP's input from w = gate, up (n 2): out[t][r] =
+     * gelu_tanh((Wgate x[t])[r]) * (Wup x[t])[r]. work: n_tokens * rows
+     * floats of scratch. The default: matmul_gated where w is stacked, else
+     * matmul (up) then matmul_gelu_mul (gate). */
+    void (*matmul_gate_up)(g4_backend *be, float *out, float *work, const float *x, int n_tokens,
+                           const g4_matrix_group *w);
     /* The same with smaller rounding error where the backend has a way (CPU:
      * float64 sums across runs of 32 columns). The vision tower uses it: its
      * float32 error is what the decoder amplifies most. */
@@ -187,8 +220,7 @@ typedef struct {
      * temporary, add, scale, rmsnorm, in one pass. */
     void (*add_rmsnorm)(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
                         float scale, float *next_out, const float *next_w);
-    /* Optional (NULL: the two ops below one after the other): a MoE layer's
-     * attention residual step and the three norms its feed-forward block
+    /* A MoE layer's attention residual step and the three norms its feed-forward block
      * takes of the new h, in one pass: add_rmsnorm(h, x, w, rows, dim, eps,
      * 1, out, w_out), then rmsnorm_pair(out2, w2, out3, w3, h, ...); exactly
      * those bits. */
@@ -267,6 +299,15 @@ typedef struct {
      * the cache. kv NULL: q only (KV-shared layers). */
     void (*qkv_prepare)(g4_backend *be, float *q, const float *qkv, const g4_qkv_params *p, void *kv,
                         const g4_attn_batch *b, int sliding);
+    /* A layer's attention input from its projections w = q, k, v (n 3),
+     * q, k with V the raw k part (n 2, k_eq_v) or q alone (n 1, kv NULL: a
+     * KV-shared layer): exactly qkv_prepare's sequence with q part = Wq x,
+     * k part = Wk x, v part = Wv x, for the n_tokens = b->n_tokens rows of
+     * x. work: n_tokens * (n_q_heads + 2 * n_kv_heads) * head_dim floats of
+     * scratch. The default: one matmul and qkv_prepare where w is stacked,
+     * else each product and norm apart. */
+    void (*attention_input)(g4_backend *be, float *q, float *work, const float *x, const g4_matrix_group *w,
+                            const g4_qkv_params *p, void *kv, const g4_attn_batch *b, int sliding);
     /* out[t][h] = softmax_j(q[t][h] . K[j] * scale) V[j] over the token's
      * visible range, kv head = h / (n_heads / n_kv_heads). */
     void (*attention)(g4_backend *be, float *out, const float *q, const void *kv, const g4_attn_batch *b,
@@ -280,9 +321,9 @@ typedef struct {
     void (*moe_experts)(g4_backend *be, float *out, const float *x, int n, const int32_t *ids, const float *weights,
                         int k, const g4_expert_matrix *gate, const g4_expert_matrix *up,
                         const g4_expert_matrix *down);
-    /* Optional (NULL: moe_route then moe_experts): the two in one call, so
-     * that the backend can run the routing inside the experts' first
-     * launch; the same results. */
+    /* moe_route then moe_experts in one call (the default), so that a
+     * backend can run the routing inside the experts' first launch; the same
+     * results. */
     void (*moe_route_experts)(g4_backend *be, float *out, const float *x, int n, int32_t *ids, float *weights,
                               const float *logits, const float *expert_scale, int n_experts, int k,
                               const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down);
@@ -355,5 +396,9 @@ g4_status g4_backend_cpu_create(int threads, g4_backend **out);
 /* Creates the CUDA backend on device `device` (G4_ERR_UNSUPPORTED without a GPU). */
 g4_status g4_backend_cuda_create(int device, g4_backend **out);
 void g4_backend_destroy(g4_backend *be);
+/* Fills every entry of ops that a backend left NULL and that has a default
+ * (backend_defaults.c): the fused ops composed from primitives, status,
+ * prepare_stacked, run_step, block_table_width. */
+void g4_backend_fill_defaults(g4_backend_ops *ops);
 
 #endif

@@ -87,6 +87,7 @@ const char *g4_status_name(g4_status s) {
     case G4_ERR_CANCELLED: return "cancelled";
     case G4_ERR_LIMIT: return "limit exceeded";
     case G4_ERR_INTERNAL: return "internal error";
+    case G4_ERR_PERMISSION: return "permission denied";
     }
     return "unknown status";
 }

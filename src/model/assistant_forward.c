@@ -268,6 +268,6 @@ g4_status g4_drafter_forward(const g4_assistant *a, g4_drafter_scratch *s, int p
         if (res->dense_logits)
             be->ops->to_host(be, res->dense_logits, s->logits, (size_t)tc->vocab_size * sizeof(float));
     }
-    if (st == G4_OK && be->ops->status) st = be->ops->status(be);
+    if (st == G4_OK) st = be->ops->status(be);
     return st;
 }

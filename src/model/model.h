@@ -18,12 +18,12 @@ typedef struct {
     float *q_norm, *k_norm;
     float layer_scalar;
     g4_matrix q, k, v, o;  /* k, v absent on KV-shared layers; v absent when k_eq_v */
-    /* q, k, v stacked (rows q then k then v) where the backend placed them
-     * adjacently (q, k, v are then views of it); absent otherwise */
+    /* q, k, v stacked (rows q then k then v) where the backend chose to
+     * place them adjacently at upload (q, k, v are then views of it);
+     * absent otherwise */
     g4_matrix qkv;
     g4_matrix gate, up, down;
-    /* gate and up stacked (gate rows then up rows) where the backend placed
-     * them adjacently (gate and up are then views of it); absent otherwise */
+    /* gate and up stacked (gate rows then up rows) the same way */
     g4_matrix gate_up;
     /* per-layer embeddings (E2B/E4B) */
     g4_matrix ple_gate, ple_proj;

@@ -127,8 +127,9 @@ static void load_text_layer(g4_weight_loader *L, int i, g4_text_layer *w) {
 }
 
 static g4_status prepare_layer(g4_weight_loader *L, g4_text_layer *w, int hf_experts) {
-    /* q, k and v (what the layer has of them) adjacent as one qkv where the
-     * backend can do that for free: one matmul for the three (text_decoder.c) */
+    /* q, k and v (what the layer has of them) offered to the backend as one
+     * group, which it may stack into one matrix (attention_input then runs
+     * one matmul for the three) */
     g4_matrix *qkv[] = {&w->q, &w->k, &w->v};
     const int n_qkv = !w->k.data ? 1 : !w->v.data ? 2 : 3;
     g4_status st = G4_OK;
@@ -137,7 +138,7 @@ static g4_status prepare_layer(g4_weight_loader *L, g4_text_layer *w, int hf_exp
     else
         st = g4_loader_prepare_matrix(L, &w->q);
     if (st != G4_OK) return st;
-    /* the MLP's gate and up the same way: one matmul_gated for the two */
+    /* the MLP's gate and up the same way (matmul_gate_up) */
     g4_matrix *gate_up[] = {&w->gate, &w->up};
     if (w->gate.data && w->up.data && w->gate.rows == w->up.rows)
         g4_loader_prepare_stacked(L, gate_up, 2, &w->gate_up, &st);

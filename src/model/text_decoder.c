@@ -1,35 +1,22 @@
 #include "model/text_decoder.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A recorded forward pass (backend graph_* ops) and the batch shape it was
- * recorded for: its launches depend on these and on nothing else. */
-typedef struct {
-    int n_tokens, n_logit_rows, n_candidates, full_table_stride, ring_blocks;
-    const void *full_tables, *sliding_tables, *kv;
-    int seen;       /* run once already: every buffer has its size */
-    void *graph;    /* recording, or NULL */
-    unsigned long last_use;
-} recorded_forward;
-
-enum {
-    RECORDED_SHAPES = 16, /* batch shapes kept recorded (least recently used goes) */
-    RECORD_MAX_TOKENS = 64, /* decode batches; prefill chunks run their ops directly */
-};
 
 /* Backend buffers for one batch; sized once for `cap` rows. */
 struct g4_text_scratch {
     g4_backend *be;
     int counting;       /* 1: sizes are only added up (g4_text_scratch_bytes_for) */
     size_t device_bytes; /* backend memory of the arrays below */
+    uint64_t id;        /* the owner of its steps (g4_step_key); never reused */
     int cap, cap_logits, vocab, last_logit_rows;
     int32_t *ids, *ple_ids, *pos, *seq, *kv_range, *mm_rows, *logit_rows;
     int32_t *full_tables, *sliding_tables;
     size_t full_tables_cap, sliding_tables_cap; /* elements */
-    float *h, *a, *t1, *q, *k, *v, *attn, *gate, *up;
-    float *qkv; /* merged projection rows [q | k | v]; NULL when no layer has one */
+    float *h, *a, *t1, *q, *attn, *gate, *up;
+    float *qkv; /* attention_input's work: n * (Hq + 2 Hkv) * D */
     float *ple_all, *ple_tok, *ple_i, *ple_g;
     float *router_logits, *moe_w, *x2, *x3, *moe_out; /* x2: the router's input, x3: the experts' */
     int32_t *moe_ids;
@@ -38,8 +25,8 @@ struct g4_text_scratch {
      * lse [R] doubles, ids [R][k], values [R][k] */
     void *cand, *cand_host;
     int32_t *host_ids; /* placeholder-free ids staged on the host */
-    recorded_forward recorded[RECORDED_SHAPES];
-    unsigned long uses;
+    int32_t *host_tables; /* full tables re-laid at the backend's width */
+    size_t host_tables_cap; /* elements */
 };
 
 static size_t candidate_bytes(size_t rows, size_t k) { return rows * (sizeof(double) + k * 8); }
@@ -56,15 +43,14 @@ static void *scratch_alloc(g4_text_scratch *s, size_t bytes, int *ok) {
 /* Every backend array of the scratch, allocated (or, counting, added up). */
 static void scratch_arrays(g4_text_scratch *s, const g4_model *m, int max_tokens, int max_logit_rows, int *ok_out) {
     const g4_text_config *tc = &m->config.text;
-    int dmax = 0, kvmax = 0, wmax = 0;
+    int dmax = 0, wmax = 0;
     size_t qkv_width = 0;
     for (int i = 0; i < tc->n_layers; i++) {
         const g4_layer_config *lc = &tc->layers[i];
+        const size_t width = (size_t)(tc->n_heads + 2 * lc->n_kv_heads) * (size_t)lc->head_dim;
         if (lc->head_dim > dmax) dmax = lc->head_dim;
-        if (lc->n_kv_heads > kvmax) kvmax = lc->n_kv_heads;
         if (lc->mlp_width > wmax) wmax = lc->mlp_width;
-        if (m->text.layers && m->text.layers[i].qkv.data && (size_t)m->text.layers[i].qkv.rows > qkv_width)
-            qkv_width = (size_t)m->text.layers[i].qkv.rows;
+        if (width > qkv_width) qkv_width = width;
     }
     if (tc->moe && tc->moe_width > wmax) wmax = tc->moe_width;
     const size_t N = (size_t)max_tokens, d = (size_t)tc->hidden_size, R = (size_t)max_logit_rows;
@@ -81,10 +67,8 @@ static void scratch_arrays(g4_text_scratch *s, const g4_model *m, int max_tokens
     s->a = scratch_alloc(s, N * d * 4, &ok);
     s->t1 = scratch_alloc(s, N * d * 4, &ok);
     s->q = scratch_alloc(s, N * (size_t)tc->n_heads * dmax * 4, &ok);
-    s->k = scratch_alloc(s, N * (size_t)kvmax * dmax * 4, &ok);
-    s->v = scratch_alloc(s, N * (size_t)kvmax * dmax * 4, &ok);
     s->attn = scratch_alloc(s, N * (size_t)tc->n_heads * dmax * 4, &ok);
-    if (qkv_width) s->qkv = scratch_alloc(s, N * qkv_width * 4, &ok);
+    s->qkv = scratch_alloc(s, N * qkv_width * 4, &ok);
     s->gate = scratch_alloc(s, N * (size_t)wmax * 4, &ok);
     s->up = scratch_alloc(s, N * (size_t)wmax * 4, &ok);
     if (LP) {
@@ -121,7 +105,9 @@ g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logi
     const g4_text_config *tc = &m->config.text;
     g4_text_scratch *s = calloc(1, sizeof *s);
     if (!s) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    static atomic_uint_fast64_t scratches;
     s->be = m->backend;
+    s->id = atomic_fetch_add(&scratches, 1) + 1;
     s->cap = max_tokens;
     s->cap_logits = max_logit_rows;
     s->vocab = tc->vocab_size;
@@ -140,15 +126,14 @@ g4_status g4_text_scratch_create(const g4_model *m, int max_tokens, int max_logi
 
 void g4_text_scratch_free(g4_text_scratch *s) {
     if (!s) return;
-    for (int i = 0; i < RECORDED_SHAPES; i++)
-        if (s->recorded[i].graph) s->be->ops->graph_free(s->be, s->recorded[i].graph);
     void *bufs[] = {s->ids, s->ple_ids, s->pos, s->seq, s->kv_range, s->mm_rows, s->logit_rows, s->full_tables,
-                    s->sliding_tables, s->h, s->a, s->t1, s->q, s->k, s->v, s->qkv, s->attn, s->gate, s->up,
+                    s->sliding_tables, s->h, s->a, s->t1, s->q, s->qkv, s->attn, s->gate, s->up,
                     s->ple_all, s->ple_tok, s->ple_i, s->ple_g, s->router_logits, s->moe_w, s->x2, s->x3, s->moe_out,
                     s->moe_ids, s->hsel, s->logits, s->cand};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) s->be->ops->release(s->be, bufs[i]);
     free(s->host_ids);
+    free(s->host_tables);
     free(s->cand_host);
     free(s);
 }
@@ -214,30 +199,6 @@ static void per_layer_inputs(const g4_model *m, g4_text_scratch *s, int n) {
     be->ops->scale(be, s->ple_all, s->ple_all, (float)(1.0 / sqrt(2.0)), total);
 }
 
-/* q into s->q and this layer's k, v into its cache, op by op: for layers
- * without a merged q|k|v matrix (KV-shared layers, the CPU backend) */
-static void attention_input(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, int i, int n,
-                            const g4_attn_batch *ab) {
-    g4_backend *be = m->backend;
-    const g4_text_config *tc = &m->config.text;
-    const g4_layer_config *lc = &tc->layers[i];
-    const g4_text_layer *w = &m->text.layers[i];
-    const int D = lc->head_dim, Hq = tc->n_heads, Hkv = lc->n_kv_heads;
-    const int sliding = lc->kind == G4_LAYER_SLIDING;
-    be->ops->matmul(be, s->q, s->a, n, &w->q);
-    be->ops->rmsnorm_rope(be, s->q, w->q_norm, n, Hq, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
-    if (lc->kv_donor >= 0) return; /* attention reads the donor layer's cache */
-    const size_t kv_elems = (size_t)n * Hkv * D;
-    be->ops->matmul(be, s->k, s->a, n, &w->k);
-    if (lc->k_eq_v)
-        be->ops->copy(be, s->v, s->k, kv_elems * sizeof(float)); /* V from the raw k_proj output */
-    else
-        be->ops->matmul(be, s->v, s->a, n, &w->v);
-    be->ops->rmsnorm_rope(be, s->k, w->k_norm, n, Hkv, D, s->pos, lc->rope_theta, lc->rope_pairs, tc->rms_eps);
-    be->ops->rmsnorm(be, s->v, s->v, NULL, n * Hkv, D, tc->rms_eps);
-    be->ops->kv_store(be, kv->layer_kv[i], s->k, s->v, ab, sliding);
-}
-
 /* Each block reads its pre-normed input from s->a and leaves the next
  * block's there: the norm rides on the residual add that ends the block
  * before (add_rmsnorm's next_out). */
@@ -249,20 +210,19 @@ static void attention_block(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *
     const g4_text_layer *w = &m->text.layers[i];
     const int D = lc->head_dim, Hq = tc->n_heads, Hkv = lc->n_kv_heads;
     const int sliding = lc->kind == G4_LAYER_SLIDING;
-    if (w->qkv.data) {
-        /* q, k, v in one matmul; their norms, RoPE and the cache store in one op */
-        const g4_qkv_params qp = {.n_q_heads = Hq, .n_kv_heads = Hkv, .head_dim = D, .k_eq_v = lc->k_eq_v,
-                                  .q_norm = w->q_norm, .k_norm = w->k_norm, .theta = lc->rope_theta,
-                                  .n_pairs = lc->rope_pairs, .eps = tc->rms_eps};
-        be->ops->matmul(be, s->qkv, s->a, n, &w->qkv);
-        be->ops->qkv_prepare(be, s->q, s->qkv, &qp, kv->layer_kv[i], ab, sliding);
-    } else {
-        attention_input(m, kv, s, i, n, ab);
-    }
+    /* q, k, v: their products, norms, RoPE and the cache store */
+    const g4_matrix_group qkv = {.part = {&w->q, &w->k, &w->v},
+                                 .n = lc->kv_donor >= 0 ? 1 : lc->k_eq_v ? 2 : 3,
+                                 .stacked = &w->qkv};
+    const g4_qkv_params qp = {.n_q_heads = Hq, .n_kv_heads = Hkv, .head_dim = D, .k_eq_v = lc->k_eq_v,
+                              .q_norm = w->q_norm, .k_norm = w->k_norm, .theta = lc->rope_theta,
+                              .n_pairs = lc->rope_pairs, .eps = tc->rms_eps};
+    be->ops->attention_input(be, s->q, s->qkv, s->a, &qkv, &qp, lc->kv_donor >= 0 ? NULL : kv->layer_kv[i], ab,
+                             sliding);
     const int cache_layer = lc->kv_donor >= 0 ? lc->kv_donor : i;
     be->ops->attention(be, s->attn, s->q, kv->layer_kv[cache_layer], ab, sliding, Hq, 1.0f);
     be->ops->matmul(be, s->t1, s->attn, n, &w->o);
-    if (tc->moe && be->ops->add_rmsnorm_moe) /* the router's and the experts' inputs too */
+    if (tc->moe) /* the router's and the experts' inputs too */
         be->ops->add_rmsnorm_moe(be, s->h, s->t1, w->post_attn_norm, n, tc->hidden_size, tc->rms_eps, s->a,
                                  w->pre_ffn_norm, s->x2, w->router_scale, s->x3, w->pre_ffn_norm2);
     else
@@ -278,32 +238,17 @@ static void feed_forward_block(const g4_model *m, g4_text_scratch *s, int i, int
     const g4_text_config *tc = &m->config.text;
     const g4_text_layer *w = &m->text.layers[i];
     const int d = tc->hidden_size;
-    if (w->gate_up.data && be->ops->matmul_gated) {
-        be->ops->matmul_gated(be, s->gate, s->a, n, &w->gate_up);
-    } else {
-        be->ops->matmul(be, s->up, s->a, n, &w->up);
-        be->ops->matmul_gelu_mul(be, s->gate, s->a, n, &w->gate, s->up);
-    }
+    const g4_matrix_group gate_up = {.part = {&w->gate, &w->up}, .n = 2, .stacked = &w->gate_up};
+    be->ops->matmul_gate_up(be, s->gate, s->up, s->a, n, &gate_up);
     be->ops->matmul(be, s->t1, s->gate, n, &w->down);
     if (tc->moe) {
-        /* dense branch, then the routed experts beside it; the router sees
-         * the un-normalised residual stream */
-        /* one norm of h, two weights: the router's scale (its input, x2)
-         * and pre_ffn_norm2 (the experts', x3); add_rmsnorm_moe took them
-         * already with the attention's residual step */
-        if (!be->ops->add_rmsnorm_moe)
-            be->ops->rmsnorm_pair(be, s->x2, w->router_scale, s->x3, w->pre_ffn_norm2, s->h, n, d, tc->rms_eps);
+        /* dense branch, then the routed experts beside it: the router reads
+         * x2 and the experts x3, the attention's residual step's two other
+         * norms of h (add_rmsnorm_moe) */
         be->ops->matmul(be, s->router_logits, s->x2, n, &w->router);
-        if (be->ops->moe_route_experts) {
-            be->ops->moe_route_experts(be, s->moe_out, s->x3, n, s->moe_ids, s->moe_w, s->router_logits,
-                                       w->per_expert_scale, tc->n_experts, tc->top_k_experts, &w->expert_gate,
-                                       &w->expert_up, &w->expert_down);
-        } else {
-            be->ops->moe_route(be, s->moe_ids, s->moe_w, s->router_logits, w->per_expert_scale, n, tc->n_experts,
-                               tc->top_k_experts);
-            be->ops->moe_experts(be, s->moe_out, s->x3, n, s->moe_ids, s->moe_w, tc->top_k_experts,
-                                 &w->expert_gate, &w->expert_up, &w->expert_down);
-        }
+        be->ops->moe_route_experts(be, s->moe_out, s->x3, n, s->moe_ids, s->moe_w, s->router_logits,
+                                   w->per_expert_scale, tc->n_experts, tc->top_k_experts, &w->expert_gate,
+                                   &w->expert_up, &w->expert_down);
         /* both branches normed and summed, then the residual step */
         be->ops->moe_residual(be, s->h, s->t1, w->post_ffn_norm1, s->moe_out, w->post_ffn_norm2, w->post_ffn_norm, n,
                               d, tc->rms_eps, scale, next_norm ? s->a : NULL, next_norm);
@@ -320,8 +265,7 @@ static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int
     const g4_text_layer *w = &m->text.layers[i];
     const int d = tc->hidden_size, P = tc->ple_dim, L = tc->n_layers;
     /* this layer's slice of the per-layer inputs, as rows of their own (one
-     * token: the slice already is one; no copy, one node fewer per layer in
-     * a recorded decode step) */
+     * token: the slice already is one) */
     const float *ple_i = s->ple_all + (size_t)i * P;
     if (n > 1) {
         be->ops->copy_rows(be, s->ple_i, P, ple_i, L * P, n, P);
@@ -333,10 +277,24 @@ static void per_layer_embedding_block(const g4_model *m, g4_text_scratch *s, int
                          next_norm ? s->a : NULL, next_norm);
 }
 
+/* One forward pass as run_step issues it. */
+typedef struct {
+    const g4_model *m;
+    g4_kv_pool *kv;
+    g4_text_scratch *s;
+    const g4_text_batch *b;
+    int full_table_stride; /* the backend's width of the uploaded tables */
+} forward_step;
+
 /* Everything after the uploads: embeddings through the logits, all on
- * backend buffers (recordable when there are no soft tokens, hooks or
- * hidden-state copies). */
-static g4_status run_ops(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, const g4_text_batch *b) {
+ * backend buffers (host memory only where the batch asks: soft tokens,
+ * hooks, hidden-state copies; the step key says so). */
+static g4_status run_ops(void *ctx) {
+    const forward_step *f = ctx;
+    const g4_model *m = f->m;
+    g4_kv_pool *kv = f->kv;
+    g4_text_scratch *s = f->s;
+    const g4_text_batch *b = f->b;
     g4_backend *be = m->backend;
     const g4_text_config *tc = &m->config.text;
     const int n = b->n_tokens, d = tc->hidden_size;
@@ -346,7 +304,7 @@ static g4_status run_ops(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, 
         .seq = s->seq,
         .kv_range = s->kv_range,
         .full_tables = s->full_tables,
-        .full_table_stride = b->full_table_stride,
+        .full_table_stride = f->full_table_stride,
         .sliding_tables = s->sliding_tables,
         .ring_blocks = kv->ring_blocks,
         .block_size = kv->block_size,
@@ -397,55 +355,28 @@ static g4_status run_ops(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, 
     return G4_OK;
 }
 
-static int recordable(const g4_text_scratch *s, const g4_text_batch *b) {
-    return s->be->ops->graph_begin && b->n_tokens <= RECORD_MAX_TOKENS && b->n_mm == 0 && !b->hook &&
-           !b->hidden_out;
-}
-
-/* The slot recorded for this batch shape, or the least recently used one
- * (emptied) for it. */
-static recorded_forward *recording_for(g4_text_scratch *s, g4_kv_pool *kv, const g4_text_batch *b) {
-    recorded_forward key = {
-        .n_tokens = b->n_tokens, .n_logit_rows = b->n_logit_rows, .n_candidates = b->n_candidates,
-        .full_table_stride = b->full_table_stride,
-        .ring_blocks = kv->ring_blocks, .full_tables = s->full_tables, .sliding_tables = s->sliding_tables,
-        .kv = kv,
-    };
-    recorded_forward *oldest = &s->recorded[0];
-    for (int i = 0; i < RECORDED_SHAPES; i++) {
-        recorded_forward *r = &s->recorded[i];
-        if (r->n_tokens == key.n_tokens && r->n_logit_rows == key.n_logit_rows &&
-            r->n_candidates == key.n_candidates &&
-            r->full_table_stride == key.full_table_stride && r->ring_blocks == key.ring_blocks &&
-            r->full_tables == key.full_tables && r->sliding_tables == key.sliding_tables && r->kv == key.kv)
-            return r;
-        if (r->last_use < oldest->last_use) oldest = r;
+/* The runtime's full tables at the width the backend asks for (rows
+ * zero-padded), uploaded; returns that width. */
+static g4_status upload_full_tables(g4_backend *be, g4_text_scratch *s, const g4_text_batch *b, int *width) {
+    const int given = b->full_table_stride, w = be->ops->block_table_width(be, given);
+    const size_t n = (size_t)b->n_seqs * (size_t)w;
+    const int32_t *tables = b->full_tables;
+    if (w != given) {
+        if (n > s->host_tables_cap) {
+            int32_t *grown = realloc(s->host_tables, n * sizeof *grown);
+            if (!grown) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for block tables");
+            s->host_tables = grown;
+            s->host_tables_cap = n;
+        }
+        for (int q = 0; q < b->n_seqs; q++) {
+            int32_t *row = s->host_tables + (size_t)q * w;
+            memcpy(row, b->full_tables + (size_t)q * given, (size_t)given * sizeof *row);
+            memset(row + given, 0, (size_t)(w - given) * sizeof *row);
+        }
+        tables = s->host_tables;
     }
-    if (oldest->graph) s->be->ops->graph_free(s->be, oldest->graph);
-    *oldest = key;
-    return oldest;
-}
-
-/* A batch shape's first run sizes every buffer; its second is recorded;
- * later ones replay the recording. Anything that stops a recording falls
- * back to running the ops. */
-static g4_status run_recorded(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, const g4_text_batch *b) {
-    g4_backend *be = s->be;
-    recorded_forward *r = recording_for(s, kv, b);
-    r->last_use = ++s->uses;
-    if (r->graph) {
-        if (be->ops->graph_launch(be, r->graph)) return G4_OK;
-        be->ops->graph_free(be, r->graph); /* stale */
-        r->graph = NULL;
-    }
-    if (r->seen && be->ops->graph_begin(be)) {
-        g4_status st = run_ops(m, kv, s, b);
-        r->graph = be->ops->graph_end(be);
-        if (st != G4_OK) return st;
-        if (r->graph && be->ops->graph_launch(be, r->graph)) return G4_OK;
-    }
-    r->seen = 1;
-    return run_ops(m, kv, s, b);
+    *width = w;
+    return upload_table(be, &s->full_tables, &s->full_tables_cap, tables, n);
 }
 
 g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, const g4_text_batch *b) {
@@ -483,8 +414,8 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
         memset(zeros, 0, (size_t)n * sizeof *zeros);
         be->ops->to_device(be, s->seq, zeros, (size_t)n * 4);
     }
-    g4_status st = upload_table(be, &s->full_tables, &s->full_tables_cap, b->full_tables,
-                                (size_t)b->n_seqs * b->full_table_stride);
+    forward_step f = {.m = m, .kv = kv, .s = s, .b = b};
+    g4_status st = upload_full_tables(be, s, b, &f.full_table_stride);
     if (st == G4_OK)
         st = upload_table(be, &s->sliding_tables, &s->sliding_tables_cap, b->sliding_tables,
                           (size_t)b->n_seqs * kv->ring_blocks);
@@ -497,7 +428,15 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
         be->ops->to_device(be, s->ple_ids, ple_ids, (size_t)n * 4);
     }
 
-    st = recordable(s, b) ? run_recorded(m, kv, s, b) : run_ops(m, kv, s, b);
+    /* what the step's ops depend on: its shape and the buffers that may move */
+    const g4_step_key key = {
+        .owner = s->id,
+        .n_tokens = n,
+        .shape = {b->n_logit_rows, b->n_candidates, f.full_table_stride, kv->ring_blocks},
+        .buffers = {s->full_tables, s->sliding_tables, kv},
+        .direct = b->n_mm > 0 || b->hook || b->hidden_out,
+    };
+    st = be->ops->run_step(be, &key, run_ops, &f);
     s->last_logit_rows = st == G4_OK ? b->n_logit_rows : 0;
     if (st == G4_OK && b->n_logit_rows > 0 && b->logits)
         be->ops->to_host(be, b->logits, s->logits, (size_t)b->n_logit_rows * tc->vocab_size * sizeof(float));
@@ -512,7 +451,7 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
         memcpy(b->cand_values, values, R * k * sizeof *values);
     }
     /* a failed backend op leaves garbage behind: never return it as results */
-    if (st == G4_OK && be->ops->status) st = be->ops->status(be);
+    if (st == G4_OK) st = be->ops->status(be);
     return st;
 }
 
@@ -520,5 +459,5 @@ g4_status g4_text_scratch_logits(g4_text_scratch *s, int row, float *logits) {
     if (row < 0 || row >= s->last_logit_rows)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "logit row %d: the last batch produced %d", row, s->last_logit_rows);
     s->be->ops->to_host(s->be, logits, s->logits + (size_t)row * s->vocab, (size_t)s->vocab * sizeof(float));
-    return s->be->ops->status ? s->be->ops->status(s->be) : G4_OK;
+    return s->be->ops->status(s->be);
 }

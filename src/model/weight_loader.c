@@ -428,7 +428,7 @@ int g4_loader_prepare_stacked(g4_weight_loader *L, g4_matrix *const *parts, int 
     g4_model *model = L->model;
     g4_backend *be = model->backend;
     memset(stacked, 0, sizeof *stacked);
-    int ok = n > 1 && be && be->ops->prepare_stacked;
+    int ok = n > 1;
     for (int i = 1; ok && i < n; i++) ok = stackable(parts[0], parts[i]);
     if (ok) {
         *st = be->ops->prepare_stacked(be, parts, n, stacked);
@@ -440,7 +440,7 @@ int g4_loader_prepare_stacked(g4_weight_loader *L, g4_matrix *const *parts, int 
             return 1;
         }
         if (*st != G4_ERR_UNSUPPORTED) return 0;
-        g4_error_clear(); /* not stackable after all (alignment): one by one */
+        g4_error_clear(); /* kept apart (the backend's choice, or alignment): one by one */
         memset(stacked, 0, sizeof *stacked);
     }
     *st = G4_OK;

@@ -60,8 +60,8 @@ g4_status g4_loader_finish(g4_weight_loader *L, const char *what);
 g4_status g4_loader_prepare_matrix(g4_weight_loader *L, g4_matrix *m);
 
 /* Prepares parts[0..n) for the backend, stacked into *stacked (their rows
- * in order, the parts views of it) when the backend can do that for free
- * and they share one layout; else one by one, *stacked zeroed. Returns
+ * in order, the parts views of it) when they share one layout and the
+ * backend chooses to (prepare_stacked); else one by one, *stacked zeroed. Returns
  * whether it stacked; *st is the status. */
 int g4_loader_prepare_stacked(g4_weight_loader *L, g4_matrix *const *parts, int n, g4_matrix *stacked,
                               g4_status *st);

@@ -9,9 +9,9 @@
 #include "base/log.h"
 #include "model/kv_cache.h"
 #include "model/text_decoder.h"
-#include "runtime/prefix_cache.h"
+#include "runtime/batch.h"
 #include "runtime/memory_plan.h"
-#include "runtime/session.h"
+#include "runtime/prefix_cache.h"
 
 typedef struct {
     uint64_t id;
@@ -52,11 +52,8 @@ struct g4_engine {
     g4_kv_pool *kv;
     g4_prefix_cache *cache; /* NULL: no_prefix_cache */
     g4_text_scratch *scratch;
-    float *media_stage;   /* backend [max_batch_tokens][hidden] */
-    /* host batch arrays, sized for max_batch_tokens rows / max_seqs sequences */
-    int32_t *ids, *pos, *seq, *ranges, *glo, *ghi, *mm_rows, *logit_rows, *full_tables, *sliding_tables;
-    int full_stride_cap;
-    float *logits;
+    g4_batch_builder batch; /* max_batch_tokens rows of max_seqs sequences */
+    float *logits;          /* host [max_seqs][vocab] */
     /* the largest logits of each logit row, where its sampler can choose from them */
     int32_t *cand_ids;
     float *cand_values;
@@ -65,7 +62,6 @@ struct g4_engine {
     int32_t *allowed_ids; /* a masked row's allowed candidates */
     float *allowed_values;
     sequence **batch_seqs;
-    int *logit_owner;
     /* a step's cancelled and finished sequences, max_seqs each */
     sequence **step_done, **step_finished;
     g4_finish_reason *step_reasons;
@@ -109,11 +105,14 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     int bs = e->opt.block_size;
     int per_seq = (e->opt.n_ctx + bs - 1) / bs;
     if (e->opt.kv_blocks <= 0) e->opt.kv_blocks = e->opt.max_seqs * per_seq;
-    if (tc->bidirectional_vision)
-        e->bidir_mode = e->opt.vision_mask == G4_VISION_MASK_CAUSAL ? 0
-                        : e->opt.vision_mask == G4_VISION_MASK_ALL_LAYERS ? 2 : 1;
+    e->bidir_mode = g4_batch_bidir_mode(m, e->opt.vision_mask);
     int ring = g4_kv_ring_blocks(tc->sliding_window, e->opt.max_batch_tokens, bs);
+    /* without the cache's snapshots, a context shorter than window + chunk
+     * fits its ring whole: no slot is reused */
+    if (e->opt.no_prefix_cache && ring > per_seq) ring = per_seq;
     const int N = e->opt.max_batch_tokens, S = e->opt.max_seqs;
+    if (e->opt.logit_rows < S) e->opt.logit_rows = S;
+    if (e->opt.logit_rows > N) e->opt.logit_rows = N;
     /* sliding blocks beyond the rings hold the prefix cache's window snapshots */
     int snap = e->opt.no_prefix_cache ? 0 : g4_prefix_snapshot_blocks(m, bs);
     if (e->opt.cache_snapshots <= 0) e->opt.cache_snapshots = 2 * S;
@@ -122,21 +121,9 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     if (st == G4_OK) st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, (int)sliding_blocks, ring, e->opt.kv_type, &e->kv);
     if (st == G4_OK && !e->opt.no_prefix_cache) st = g4_prefix_cache_create(m, e->kv, &e->cache);
     if (st == G4_OK && e->cache) st = g4_prefix_cache_set_host_ram(e->cache, e->opt.cache_ram_bytes);
-    if (st == G4_OK) st = g4_text_scratch_create(m, N, S, &e->scratch);
+    if (st == G4_OK) st = g4_text_scratch_create(m, N, e->opt.logit_rows, &e->scratch);
+    if (st == G4_OK) st = g4_batch_builder_init(&e->batch, m, e->bidir_mode, N, S, e->opt.logit_rows, ring, per_seq);
     if (st == G4_OK) {
-        e->media_stage = m->backend->ops->alloc(m->backend, (size_t)N * tc->hidden_size * sizeof(float));
-        e->ids = malloc((size_t)N * sizeof *e->ids);
-        e->pos = malloc((size_t)N * sizeof *e->pos);
-        e->seq = malloc((size_t)N * sizeof *e->seq);
-        e->ranges = malloc((size_t)N * 4 * sizeof *e->ranges);
-        e->glo = malloc((size_t)N * sizeof *e->glo);
-        e->ghi = malloc((size_t)N * sizeof *e->ghi);
-        e->mm_rows = malloc((size_t)N * sizeof *e->mm_rows);
-        e->logit_rows = malloc((size_t)S * sizeof *e->logit_rows);
-        e->logit_owner = malloc((size_t)S * sizeof *e->logit_owner);
-        e->full_stride_cap = per_seq;
-        e->full_tables = calloc((size_t)S * per_seq, sizeof *e->full_tables);
-        e->sliding_tables = malloc((size_t)S * ring * sizeof *e->sliding_tables);
         e->logits = malloc((size_t)S * tc->vocab_size * sizeof *e->logits);
         e->cand_ids = malloc((size_t)S * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_ids);
         e->cand_values = malloc((size_t)S * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_values);
@@ -151,9 +138,7 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->mask_jobs = malloc((size_t)S * sizeof *e->mask_jobs);
         e->waiting = malloc((size_t)e->opt.max_queue * sizeof *e->waiting);
         e->running = malloc((size_t)S * sizeof *e->running);
-        if (!e->media_stage || !e->ids || !e->pos || !e->seq || !e->ranges || !e->glo || !e->ghi || !e->mm_rows ||
-            !e->logit_rows || !e->logit_owner || !e->full_tables || !e->sliding_tables || !e->logits ||
-            !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed || !e->allowed_ids || !e->allowed_values ||
+        if (!e->logits || !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed || !e->allowed_ids || !e->allowed_values ||
             !e->batch_seqs || !e->step_done || !e->step_finished || !e->step_reasons || !e->mask_jobs || !e->waiting || !e->running)
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the engine");
     }
@@ -284,7 +269,6 @@ static void masks_wait(g4_engine *e) {
 
 void g4_engine_destroy(g4_engine *e) {
     if (!e) return;
-    g4_backend *be = e->model->backend;
     if (e->mask_thread_started) {
         pthread_mutex_lock(&e->mask_lock);
         e->mask_thread_stop = 1;
@@ -301,9 +285,8 @@ void g4_engine_destroy(g4_engine *e) {
     g4_text_scratch_free(e->scratch);
     g4_prefix_cache_free(e->cache);
     g4_kv_pool_free(e->kv);
-    if (e->media_stage) be->ops->release(be, e->media_stage);
-    free(e->ids), free(e->pos), free(e->seq), free(e->ranges), free(e->glo), free(e->ghi), free(e->mm_rows);
-    free(e->logit_rows), free(e->logit_owner), free(e->full_tables), free(e->sliding_tables), free(e->logits);
+    g4_batch_builder_free(&e->batch);
+    free(e->logits);
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
     free(e->allowed_ids), free(e->allowed_values);
     free(e->batch_seqs), free(e->waiting), free(e->running);
@@ -535,37 +518,82 @@ static int admit(g4_engine *e, sequence **done, int max_done) {
     return n_done;
 }
 
-/* Rows of the next prefill chunk of s, at most `budget`, not cutting an
- * image in two on models whose image tokens attend both ways (0: the image
- * waits for a step with more room; submit refused images that can never
- * fit one step). */
-static int prefill_chunk(const g4_engine *e, const sequence *s, int budget) {
-    int left = s->n_prompt - s->prefilled;
-    int len = left < budget ? left : budget;
-    if (len < left && len > 0 && e->bidir_mode) {
-        const g4_token_ids *tk = &e->model->config.tokens;
-        int end = s->prefilled + len;
-        if (is_vision(tk, s->prompt[end]) && is_vision(tk, s->prompt[end - 1])) {
-            int g = end - 1;
-            while (g > s->prefilled && is_vision(tk, s->prompt[g - 1])) g--;
-            len = g - s->prefilled;
-        }
-    }
-    return len;
-}
-
 static int is_stop(const sequence *s, int32_t token) {
     for (int i = 0; i < s->n_stop; i++)
         if (s->stop_ids[i] == token) return 1;
     return 0;
 }
 
+/* How logit row r's token will be chosen, decided before the forward pass:
+ * the candidates its sampler needs (0: the full row), or -k for a masked
+ * row, whose mask is queued for masks_begin. */
+static int plan_row(g4_engine *e, sequence *s, int tokens_left) {
+    s->mask_result = 0;
+    if (!s->matcher || !g4_token_matcher_constrained(s->matcher)) return g4_sampler_candidates_needed(s->sampler);
+    g4_token_matcher_set_budget(s->matcher, tokens_left);
+    e->mask_jobs[e->n_mask_jobs++] = s;
+    /* A masked row draws from the largest logits the mask allows: more
+     * candidates than the sampler needs come back, and when enough of them
+     * are allowed they decide exactly (every token outside the list is
+     * below all of them); otherwise, or with log-probabilities (of the
+     * masked row), the full row. */
+    int need = g4_sampler_candidates_needed(s->sampler);
+    int k = need * 4 > 256 ? need * 4 : 256;
+    if (k > G4_SAMPLER_MAX_CANDIDATES) k = G4_SAMPLER_MAX_CANDIDATES;
+    if (k > e->model->config.text.vocab_size) k = e->model->config.text.vocab_size;
+    return need > 0 && !g4_sampler_wants_logprobs(s->sampler) ? -k : 0;
+}
+
+/* Row `row`'s token for s after the forward pass, which brought back k_max
+ * candidates of each row (k_max 0: the rows themselves, into `logits`):
+ * from the candidates where they decide, else from the full row (fetched
+ * into `logits`, host [vocab]). *complete = 1 (nothing sampled) when s's
+ * mask allows no token. The sampler does not accept the token here. */
+static g4_status choose_token(g4_engine *e, sequence *s, int row, int k_max, float *logits, g4_sample *sample,
+                              int *complete) {
+    const int V = e->model->config.text.vocab_size;
+    *complete = 0;
+    g4_status ss = G4_OK;
+    int need_full = k_max > 0 && e->cand_needed[row] == 0;
+    if (k_max > 0 && e->cand_needed[row] > 0)
+        ss = g4_sampler_sample_top(s->sampler, e->cand_ids + (size_t)row * k_max,
+                                   e->cand_values + (size_t)row * k_max, k_max, e->cand_lse[row], sample,
+                                   &need_full);
+    int sampled = k_max > 0 && e->cand_needed[row] > 0 && !need_full;
+    if (ss == G4_OK && k_max > 0 && e->cand_needed[row] < 0 && s->mask_result > 0) {
+        /* the allowed ones among the candidates, in their order */
+        const int32_t *ci = e->cand_ids + (size_t)row * k_max;
+        const float *cv = e->cand_values + (size_t)row * k_max;
+        const int mv = g4_token_matcher_vocab(s->matcher);
+        int n_ok = 0;
+        for (int i = 0; i < k_max; i++)
+            if (ci[i] >= 0 && ci[i] < mv && g4_mask_has(s->mask, ci[i])) {
+                e->allowed_ids[n_ok] = ci[i];
+                e->allowed_values[n_ok++] = cv[i];
+            }
+        need_full = 1;
+        if (n_ok >= g4_sampler_candidates_needed(s->sampler)) {
+            ss = g4_sampler_sample_top(s->sampler, e->allowed_ids, e->allowed_values, n_ok, e->cand_lse[row],
+                                       sample, &need_full);
+            sampled = ss == G4_OK && !need_full;
+        }
+    } else if (k_max > 0 && e->cand_needed[row] < 0) {
+        need_full = 1;
+    }
+    if (ss == G4_OK && need_full) ss = g4_text_scratch_logits(e->scratch, row, logits);
+    if (s->mask_result < 0) ss = G4_ERR_LIMIT;
+    if (ss == G4_OK && s->mask_result > 0 && !sampled &&
+        g4_mask_apply(s->mask, g4_token_matcher_vocab(s->matcher), logits, V) == 0) {
+        *complete = 1;
+        return G4_OK;
+    }
+    if (ss == G4_OK && !sampled && (k_max == 0 || need_full)) ss = g4_sampler_sample(s->sampler, logits, sample);
+    return ss;
+}
+
 int g4_engine_step(g4_engine *e) {
     const g4_model *m = e->model;
-    const g4_text_config *tc = &m->config.text;
-    const g4_token_ids *tk = &m->config.tokens;
-    g4_backend *be = m->backend;
-    const int V = tc->vocab_size, d = tc->hidden_size;
+    const int V = m->config.text.vocab_size;
     sequence **done = e->step_done;
 
     pthread_mutex_lock(&e->lock);
@@ -575,122 +603,57 @@ int g4_engine_step(g4_engine *e) {
     pthread_mutex_unlock(&e->lock);
     for (int i = 0; i < n_done; i++) finish(e, done[i], G4_FINISH_CANCELLED, NULL);
 
-    /* build one batch: decode tokens first, then prefill chunks */
-    int n = 0, n_seqs = 0, n_logits = 0, n_mm = 0, stride = 1;
-    int budget = e->opt.max_batch_tokens;
+    /* build one batch: decode tokens first, then prefill chunks (an image
+     * that does not fit the room left waits for the next step; submit
+     * refused images that can never fit one) */
+    g4_batch_builder *bb = &e->batch;
+    g4_batch_builder_reset(bb);
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < n_run; i++) {
             sequence *s = e->running[i];
             int decoding = s->prefilled == s->n_prompt;
             if (decoding != (pass == 0)) continue;
-            int len = decoding ? 1 : prefill_chunk(e, s, budget - n);
-            if (len <= 0) continue;
-            int b = n_seqs++;
-            e->batch_seqs[b] = s;
-            if (s->kv.n_full > stride) stride = s->kv.n_full;
-            int base = decoding ? s->n_prompt + s->n_generated - 1 : s->prefilled;
-            for (int t = 0; t < len; t++) {
-                e->ids[n + t] = decoding ? s->last_token : s->prompt[s->prefilled + t];
-                e->pos[n + t] = base + t;
-                e->seq[n + t] = b;
-                e->glo[n + t] = e->ghi[n + t] = -1;
+            g4_batch_piece piece = {.kv = &s->kv, .logits = G4_BATCH_LAST_LOGITS};
+            if (decoding) {
+                piece.ids = &s->last_token;
+                piece.len = 1;
+                piece.pos = s->n_prompt + s->n_generated - 1;
+            } else {
+                piece.len = g4_batch_chunk_len(m, e->bidir_mode, s->prompt, s->n_prompt, s->prefilled,
+                                               e->opt.max_batch_tokens - bb->n_tokens);
+                piece.ids = s->prompt + s->prefilled;
+                piece.lookback = piece.pos = piece.media_origin = s->prefilled;
+                piece.prefill = 1;
+                piece.n_media = s->media.n;
+                piece.media_rows = s->media.rows;
+                piece.media_embeds = s->media.embeds;
+                if (s->prefilled + piece.len < s->n_prompt) piece.logits = G4_BATCH_NO_LOGITS;
             }
-            if (!decoding && e->bidir_mode) {
-                for (int t = 0; t < len;) {
-                    if (!is_vision(tk, e->ids[n + t])) {
-                        t++;
-                        continue;
-                    }
-                    int u = t;
-                    while (u < len && is_vision(tk, e->ids[n + u])) u++;
-                    /* a chunk that resumes from the cache inside an image:
-                     * the image starts before it */
-                    int lo = base + t;
-                    while (t == 0 && lo > 0 && is_vision(tk, s->prompt[lo - 1])) lo--;
-                    for (int k = t; k < u; k++) e->glo[n + k] = lo, e->ghi[n + k] = base + u;
-                    t = u;
-                }
-            }
-            g4_text_kv_ranges(m, e->pos + n, e->glo + n, e->ghi + n, len, decoding ? 0 : e->bidir_mode,
-                              e->ranges + 4 * n);
-            if (!decoding) {
-                for (int k = 0; k < s->media.n; k++) {
-                    int r = s->media.rows[k];
-                    if (r < s->prefilled || r >= s->prefilled + len) continue;
-                    be->ops->copy(be, e->media_stage + (size_t)n_mm * d, s->media.embeds + (size_t)k * d,
-                                  (size_t)d * sizeof(float));
-                    e->mm_rows[n_mm++] = n + (r - s->prefilled);
-                }
-            }
-            if (decoding || s->prefilled + len == s->n_prompt) {
-                e->logit_rows[n_logits] = n + len - 1;
-                e->logit_owner[n_logits++] = b;
-            }
-            n += len;
+            if (piece.len <= 0) continue;
+            e->batch_seqs[g4_batch_add(bb, &piece)] = s;
         }
     }
+    const int n = bb->n_tokens, n_seqs = bb->n_seqs, n_logits = bb->n_logit_rows;
     if (n == 0) {
         pthread_mutex_lock(&e->lock);
         int pending = e->n_running + e->n_waiting;
         pthread_mutex_unlock(&e->lock);
         return pending;
     }
-    /* the table width in powers of two: decode steps keep one shape (and so
-     * one recorded graph) while the sequences grow */
-    int width = 16;
-    while (width < stride) width *= 2;
-    if (width > e->full_stride_cap) width = e->full_stride_cap;
-    if (width > stride) stride = width;
-    for (int b = 0; b < n_seqs; b++) {
-        sequence *s = e->batch_seqs[b];
-        memcpy(e->full_tables + (size_t)b * stride, s->kv.full_blocks, (size_t)s->kv.n_full * sizeof(int32_t));
-        memcpy(e->sliding_tables + (size_t)b * e->kv->ring_blocks, s->kv.ring,
-               (size_t)e->kv->ring_blocks * sizeof(int32_t));
-    }
-    g4_text_batch batch = {
-        .n_tokens = n,
-        .ids = e->ids,
-        .pos = e->pos,
-        .seq = e->seq,
-        .kv_range = e->ranges,
-        .n_seqs = n_seqs,
-        .full_tables = e->full_tables,
-        .full_table_stride = stride,
-        .sliding_tables = e->sliding_tables,
-        .n_mm = n_mm,
-        .mm_rows = e->mm_rows,
-        .mm_embeds = e->media_stage,
-        .n_logit_rows = n_logits,
-        .logit_rows = e->logit_rows,
-        .logits = e->logits,
-    };
+    g4_text_batch batch;
+    g4_batch_finish(bb, &batch);
+    batch.logits = e->logits;
     /* Rows whose sampler can choose from the row's largest logits bring
      * back only those (the most any of them needs); the others, and rows the
      * candidates cannot decide, fetch their full row after the step. */
     int k_max = 0;
     e->n_mask_jobs = 0;
     for (int r = 0; r < n_logits; r++) {
-        sequence *s = e->batch_seqs[e->logit_owner[r]];
-        s->mask_result = 0;
-        if (s->matcher && g4_token_matcher_constrained(s->matcher)) {
-            int left = s->max_tokens - s->n_generated, ctx_left = e->opt.n_ctx - s->n_prompt - s->n_generated;
-            g4_token_matcher_set_budget(s->matcher, left < ctx_left ? left : ctx_left);
-            e->mask_jobs[e->n_mask_jobs++] = s;
-            /* A masked row draws from the largest logits the mask allows:
-             * more candidates than the sampler needs come back, and when
-             * enough of them are allowed they decide exactly (every token
-             * outside the list is below all of them); otherwise, or with
-             * log-probabilities (of the masked row), the full row. */
-            int need = g4_sampler_candidates_needed(s->sampler);
-            int k = need * 4 > 256 ? need * 4 : 256;
-            if (k > G4_SAMPLER_MAX_CANDIDATES) k = G4_SAMPLER_MAX_CANDIDATES;
-            if (k > V) k = V;
-            e->cand_needed[r] = need > 0 && !g4_sampler_wants_logprobs(s->sampler) ? -k : 0;
-            if (k > k_max && e->cand_needed[r] < 0) k_max = k;
-            continue;
-        }
-        e->cand_needed[r] = g4_sampler_candidates_needed(s->sampler);
-        if (e->cand_needed[r] > k_max) k_max = e->cand_needed[r];
+        sequence *s = e->batch_seqs[bb->logit_owner[r]];
+        int left = s->max_tokens - s->n_generated, ctx_left = e->opt.n_ctx - s->n_prompt - s->n_generated;
+        e->cand_needed[r] = plan_row(e, s, left < ctx_left ? left : ctx_left);
+        int k = e->cand_needed[r] < 0 ? -e->cand_needed[r] : e->cand_needed[r];
+        if (k > k_max) k_max = k;
     }
     if (k_max > 0) {
         batch.logits = NULL;
@@ -715,13 +678,13 @@ int g4_engine_step(g4_engine *e) {
         int decoding = s->prefilled == s->n_prompt;
         if (!decoding) {
             int len = 0;
-            for (int t = 0; t < n; t++) len += e->seq[t] == b;
+            for (int t = 0; t < n; t++) len += bb->seq[t] == b;
             int before = s->prefilled;
             s->prefilled += len;
             n_prefilled += len;
             if (e->cache && st == G4_OK) cache_prefilled(e, s, before);
         }
-        if (next_logit >= n_logits || e->logit_owner[next_logit] != b) continue;
+        if (next_logit >= n_logits || bb->logit_owner[next_logit] != b) continue;
         const int row = next_logit++;
         float *logits = e->logits + (size_t)row * V;
         if (st != G4_OK) {
@@ -729,46 +692,16 @@ int g4_engine_step(g4_engine *e) {
             continue;
         }
         g4_sample sample;
-        g4_status ss = G4_OK;
-        int need_full = k_max > 0 && e->cand_needed[row] == 0;
-        if (k_max > 0 && e->cand_needed[row] > 0)
-            ss = g4_sampler_sample_top(s->sampler, e->cand_ids + (size_t)row * k_max,
-                                       e->cand_values + (size_t)row * k_max, k_max, e->cand_lse[row], &sample,
-                                       &need_full);
-        int sampled = k_max > 0 && e->cand_needed[row] > 0 && !need_full;
-        if (ss == G4_OK && k_max > 0 && e->cand_needed[row] < 0 && s->mask_result > 0) {
-            /* the allowed ones among the candidates, in their order */
-            const int32_t *ci = e->cand_ids + (size_t)row * k_max;
-            const float *cv = e->cand_values + (size_t)row * k_max;
-            const int mv = g4_token_matcher_vocab(s->matcher);
-            int n_ok = 0;
-            for (int i = 0; i < k_max; i++)
-                if (ci[i] >= 0 && ci[i] < mv && g4_mask_has(s->mask, ci[i])) {
-                    e->allowed_ids[n_ok] = ci[i];
-                    e->allowed_values[n_ok++] = cv[i];
-                }
-            need_full = 1;
-            if (n_ok >= g4_sampler_candidates_needed(s->sampler)) {
-                ss = g4_sampler_sample_top(s->sampler, e->allowed_ids, e->allowed_values, n_ok, e->cand_lse[row],
-                                           &sample, &need_full);
-                sampled = ss == G4_OK && !need_full;
-            }
-        } else if (k_max > 0 && e->cand_needed[row] < 0) {
-            need_full = 1;
+        int complete = 0;
+        g4_status ss = choose_token(e, s, row, k_max, logits, &sample, &complete);
+        if (ss == G4_OK && complete) {
+            /* the grammar is complete and no stop token may follow (ignore_eos, or none given) */
+            finished[n_finished] = s;
+            reasons[n_finished++] = g4_token_matcher_can_end(s->matcher) ? G4_FINISH_STOP : G4_FINISH_ERROR;
+            if (!g4_token_matcher_can_end(s->matcher))
+                g4_fail(G4_ERR_INVALID_ARGUMENT, "constraint: no token of the vocabulary can continue the reply");
+            continue;
         }
-        if (ss == G4_OK && need_full) ss = g4_text_scratch_logits(e->scratch, row, logits);
-        if (s->mask_result < 0) ss = G4_ERR_LIMIT;
-        if (ss == G4_OK && s->mask_result > 0 && !sampled) {
-            if (g4_mask_apply(s->mask, g4_token_matcher_vocab(s->matcher), logits, V) == 0) {
-                /* the grammar is complete and no stop token may follow (ignore_eos, or none given) */
-                finished[n_finished] = s;
-                reasons[n_finished++] = g4_token_matcher_can_end(s->matcher) ? G4_FINISH_STOP : G4_FINISH_ERROR;
-                if (!g4_token_matcher_can_end(s->matcher))
-                    g4_fail(G4_ERR_INVALID_ARGUMENT, "constraint: no token of the vocabulary can continue the reply");
-                continue;
-            }
-        }
-        if (ss == G4_OK && !sampled && (k_max == 0 || need_full)) ss = g4_sampler_sample(s->sampler, logits, &sample);
         if (ss == G4_OK) ss = g4_sampler_accept(s->sampler, sample.token);
         if (ss == G4_OK && s->matcher) ss = g4_token_matcher_accept(s->matcher, sample.token);
         if (ss != G4_OK) {
@@ -860,3 +793,95 @@ void g4_engine_stop(g4_engine *e, int cancel_all) {
     pthread_join(e->thread, NULL);
     e->thread_started = 0;
 }
+
+/* ---- sequences the caller drives ---- */
+
+g4_kv_pool *g4_engine_kv(g4_engine *e) { return e->kv; }
+
+g4_text_scratch *g4_engine_scratch(g4_engine *e) { return e->scratch; }
+
+g4_status g4_engine_seq_init(g4_engine *e, g4_kv_seq *seq) { return g4_kv_seq_init(e->kv, seq); }
+
+void g4_engine_seq_release(g4_engine *e, g4_kv_seq *seq) { release_kv(e, seq); }
+
+g4_status g4_engine_eval(g4_engine *e, g4_kv_seq *seq, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                         const g4_eval_output *out) {
+    const g4_model *m = e->model;
+    const int V = m->config.text.vocab_size, d = m->config.text.hidden_size, C = e->opt.max_batch_tokens;
+    if (n <= 0) return g4_fail(G4_ERR_INVALID_ARGUMENT, "empty prompt: nothing to evaluate");
+    if (seq->length + n > e->opt.n_ctx)
+        return g4_fail(G4_ERR_LIMIT, "context full: %d positions used + %d new exceed the context of %d",
+                       seq->length, n, e->opt.n_ctx);
+    if (out->mode == G4_LOGITS_ALL && e->opt.logit_rows < C)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "every row's logits need an engine of %d logit rows", C);
+    if (out->k < 0 || out->k > G4_TOP_LOGITS_MAX_K)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%d candidates asked (1..%d)", out->k, G4_TOP_LOGITS_MAX_K);
+    g4_batch_builder *bb = &e->batch;
+    g4_status st = G4_OK;
+    for (int start = 0; st == G4_OK && start < n;) {
+        int len = g4_batch_chunk_len(m, e->bidir_mode, ids, n, start, C);
+        if (len == 0) {
+            int end = start;
+            while (end < n && (ids[end] == m->config.tokens.image_id || ids[end] == m->config.tokens.video_id)) end++;
+            return g4_fail(G4_ERR_LIMIT,
+                           "an image of %d soft tokens does not fit the %d-token prefill chunk; raise the chunk size",
+                           end - start, C);
+        }
+        const int base = seq->length, last = start + len == n;
+        st = g4_kv_seq_reserve(e->kv, seq, base + len);
+        if (st != G4_OK) break;
+        g4_batch_piece piece = {.kv = seq, .ids = ids + start, .len = len, .lookback = start, .pos = base,
+                                .prefill = 1, .media_origin = start,
+                                .logits = out->mode == G4_LOGITS_ALL             ? G4_BATCH_ALL_LOGITS
+                                          : out->mode == G4_LOGITS_LAST && last ? G4_BATCH_LAST_LOGITS
+                                                                                 : G4_BATCH_NO_LOGITS};
+        if (soft) piece.n_media = soft->n, piece.media_rows = soft->rows, piece.media_embeds = soft->embeds;
+        g4_batch_builder_reset(bb);
+        g4_batch_add(bb, &piece);
+        g4_text_batch b;
+        g4_batch_finish(bb, &b);
+        b.hook = out->hook;
+        b.hook_ctx = out->hook_ctx;
+        if (piece.logits == G4_BATCH_ALL_LOGITS) {
+            b.logits = out->logits + (size_t)start * V;
+            if (out->hidden) b.hidden_out = out->hidden + (size_t)start * d;
+        } else if (piece.logits == G4_BATCH_LAST_LOGITS) {
+            b.hidden_out = out->hidden;
+            if (out->k > 0) {
+                b.n_candidates = out->k;
+                b.cand_ids = out->cand_ids;
+                b.cand_values = out->cand_values;
+                b.cand_lse = out->lse;
+            } else {
+                b.logits = out->logits;
+            }
+        }
+        st = g4_text_forward(m, e->kv, e->scratch, &b);
+        if (st != G4_OK) break;
+        seq->length = base + len;
+        start += len;
+    }
+    return st;
+}
+
+g4_status g4_engine_eval_sample(g4_engine *e, g4_kv_seq *seq, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                                g4_sampler *sampler, g4_token_matcher *matcher, int tokens_left, float *logits,
+                                g4_sample *out, int *none) {
+    *none = 0;
+    /* the row's chooser: a sequence of one row, as the step has them */
+    sequence s = {.sampler = sampler, .matcher = matcher};
+    e->n_mask_jobs = 0;
+    e->cand_needed[0] = plan_row(e, &s, tokens_left);
+    const int k = e->cand_needed[0] < 0 ? -e->cand_needed[0] : e->cand_needed[0];
+    g4_eval_output o = {.mode = G4_LOGITS_LAST, .logits = logits, .k = k, .cand_ids = e->cand_ids,
+                        .cand_values = e->cand_values, .lse = e->cand_lse};
+    masks_begin(e);
+    g4_status st = g4_engine_eval(e, seq, ids, n, soft, &o);
+    masks_wait(e);
+    int complete = 0;
+    if (st == G4_OK) st = choose_token(e, &s, 0, k, logits, out, &complete);
+    if (st == G4_OK && complete) *none = 1;
+    return st;
+}
+
+g4_status g4_engine_last_logits(g4_engine *e, float *logits) { return g4_text_scratch_logits(e->scratch, 0, logits); }

@@ -20,7 +20,10 @@
 #include <stdint.h>
 
 #include "constrain/token_mask.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/text_decoder.h"
+#include "runtime/batch.h"
 #include "runtime/sampler.h"
 
 typedef enum {
@@ -79,12 +82,14 @@ typedef struct {
     int block_size;       /* positions per KV block (0: 16) */
     int max_batch_tokens; /* tokens per forward pass (0: 512) */
     int max_queue;        /* waiting requests before submit refuses (0: 256) */
-    int vision_mask;      /* g4_vision_mask of session.h */
+    int vision_mask;      /* g4_vision_mask (runtime/batch.h) */
     int threads;          /* OpenMP threads of the engine thread (0: the runtime's default) */
     g4_kv_type kv_type;   /* element type of the KV cache (AUTO: F32) */
     int no_prefix_cache;  /* 1: every prompt is prefilled whole (no reuse of cached KV) */
     int cache_snapshots;  /* sliding-window snapshots kept beyond the running sequences' rings
                              (0: 2 x max_seqs; ignored without the prefix cache) */
+    int logit_rows;       /* logit rows one forward pass returns (0: max_seqs); g4_engine_eval of
+                             G4_LOGITS_ALL needs max_batch_tokens */
     uint64_t cache_ram_bytes; /* the prefix cache's host-RAM tier: KV the pool gives back is kept
                                  there for reuse (0: none) */
 } g4_engine_options;
@@ -138,5 +143,67 @@ void g4_engine_get_stats(g4_engine *e, g4_engine_stats *out);
 
 /* Positions per sequence (the context every request must fit in). */
 int g4_engine_n_ctx(const g4_engine *e);
+
+/* ---- Sequences the caller drives (what g4_session wraps) ----
+ *
+ * Not scheduled: the caller appends tokens and reads back the rows it asks
+ * for, through the step's own batch building, forward pass and token
+ * choice. Prompts are prefilled in chunks of max_batch_tokens. Only on an
+ * engine whose thread is not started and that runs no requests (nothing
+ * else steps it at the same time). */
+
+typedef enum {
+    G4_LOGITS_NONE = 0,
+    G4_LOGITS_LAST, /* logits of the last row only: [1][vocab] */
+    G4_LOGITS_ALL,  /* logits of every row: [n][vocab] */
+} g4_logits_mode;
+
+/* Soft tokens to place into the evaluated ids: rows are indices into them;
+ * embeds is backend memory [n][hidden] (the caller's). */
+typedef struct {
+    int n;
+    const int32_t *rows;
+    const float *embeds;
+} g4_soft_tokens;
+
+typedef struct {
+    g4_logits_mode mode;
+    float *logits; /* host [1 or n][vocab] (unused with k > 0) */
+    float *hidden; /* optional, with LAST or ALL: the final-normed hidden states of those rows */
+    /* k > 0 (with LAST): of the last row only the k (<= G4_TOP_LOGITS_MAX_K)
+     * largest logits, value descending (equal values by ascending id), and
+     * its log-sum-exp come back */
+    int k;
+    int32_t *cand_ids;
+    float *cand_values;
+    double *lse;
+    g4_hidden_hook hook;
+    void *hook_ctx;
+} g4_eval_output;
+
+g4_kv_pool *g4_engine_kv(g4_engine *e);
+g4_text_scratch *g4_engine_scratch(g4_engine *e);
+/* A new empty sequence (its sliding ring taken from the pool). */
+g4_status g4_engine_seq_init(g4_engine *e, g4_kv_seq *seq);
+void g4_engine_seq_release(g4_engine *e, g4_kv_seq *seq);
+
+/* Appends ids[0..n) to seq, running them through the model. */
+g4_status g4_engine_eval(g4_engine *e, g4_kv_seq *seq, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                         const g4_eval_output *out);
+
+/* Evaluates ids and chooses the next token with `sampler` as a step
+ * chooses a request's: from the last row's largest logits where they
+ * decide, else from the full row (copied into `logits`, host [vocab]; its
+ * contents are then unspecified). Under a constraint (matcher not NULL;
+ * tokens_left: the reply's budget) tokens outside its mask are never
+ * chosen, and *none = 1 (nothing sampled) when the mask allows no token.
+ * Neither the sampler nor the matcher accepts the token here. */
+g4_status g4_engine_eval_sample(g4_engine *e, g4_kv_seq *seq, const int32_t *ids, int n, const g4_soft_tokens *soft,
+                                g4_sampler *sampler, g4_token_matcher *matcher, int tokens_left, float *logits,
+                                g4_sample *out, int *none);
+
+/* The full logits of the last row of the last g4_engine_eval (host [vocab]),
+ * also after candidates. */
+g4_status g4_engine_last_logits(g4_engine *e, float *logits);
 
 #endif

@@ -1,5 +1,8 @@
-/* A session: one sequence's KV cache and the working memory to run it.
- * Prompts are prefilled in chunks; each later token is one decode step. */
+/* A session: one sequence of a private engine (runtime/engine.h), driven
+ * by its caller token by token: the CLI, speculative decoding, benchmarks
+ * and tests. Batch building, chunking and token choice are the engine's;
+ * this wrapper keeps one sequence and its KV cache between calls (a chat
+ * keeps them between turns) and can roll it back (g4_kv_seq_truncate). */
 #ifndef G4_RUNTIME_SESSION_H
 #define G4_RUNTIME_SESSION_H
 
@@ -8,21 +11,8 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/text_decoder.h"
+#include "runtime/engine.h"
 #include "runtime/sampler.h"
-
-typedef enum {
-    G4_LOGITS_NONE = 0,
-    G4_LOGITS_LAST, /* logits of the last row only: [1][vocab] */
-    G4_LOGITS_ALL,  /* logits of every row: [n][vocab] */
-} g4_logits_mode;
-
-/* How image tokens attend to each other on models with
- * use_bidirectional_attention = "vision" (SPEC §5 / unified A7). */
-typedef enum {
-    G4_VISION_MASK_DEFAULT = 0, /* the model family's rule (gemma4: sliding layers, windowed) */
-    G4_VISION_MASK_CAUSAL,      /* plain causal, as models without the flag */
-    G4_VISION_MASK_ALL_LAYERS,  /* image block bidirectional on every layer, not windowed */
-} g4_vision_mask;
 
 typedef struct {
     int n_ctx;        /* maximum positions (0: min(max_position_embeddings, 4096)) */
@@ -32,21 +22,15 @@ typedef struct {
     g4_kv_type kv_type; /* element type of the KV cache (AUTO: F32) */
 } g4_session_options;
 
-/* Soft tokens to place into the prompt: rows are indices into the ids of one
- * g4_session_eval call; embeds is backend memory [n][hidden]. */
-typedef struct {
-    int n;
-    const int32_t *rows;
-    const float *embeds;
-} g4_soft_tokens;
-
 typedef struct g4_session {
     const g4_model *model;
-    g4_session_options opt;
-    g4_kv_pool *kv;
+    g4_session_options opt; /* with the defaults filled in */
+    g4_engine *engine;      /* one sequence, no prefix cache, no thread */
+    g4_kv_pool *kv;         /* the engine's */
+    g4_text_scratch *scratch; /* the engine's */
     g4_kv_seq seq;
-    g4_text_scratch *scratch;
-    int bidir_mode;   /* 0 none, 1 gemma4 rule, 2 all layers */
+    int32_t *history; /* [history_cap]: the ids of positions 0..seq.length (g4_session_reuse) */
+    int history_cap;
     g4_hidden_hook hook;
     void *hook_ctx;
 } g4_session;
@@ -56,6 +40,14 @@ void g4_session_destroy(g4_session *s);
 /* Forgets the sequence (the KV cache is reused). */
 void g4_session_reset(g4_session *s);
 int g4_session_length(const g4_session *s);
+
+/* A new prompt ids[0..n) for the same conversation (a chat's next turn,
+ * the whole conversation re-rendered): keeps the longest prefix of the
+ * sequence that the prompt repeats and that can be resumed (at least one
+ * id is left to evaluate, never inside an image, and the sliding layers'
+ * ring still holds the window before it), forgets the rest, and returns
+ * its length: evaluate ids[that..n) next. */
+int g4_session_reuse(g4_session *s, const int32_t *ids, int n);
 
 /* Appends ids[0..n) to the sequence, running them through the model.
  * logits: host buffer for the rows `mode` asks for (may be NULL for NONE). */
@@ -80,24 +72,20 @@ g4_status g4_session_eval_top(g4_session *s, const int32_t *ids, int n, const g4
  * after g4_session_eval_top. */
 g4_status g4_session_last_logits(g4_session *s, float *logits);
 
-/* Evaluates ids and chooses the next token with `sampler`: from the row's
- * largest logits when the sampler allows it (g4_sampler_candidates_needed),
- * else, or when they cannot decide, from the full row copied into
- * `logits` (host [vocab]; its contents are then unspecified). The same
- * token and random stream use as g4_session_eval + g4_sampler_sample. Does
- * not g4_sampler_accept the token. */
+/* Evaluates ids and chooses the next token with `sampler`
+ * (g4_engine_eval_sample: the same token and random stream use as
+ * g4_session_eval + g4_sampler_sample); `logits` host [vocab], its
+ * contents then unspecified. Does not g4_sampler_accept the token. */
 g4_status g4_session_eval_sample(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft,
                                  g4_sampler *sampler, float *logits, g4_sample *out);
 
-/* The same under a constraint: where the matcher masks the next token the
- * full row comes back, tokens outside the mask get -inf and the sampler
- * draws from the rest (tokens_left: the reply's budget, see
- * g4_token_matcher_set_budget). *none is set (and nothing sampled) when the
- * mask allows no token: the grammar is complete and no stop token may
+/* The same under a constraint (m may be NULL): tokens outside the
+ * matcher's mask are never chosen (tokens_left: the reply's budget, see
+ * g4_token_matcher_set_budget). *none is set (and nothing sampled) when
+ * the mask allows no token: the grammar is complete and no stop token may
  * follow. The caller still accepts the token into the matcher. */
-struct g4_token_matcher;
 g4_status g4_session_eval_sample_constrained(g4_session *s, const int32_t *ids, int n, const g4_soft_tokens *soft,
-                                             g4_sampler *sampler, float *logits, struct g4_token_matcher *m,
+                                             g4_sampler *sampler, float *logits, g4_token_matcher *m,
                                              int tokens_left, g4_sample *out, int *none);
 
 #endif

@@ -12,7 +12,7 @@
 #include "runtime/prompt.h"
 #include "runtime/reply_stream.h"
 #include "server/api_writer.h"
-#include "server/openai_media.h"
+#include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/server_internal.h"
 #include "text/strbuf.h"

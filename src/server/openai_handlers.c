@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "runtime/prompt.h"
-#include "server/openai_media.h"
+#include "server/openai_request.h"
 #include "server/server_internal.h"
 
 static cJSON *model_object(const g4_server *s) {

@@ -7,7 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/json_strict.h"
+#include "runtime/chat_messages.h"
+#include "text/json_strict.h"
 #include "text/utf8.h"
 
 int g4_oai_fail(g4_oai_error *err, int status, const char *param, const char *fmt, ...) {
@@ -190,59 +191,22 @@ static int parse_common(const cJSON *root, const g4_oai_limits *lim, g4_oai_requ
     return 0;
 }
 
-/* An error about messages[i] (field: "role", "content", ... or NULL). */
-static int message_fail(g4_oai_error *err, int i, const char *field, const char *fmt, const char *detail) {
-    g4_oai_fail(err, 400, NULL, fmt, i, detail);
-    if (field) snprintf(err->param_buf, sizeof err->param_buf, "messages[%d].%s", i, field);
-    else snprintf(err->param_buf, sizeof err->param_buf, "messages[%d]", i);
+int g4_oai_check_messages(const cJSON *messages, g4_oai_error *err) {
+    char where[sizeof err->param_buf];
+    if (g4_chat_check_messages(messages, where, sizeof where) == G4_OK) return 0;
+    g4_oai_fail(err, 400, NULL, "%s", g4_error_message());
+    snprintf(err->param_buf, sizeof err->param_buf, "%s", where);
     err->param = err->param_buf;
     return -1;
 }
 
-/* One message as the OpenAI API accepts it: a known role; content a string
- * or a list of parts (the parts themselves are checked with the media),
- * null or absent only for an assistant (with tool calls, or a prefill). */
-static int check_message(const cJSON *m, int i, g4_oai_error *err) {
-    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
-    if (!cJSON_IsObject(m)) return message_fail(err, i, NULL, "messages[%d] must be an object%s", "");
-    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-    if (!role) return message_fail(err, i, "role", "messages[%d].role is required%s", "");
-    if (!cJSON_IsString(role)) return message_fail(err, i, "role", "messages[%d].role must be a string%s", "");
-    int known = 0;
-    for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) known |= !strcmp(role->valuestring, roles[k]);
-    if (!known)
-        return message_fail(err, i, "role",
-                            "messages[%d].role '%.40s' is not one of 'system', 'developer', 'user', 'assistant', "
-                            "'tool'",
-                            role->valuestring);
-    int assistant = !strcmp(role->valuestring, "assistant");
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-    if (!content || cJSON_IsNull(content)) {
-        if (!assistant) return message_fail(err, i, "content", "messages[%d].content is required for role '%s'",
-                                            role->valuestring);
-    } else if (!cJSON_IsString(content) && !cJSON_IsArray(content)) {
-        return message_fail(err, i, "content", "messages[%d].content must be a string or a list of parts%s", "");
-    }
-    const cJSON *calls = field(m, "tool_calls");
-    if (calls && (!assistant || !cJSON_IsArray(calls)))
-        return message_fail(err, i, "tool_calls", "messages[%d].tool_calls must be a list, on an assistant message%s",
-                            "");
-    const cJSON *name = field(m, "name");
-    if (name && !cJSON_IsString(name)) return message_fail(err, i, "name", "messages[%d].name must be a string%s", "");
-    return 0;
-}
-
-int g4_oai_check_messages(const cJSON *messages, g4_oai_error *err) {
-    if (!messages) return g4_oai_fail(err, 400, "messages", "'messages' is required");
-    if (!cJSON_IsArray(messages)) return g4_oai_fail(err, 400, "messages", "'messages' must be a list");
-    if (cJSON_GetArraySize(messages) == 0) return g4_oai_fail(err, 400, "messages", "'messages' must not be empty");
-    const cJSON *m;
-    int i = 0;
-    cJSON_ArrayForEach(m, messages) {
-        if (check_message(m, i, err)) return -1;
-        i++;
-    }
-    return 0;
+int g4_oai_collect_media(const cJSON *messages, const g4_media_limits *lim, g4_media_list *out, g4_oai_error *err) {
+    g4_status st = g4_chat_collect_media(messages, lim, out);
+    if (st == G4_OK) return 0;
+    int status = st == G4_ERR_PERMISSION ? 403 : st == G4_ERR_OUT_OF_MEMORY ? 503 : st == G4_ERR_INTERNAL ? 500 : 400;
+    g4_oai_fail(err, status, "messages", "%s", g4_error_message());
+    if (status == 403) err->type = "permission_error";
+    return -1;
 }
 
 static int parse_chat(cJSON *root, g4_oai_request *r, g4_oai_error *err) {

@@ -36,6 +36,7 @@
 
 #include "constrain/constrain.h"
 #include "io/config.h"
+#include "runtime/chat_messages.h"
 #include "runtime/sampler.h"
 
 #define G4_OAI_MAX_STOP 16
@@ -122,10 +123,13 @@ int g4_oai_parse_constraint(const cJSON *root, g4_oai_request *r, g4_oai_error *
  * already set. */
 int g4_oai_parse_format(const cJSON *fmt, int flat, const char *param, g4_oai_request *r, g4_oai_error *err);
 
-/* The chat messages list: a non-empty list of messages with known roles and
- * string / list content (required but for assistants); -1 with err naming
- * the item ("messages[1].content") otherwise. */
+/* g4_chat_check_messages with an OpenAI error (400, param naming the item,
+ * e.g. "messages[1].content"): -1 with err filled. */
 int g4_oai_check_messages(const cJSON *messages, g4_oai_error *err);
+/* g4_chat_collect_media with an OpenAI error: 400 for bad parts, 403
+ * (permission_error) for files outside the allowed folder, 503 out of
+ * memory, 500 when the folder is missing; -1 with err filled. */
+int g4_oai_collect_media(const cJSON *messages, const g4_media_limits *lim, g4_media_list *out, g4_oai_error *err);
 
 /* Shared field readers (also for /tokenize): -1 with err filled when the
  * field has the wrong type or range; absent fields leave *out unchanged. */

@@ -1,12 +1,15 @@
 /* The server's request validation without a server: strict JSON (RFC 8259,
  * no escaped NUL, bounded values), chat message checks with the OpenAI
- * error's param, and completions' character offsets across byte-fallback
- * tokens. */
+ * error's param, the runtime's media collection (statuses) and the HTTP
+ * codes the server makes of them, and completions' character offsets
+ * across byte-fallback tokens. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "server/json_strict.h"
+#include "text/json_strict.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "test_util.h"
@@ -98,6 +101,79 @@ static void check_messages(void) {
     chat_case("[{\"role\": \"user\", \"content\": \"a\", \"name\": 3}]", 400, "messages[0].name");
     chat_case("[5]", 400, "messages[0]");
     chat_case("[]", 400, "messages");
+}
+
+/* One content part through g4_chat_collect_media: its status, and the
+ * server's HTTP code for it (g4_oai_collect_media). */
+static g4_status media_case(const char *part, const g4_media_limits *lim, int want_http, g4_media_list *out) {
+    char body[1024];
+    snprintf(body, sizeof body, "[{\"role\": \"user\", \"content\": [%s]}]", part);
+    cJSON *messages = cJSON_Parse(body);
+    g4_status st = g4_chat_collect_media(messages, lim, out);
+    g4_media_list again;
+    g4_oai_error err = {0};
+    int rc = g4_oai_collect_media(messages, lim, &again, &err);
+    CHECK((rc ? err.status : 0) == want_http, "%s: HTTP %d (%s), want %d", part, rc ? err.status : 0,
+          rc ? err.message : "", want_http);
+    if (want_http == 403) CHECK(rc && !strcmp(err.type, "permission_error"), "%s: type %s", part, rc ? err.type : "");
+    if (!rc) g4_media_list_free(&again);
+    cJSON_Delete(messages);
+    return st;
+}
+
+static void check_media(void) {
+    char dir[512], inside[600], outside[600], part[1400];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("media_allowed"));
+    mkdir(dir, 0755);
+    snprintf(inside, sizeof inside, "%s/a.png", dir);
+    snprintf(outside, sizeof outside, "%s", test_tmp_path("media_outside.png"));
+    FILE *f = fopen(inside, "wb"), *g = fopen(outside, "wb");
+    CHECK(f && g, "cannot write the media files");
+    if (!f || !g) return;
+    fputs("inside", f), fclose(f);
+    fputs("outside", g), fclose(g);
+    g4_media_limits lim = {.max_images = 2, .max_audio = 2, .max_bytes = 1 << 20, .allowed_dir = dir};
+    g4_media_list l;
+    /* RFC 4648's test vector: "aGVsbG8=" is "hello" */
+    g4_status st = media_case("{\"type\": \"image_url\", \"image_url\": {\"url\": \"data:image/png;base64,aGVsbG8=\"}}",
+                              &lim, 0, &l);
+    CHECK(st == G4_OK && l.n == 1 && l.items[0].kind == G4_MEDIA_IMAGE && l.items[0].size == 5 &&
+              !memcmp(l.items[0].data, "hello", 5) && !strcmp(l.items[0].label, "image 1"),
+          "data: URI image: %s", g4_error_message());
+    if (st == G4_OK) g4_media_list_free(&l);
+    st = media_case("{\"type\": \"input_audio\", \"input_audio\": {\"data\": \"aGVsbG8=\", \"format\": \"wav\"}}", &lim,
+                    0, &l);
+    CHECK(st == G4_OK && l.n == 1 && l.items[0].kind == G4_MEDIA_AUDIO && !memcmp(l.items[0].data, "hello", 5),
+          "base64 audio: %s", g4_error_message());
+    if (st == G4_OK) g4_media_list_free(&l);
+    snprintf(part, sizeof part, "{\"type\": \"image_url\", \"image_url\": \"file://%s\"}", inside);
+    st = media_case(part, &lim, 0, &l);
+    CHECK(st == G4_OK && l.n == 1 && l.items[0].size == 6 && !memcmp(l.items[0].data, "inside", 6),
+          "a file inside the allowed folder: %s", g4_error_message());
+    if (st == G4_OK) g4_media_list_free(&l);
+    snprintf(part, sizeof part, "{\"type\": \"image_url\", \"image_url\": \"%s\"}", outside);
+    st = media_case(part, &lim, 403, &l);
+    CHECK(st == G4_ERR_PERMISSION && l.n == 0, "a file outside the folder: %s (%s)", g4_status_name(st),
+          g4_error_message());
+    g4_media_limits no_dir = lim, gone = lim;
+    no_dir.allowed_dir = NULL;
+    st = media_case(part, &no_dir, 400, &l);
+    CHECK(st == G4_ERR_INVALID_ARGUMENT, "a file without an allowed folder: %s", g4_status_name(st));
+    gone.allowed_dir = test_tmp_path("media_no_such_folder");
+    st = media_case(part, &gone, 500, &l);
+    CHECK(st == G4_ERR_INTERNAL, "a missing allowed folder: %s", g4_status_name(st));
+    st = media_case("{\"type\": \"image_url\", \"image_url\": \"https://example.com/a.png\"}", &lim, 400, &l);
+    CHECK(st == G4_ERR_INVALID_ARGUMENT && strstr(g4_error_message(), "remote URLs"), "a remote URL: %s",
+          g4_error_message());
+    st = media_case("{\"type\": \"image_url\", \"image_url\": \"data:,x\"}, {\"type\": \"video\"}", &lim, 400, &l);
+    CHECK(st == G4_ERR_INVALID_ARGUMENT && l.n == 0, "a bad data: URI: %s", g4_error_message());
+    lim.max_images = 1;
+    st = media_case("{\"type\": \"image_url\", \"image_url\": \"data:image/png;base64,aGVsbG8=\"}, "
+                    "{\"type\": \"image_url\", \"image_url\": \"data:image/png;base64,aGVsbG8=\"}",
+                    &lim, 400, &l);
+    CHECK(st == G4_ERR_INVALID_ARGUMENT && l.n == 0 && strstr(g4_error_message(), "at most 1 images"),
+          "over the image limit: %s", g4_error_message());
+    remove(inside), remove(outside), rmdir(dir);
 }
 
 /* text_offset: the character each token starts in, without waiting for
@@ -214,6 +290,7 @@ int main(void) {
     check_json();
     check_constraints();
     check_messages();
+    check_media();
     check_offsets();
     check_logit_bias();
     return test_finish();

@@ -227,20 +227,6 @@ static g4_status copy_stacked(g4_backend *be, g4_matrix *const *parts, int n, g4
     return G4_OK;
 }
 
-/* The gated MLP over stacked gate|up rows as the CPU would run it apart
- * (matmul, then gelu_mul per token): lets the decoder's merged MLP branch run
- * here. */
-static void cpu_matmul_gated(g4_backend *be, float *out, const float *x, int n, const g4_matrix *w) {
-    const int64_t F = w->rows / 2;
-    float *both = malloc((size_t)n * (size_t)w->rows * sizeof *both);
-    if (!both) return;
-    cpu->ops->matmul(be, both, x, n, w);
-    for (int t = 0; t < n; t++)
-        cpu->ops->gelu_mul(be, out + (size_t)t * F, both + (size_t)t * w->rows, both + (size_t)t * w->rows + F,
-                           (size_t)F);
-    free(both);
-}
-
 /* Logits of a prefill of all ids, then of a decode of them one by one. */
 static float *run_logits(g4_model *m, const int32_t *ids, int n) {
     const int V = m->config.text.vocab_size;
@@ -260,7 +246,7 @@ static float *run_logits(g4_model *m, const int32_t *ids, int n) {
 static void test_decoder(void) {
     g4_backend_ops stacking_ops = *cpu->ops;
     stacking_ops.prepare_stacked = copy_stacked;
-    stacking_ops.matmul_gated = cpu_matmul_gated;
+    /* (matmul_gated over the stacked gate|up: the default, matmul then gelu_mul) */
     g4_backend stacking = {.ops = &stacking_ops, .impl = cpu->impl};
     const char *fixtures[] = {"dense",    "moe",       "e2b",      "realdims", "dense-mlx8",
                               "moe-mlx4", "moe-mxfp4", "e2b-mlx4", "unified"};

@@ -21,10 +21,12 @@ typedef struct {
     g4_precision precision;
 } cpu_state;
 
-/* One allocation: the backend first, so that freeing a g4_backend * frees both. */
+/* One allocation: the backend first, so that freeing a g4_backend * frees
+ * all; its op table is cpu_ops completed with the defaults. */
 typedef struct {
     g4_backend base;
     cpu_state state;
+    g4_backend_ops ops;
 } cpu_backend;
 
 static void cpu_destroy(g4_backend *be) { free(be); }
@@ -66,14 +68,6 @@ static void cpu_matmul_op(g4_backend *be, float *out, const float *x, int n_toke
     cpu_matmul_with(cpu_backend_precision(be), out, x, n_tokens, w);
 }
 
-static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const float *up, size_t n);
-
-static void cpu_matmul_gelu_mul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w,
-                                const float *mul) {
-    cpu_matmul_with(cpu_backend_precision(be), out, x, n_tokens, w);
-    cpu_gelu_mul(be, out, out, mul, (size_t)n_tokens * (size_t)w->rows);
-}
-
 static void cpu_matmul_precise_op(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w) {
     (void)be;
     cpu_matmul_precise(out, x, n_tokens, w);
@@ -91,12 +85,6 @@ static void cpu_rmsnorm(g4_backend *be, float *out, const float *x, const float 
     (void)be;
 #pragma omp parallel for schedule(static) if (rows > 8)
     for (int r = 0; r < rows; r++) cpu_rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
-}
-
-static void cpu_rmsnorm_pair(g4_backend *be, float *out, const float *w, float *out2, const float *w2, const float *x,
-                             int rows, int dim, float eps) {
-    cpu_rmsnorm(be, out, x, w, rows, dim, eps);
-    cpu_rmsnorm(be, out2, x, w2, rows, dim, eps);
 }
 
 static void cpu_rope(g4_backend *be, float *x, int n_tokens, int n_heads, int head_dim, const int32_t *pos,
@@ -138,12 +126,6 @@ static void cpu_gelu_mul(g4_backend *be, float *out, const float *gate, const fl
     for (size_t i = 0; i < n; i++) out[i] = (float)(gelu_tanh(gate[i]) * up[i]);
 }
 
-static void cpu_rmsnorm_rope(g4_backend *be, float *x, const float *w, int n_tokens, int n_heads, int head_dim,
-                             const int32_t *pos, float theta, int n_pairs, float eps) {
-    cpu_rmsnorm(be, x, x, w, n_tokens * n_heads, head_dim, eps);
-    cpu_rope(be, x, n_tokens, n_heads, head_dim, pos, theta, n_pairs);
-}
-
 static void cpu_add_rmsnorm(g4_backend *be, float *h, const float *x, const float *w, int rows, int dim, float eps,
                             float scale, float *next_out, const float *next_w) {
 #pragma omp parallel for schedule(static) if (rows > 8)
@@ -158,14 +140,6 @@ static void cpu_add_rmsnorm(g4_backend *be, float *h, const float *x, const floa
         }
     }
     if (next_out) cpu_rmsnorm(be, next_out, h, next_w, rows, dim, eps);
-}
-
-static void cpu_moe_residual(g4_backend *be, float *h, float *dense, const float *w_dense, const float *experts,
-                             const float *w_experts, const float *w_post, int rows, int dim, float eps, float scale,
-                             float *next_out, const float *next_w) {
-    cpu_rmsnorm(be, dense, dense, w_dense, rows, dim, eps);
-    cpu_add_rmsnorm(be, dense, experts, w_experts, rows, dim, eps, 1.0f, NULL, NULL);
-    cpu_add_rmsnorm(be, h, dense, w_post, rows, dim, eps, scale, next_out, next_w);
 }
 
 static void cpu_add(g4_backend *be, float *out, const float *a, const float *b, size_t n) {
@@ -214,6 +188,9 @@ static void cpu_copy_rows(g4_backend *be, float *dst, int dst_stride, const floa
         memmove(dst + (size_t)r * dst_stride, src + (size_t)r * src_stride, (size_t)cols * sizeof *dst);
 }
 
+/* What the CPU does itself; the fused ops it would only compose (matmul_gelu_mul,
+ * rmsnorm_pair, rmsnorm_rope, moe_residual, ...), stacking (none: weights stay
+ * in the memory map) and recording (none) are the defaults. */
 static const g4_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -224,18 +201,13 @@ static const g4_backend_ops cpu_ops = {
     .to_host = cpu_memcpy,
     .copy = cpu_memcpy,
     .prepare_matrix = cpu_prepare_matrix,
-    .prepare_stacked = NULL, /* weights stay in the memory map: stacking would copy them */
     .synchronize = cpu_synchronize,
     .matmul = cpu_matmul_op,
-    .matmul_gelu_mul = cpu_matmul_gelu_mul,
     .matmul_precise = cpu_matmul_precise_op,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
-    .rmsnorm_pair = cpu_rmsnorm_pair,
     .rope = cpu_rope,
-    .rmsnorm_rope = cpu_rmsnorm_rope,
     .add_rmsnorm = cpu_add_rmsnorm,
-    .moe_residual = cpu_moe_residual,
     .gelu_mul = cpu_gelu_mul,
     .add = cpu_add,
     .scale = cpu_scale,
@@ -277,7 +249,9 @@ static const g4_backend_ops cpu_ops = {
 g4_status g4_backend_cpu_create(int threads, g4_backend **out) {
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    cb->base.ops = &cpu_ops;
+    cb->ops = cpu_ops;
+    g4_backend_fill_defaults(&cb->ops);
+    cb->base.ops = &cb->ops;
     cb->base.impl = &cb->state;
     cb->state.precision = G4_PRECISION_EXACT;
     if (threads > 0) omp_set_num_threads(threads);

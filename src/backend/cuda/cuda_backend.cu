@@ -77,10 +77,18 @@ void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes) {
 
 /* ---- memory ---- */
 
+/* One allocation: the backend first (freeing a g4_backend * frees both), and
+ * its op table, cuda_ops completed with the defaults. */
+typedef struct {
+    g4_backend base;
+    g4_backend_ops ops;
+} cuda_backend;
+
 static void cuda_destroy(g4_backend *be) {
     cuda_ctx *c = cuda_of(be);
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
+    cuda_recorder_free(c);
     for (size_t i = 0; i < c->n_uploads; i++) cudaFree(c->uploads[i].dev);
     free(c->uploads);
     for (int i = 0; i < SCRATCH_COUNT; i++)
@@ -287,6 +295,17 @@ static void cuda_set_precision(g4_backend *be, g4_precision precision) {
     ((cuda_ctx *)be->impl)->prefill_split = precision == G4_PRECISION_EXACT;
 }
 
+/* Powers of two from 16: a decode step keeps its key (and its recording)
+ * while its sequences grow. */
+static int cuda_block_table_width(g4_backend *be, int width) {
+    (void)be;
+    int w = 16;
+    while (w < width) w *= 2;
+    return w;
+}
+
+/* What CUDA does itself; g4_backend_fill_defaults adds the rest (the layer
+ * inputs attention_input and matmul_gate_up, composed of the ops below). */
 static const g4_backend_ops cuda_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
@@ -300,10 +319,8 @@ static const g4_backend_ops cuda_ops = {
     .prepare_stacked = cuda_prepare_stacked,
     .synchronize = cuda_synchronize,
     .status = cuda_status_op,
-    .graph_begin = cuda_graph_begin,
-    .graph_end = cuda_graph_end,
-    .graph_launch = cuda_graph_launch,
-    .graph_free = cuda_graph_free,
+    .run_step = cuda_run_step,
+    .block_table_width = cuda_block_table_width,
     .matmul = cuda_matmul,
     .matmul_gelu_mul = cuda_matmul_gelu_mul,
     .matmul_gated = cuda_matmul_gated,
@@ -395,13 +412,16 @@ extern "C" g4_status g4_backend_cuda_create_tuned(int device, const char *tune, 
     const cuda_blas_api *blas = cuda_blas(&blas_error);
     if (!blas) return g4_fail(G4_ERR_UNSUPPORTED, "CUDA device %d: %s", device, blas_error);
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
-    g4_backend *be = (g4_backend *)calloc(1, sizeof *be);
-    if (!c || !be) {
+    cuda_backend *box = (cuda_backend *)calloc(1, sizeof *box);
+    if (!c || !box) {
         free(c);
-        free(be);
+        free(box);
         return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    be->ops = &cuda_ops;
+    g4_backend *be = &box->base;
+    box->ops = cuda_ops;
+    g4_backend_fill_defaults(&box->ops);
+    be->ops = &box->ops;
     be->impl = c;
     c->device = device;
     c->blas_api = blas;
@@ -442,7 +462,7 @@ extern "C" g4_status g4_backend_cuda_create_tuned(int device, const char *tune, 
 
 /* ---- beside the op table ---- */
 
-extern "C" int g4_backend_is_cuda(const g4_backend *be) { return be && be->ops == &cuda_ops; }
+extern "C" int g4_backend_is_cuda(const g4_backend *be) { return be && be->ops->destroy == cuda_destroy; }
 
 extern "C" const char *g4_cuda_device_name(const g4_backend *be) {
     return g4_backend_is_cuda(be) ? ((const cuda_ctx *)be->impl)->name : "";

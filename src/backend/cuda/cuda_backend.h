@@ -12,6 +12,10 @@
 extern "C" {
 #endif
 
+/* The largest step (tokens) run_step records: decode steps and small
+ * batches. Larger ones always run their ops directly. */
+enum { G4_CUDA_RECORD_MAX_TOKENS = 64 };
+
 /* g4_backend_cuda_create with tuning overrides: tune is "key=value,..."
  * (README.md, "CUDA tuning"; NULL or "" for none), applied after the
  * device's measured defaults and the G4_CUDA_TUNE environment variable.
@@ -24,7 +28,7 @@ const char *g4_cuda_device_name(const g4_backend *be);
 /* G4_OK, or the first failure of a CUDA call since creation (its message
  * becomes the current error). Ops cannot return errors themselves. */
 g4_status g4_cuda_status(g4_backend *be);
-/* How many recorded graphs (graph_launch) this backend has launched. */
+/* How many recorded steps (CUDA graphs) this backend has launched. */
 long g4_cuda_graph_launches(const g4_backend *be);
 /* Device memory in use, in bytes (all processes). */
 size_t g4_cuda_memory_used(g4_backend *be);

@@ -85,7 +85,8 @@ struct cuda_ctx {
     g4_cuda_tuning tune; /* the measured defaults for caps, with G4_CUDA_TUNE and the creator's overrides */
     cuda_moe_route_job route_job; /* a routing until a GEMV pre-pass takes it (cuda_moe_route_flush launches it otherwise) */
     int *gemv_counters; /* TC_MAX_COUNTERS per-tile counters of the tensor-core GEMVs' split rows, zero between calls */
-    int capturing;        /* between graph_begin and graph_end */
+    struct cuda_recorder *recorder; /* run_step's recorded steps (cuda_graph.cu) */
+    int capturing;        /* while run_step captures a step */
     int capture_spoiled;  /* a buffer had to grow while recording: drop the recording */
     unsigned generation;  /* bumped whenever a scratch buffer moves; recordings of older generations are stale */
     long graph_launches;
@@ -228,11 +229,9 @@ void cuda_launch_gelu_mul(cuda_ctx *c, float *out, const float *gate, const floa
 /* out[t][r] = gelu_tanh(both[t][r]) * both[t][F + r] for r < F */
 void cuda_launch_gated_rows(cuda_ctx *c, float *out, const float *both, int n_tokens, int64_t F);
 
-/* recording (cuda_graph.cu) */
-int cuda_graph_begin(g4_backend *be);
-void *cuda_graph_end(g4_backend *be);
-int cuda_graph_launch(g4_backend *be, void *graph);
-void cuda_graph_free(g4_backend *be, void *graph);
+/* recording (cuda_graph.cu): run_step, and freeing the recordings at destroy */
+g4_status cuda_run_step(g4_backend *be, const g4_step_key *key, g4_status (*issue)(void *ctx), void *ctx);
+void cuda_recorder_free(cuda_ctx *c);
 
 /* matrices (cuda_matmul.cu) */
 void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const g4_matrix *w);
@@ -309,7 +308,7 @@ int cuda_moe_gemm_supported(const g4_matrix *w);
  * (cuda_moe_cublas.cu): g = gelu(gate) * up per slot (g: scratch) and out =
  * each token's weighted sum of its experts' down projections. Returns 0,
  * having launched nothing, where it does not apply (other formats, fewer
- * tokens than c->tune.moe_cublas, a stream being captured). */
+ * tokens than c->tune.moe_cublas, or no more than a step run_step records). */
 int cuda_moe_experts_cublas(cuda_ctx *c, float *out, float *g, const float *x, int n, const int32_t *ids,
                             const float *weights, int k, int n_experts, const g4_matrix *wg, const g4_matrix *wu,
                             const g4_matrix *wd, int64_t gate_stride, int64_t gate_offset, int64_t up_stride,

@@ -23,8 +23,9 @@
  * expert to the busiest one's count.
  *
  * cuBLAS takes the shapes on the host: the experts' slot counts come back
- * once per call (a stream synchronisation), so this path never runs inside a
- * graph capture. The pointer arrays and offsets go to the device in one
+ * once per call (a stream synchronisation), so this path only serves steps
+ * larger than any the backend records (G4_CUDA_RECORD_MAX_TOKENS): the same
+ * kernels whether or not a step is being captured. The pointer arrays and offsets go to the device in one
  * asynchronous copy from pinned memory. */
 #include <algorithm>
 #include <string.h>
@@ -211,8 +212,9 @@ int cuda_moe_experts_cublas(cuda_ctx *c, float *out, float *g, const float *x, i
             return 0;
     /* (the gathers and scatters move 16 bytes at a time) */
     if (((uintptr_t)x & 15) || ((uintptr_t)g & 15) || ((uintptr_t)out & 15)) return 0;
-    cudaStreamCaptureStatus capture;
-    if (cudaStreamIsCapturing(c->stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return 0;
+    /* it waits for the host (below): never for a step run_step may record,
+     * so that a recorded step replays the kernels it runs eagerly */
+    if (n <= G4_CUDA_RECORD_MAX_TOKENS) return 0;
 
     const int n_slots = n * k, parts = c->prefill_split ? 2 : 1;
     const int64_t width = wg->rows, d = wd->rows, d_in = wg->cols;

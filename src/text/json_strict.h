@@ -8,8 +8,8 @@
  * nesting deeper than G4_JSON_MAX_DEPTH and more than max_values values
  * (each costs a cJSON node of ~80 bytes: a body of "[0,0,0...]" would
  * otherwise cost 40x its size). The text must already be valid UTF-8. */
-#ifndef G4_SERVER_JSON_STRICT_H
-#define G4_SERVER_JSON_STRICT_H
+#ifndef G4_TEXT_JSON_STRICT_H
+#define G4_TEXT_JSON_STRICT_H
 
 #include <stddef.h>
 

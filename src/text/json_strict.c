@@ -1,4 +1,4 @@
-#include "server/json_strict.h"
+#include "text/json_strict.h"
 
 #include <stdint.h>
 
