@@ -6,8 +6,8 @@
 # (extras: only what the variables below ask for)
 # Extras by environment: STREAMS=1,32 (aggregate decode of concurrent streams),
 # PROFILE_CONFIGS="e2b:bf16 31b:bf16" (per-kernel decode profiles, Nsight Compute), NSYS_CONFIGS (the same
-# inside the recorded graphs, Nsight Systems), KNOBS (decode under G4_CUDA_TUNE settings, see below), SPEED=1
-# (the op test's speed section),
+# inside the recorded graphs, Nsight Systems), KNOBS (decode under G4_CUDA_TUNE settings, see below), SPEED=all
+# (bench/cuda_ops_bench: the op timings; SPEED=gemv4|attn|moe one part),
 # PP_KNOBS (pp512 under G4_CUDA_TUNE settings), DEPTH_KNOBS (decode at a context depth in a long session),
 # PREFILL_PROFILE="31b:bf16:key=value,.." (per-kernel prefill profile),
 # MEMCHECK_FIXTURES, G4_SKIP_MEMCHECK=1, EXACT_CONFIGS (prefill on the exact path, --precision exact).
@@ -43,7 +43,7 @@ else
          cmake --build build-gpu -j16; } > "$OUT/build.log" 2>&1; then
     note "BUILD FAILED"; grep -v "^ptxas info" "$OUT/build.log" | tail -40; exit 1
   fi
-  GEMMA4=build-gpu/gemma4 TESTS=build-gpu/tests
+  GEMMA4=build-gpu/gemma4 TESTS=build-gpu/tests OPS_BENCH=build-gpu/cuda_ops_bench
   export G4_FIXTURES=$PWD/build-gpu/fixtures
   note "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); build $(( $(date +%s) - t0 )) s"
 fi
@@ -58,11 +58,18 @@ run_step() { # name limit command...
   grep -E '^FAIL|failed:' "$OUT/$name.log" | head -20 | tee -a "$summary"
 }
 
+OPS_BENCH=${OPS_BENCH:-$TESTS/cuda_ops_bench}
 if [ "$mode" != bench ] && [ "$mode" != extras ]; then
-  if [ -z "${G4_SKIP_OPS:-}" ]; then # (G4_SKIP_OPS=1: not the op test, 2 minutes)
-    run_step test_cuda_backend 300 "$TESTS/test_cuda_backend"
-    sed -n '/^| op |/,$p' "$OUT/test_cuda_backend.log" | tee -a "$summary"
-    grep -E "^  (gemv|gemm|attention|moe) " "$OUT/test_cuda_backend.log" | tee -a "$summary"
+  if [ -z "${G4_SKIP_OPS:-}" ]; then # (G4_SKIP_OPS=1: not the op tests, 2 minutes)
+    # one program per op family, each against the float64 references; the table at the end of each log gives
+    # every family's worst relative RMS and row max beside its tolerance (and 3x the worst: the tolerance rule)
+    # (every test_cuda_* program but the fixtures', which runs below: matmul, moe, attention, norms, sampling, towers...)
+    for path in "$TESTS"/test_cuda_*; do
+      t=$(basename "$path")
+      [ -x "$path" ] && [ "$t" != test_cuda_fixtures ] || continue
+      run_step "$t" 300 "$path"
+      sed -n '/^| op |/,$p' "$OUT/$t.log" | tee -a "$summary"
+    done
   fi
   run_step test_cuda_fixtures 300 "$TESTS/test_cuda_fixtures"
   grep -E "worst rel_rms|engine" "$OUT/test_cuda_fixtures.log" | tee -a "$summary"
@@ -141,9 +148,9 @@ for cfg in ${DRAFT_CONFIGS:-}; do
     --draft-max "${DRAFT_MAX:-4}" --force-accept "${FORCE:-0,2,3,4}" > "$OUT/draft-$name-$fmt.log" 2>&1
   note "draft $name $fmt: rc=$?"; grep -E "^\| synthetic|error" "$OUT/draft-$name-$fmt.log" | tee -a "$summary"
 done
-# the op test's speed section alone (SPEED=1; SPEED=attn: its prefill attention cases, gemv4: one-token 4-bit GEMVs)
+# the op timings (SPEED=all, or 1; SPEED=attn: the attention cases, gemv4: one-token 4- and 8-bit GEMVs, moe: the experts)
 if [ -n "${SPEED:-}" ]; then
-  G4_ONLY_SPEED=$SPEED run_step speed 240 "$TESTS/test_cuda_backend"
+  run_step speed 240 "$OPS_BENCH" "$SPEED"
   grep -E "^  " "$OUT/speed.log" | tee -a "$summary"
 fi
 # decode under other tuning: KNOBS="31b:bf16:gemv_split=1 31b:bf16:-" (NAME:FORMAT:key=value,key=value, the

@@ -23,7 +23,7 @@ export G4_FIXTURES=$PWD/build-gpu/fixtures
 note "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader)"
 
 if [ "$mode" != bench ]; then
-  (cd build-gpu && timeout 1500 ctest -R "test_cuda_backend|test_kv_types|test_memory_plan|test_long_context|test_kv_quality" \
+  (cd build-gpu && timeout 1500 ctest -R "test_cuda_|test_kv_types|test_memory_plan|test_long_context|test_kv_quality" \
      --output-on-failure) > "$OUT/tests.log" 2>&1
   note "tests: $(grep -E 'tests passed' "$OUT/tests.log")"
   grep -E "FAIL" "$OUT/tests.log" | head -20 | tee -a "$summary"

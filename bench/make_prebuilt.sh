@@ -1,6 +1,6 @@
 #!/bin/bash
 # Packs the CUDA build for the GPU machine, whose image lacks some -dev
-# libraries: bin/ (gemma4 and the CUDA tests), lib/ (every shared library they
+# libraries: bin/ (gemma4, the CUDA tests and bench/cuda_ops_bench), lib/ (every shared library they
 # load outside glibc; bench/cuda_h200.sh copies only those the machine lacks)
 # and COMMIT. Usage: bench/make_prebuilt.sh BUILD_DIR OUT.tar.xz
 set -eu
@@ -8,7 +8,7 @@ build=$1 out=$2
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib"
 # EXTRA_TESTS="test_engine ...": more test programs of $build/tests beside the CUDA ones
-cp "$build/gemma4" "$build/tests/test_cuda_backend" "$build/tests/test_cuda_fixtures" "$build/tests/test_assistant" "$stage/bin/"
+cp "$build/gemma4" "$build/cuda_ops_bench" "$build"/tests/test_cuda_* "$build/tests/test_assistant" "$stage/bin/"
 for t in ${EXTRA_TESTS:-}; do cp "$build/tests/$t" "$stage/bin/"; done
 # EXTRA_BINS="constrain_step_bench ...": programs of $build itself (the benchmarks)
 for t in ${EXTRA_BINS:-}; do cp "$build/$t" "$stage/bin/"; done
