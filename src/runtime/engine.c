@@ -445,6 +445,7 @@ void g4_engine_destroy(g4_engine *e) {
     g4_batch_builder_free(&e->batch);
     free(e->logits);
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
+    g4_backend *be = e->model->backend;
     if (e->mask_dev) be->ops->release(be, e->mask_dev);
     if (e->mask_slot_dev) be->ops->release(be, e->mask_slot_dev);
     free(e->mask_slot_host), free(e->mask_slot_sent), free(e->slot_key), free(e->slot_used), free(e->mask_stage);
