@@ -81,6 +81,13 @@ static g4_status run_batch(rig *r, const shape *sh, outputs *o) {
     return st;
 }
 
+/* A hook makes a step direct (never recorded): the prefixes below must not
+ * leave recordings that the checked shapes would find (a 1-token prefix has
+ * the key of a 1-token decode step). */
+static void ignore_hidden(void *ctx, const char *name, const float *data, int rows, int dim) {
+    (void)ctx, (void)name, (void)data, (void)rows, (void)dim;
+}
+
 static int rig_open(rig *r, const g4_model *m) {
     memset(r, 0, sizeof *r);
     r->m = m;
@@ -90,7 +97,7 @@ static int rig_open(rig *r, const g4_model *m) {
     if (st == G4_OK) st = g4_text_scratch_create(m, MAX_T, MAX_T, &r->scratch);
     CHECK(st == G4_OK, "KV pool / scratch: %s", g4_error_message());
     if (st != G4_OK) return 0;
-    /* each sequence's prefix, run once (directly: a step of its own shape) */
+    /* each sequence's prefix, run once and directly (its hook) */
     for (int s = 0; s < n_seqs && st == G4_OK; s++) {
         r->len[s] = s == MAX_T ? PREFIX : 1 + s % PREFIX;
         st = g4_kv_seq_init(r->kv, &r->seqs[s]);
@@ -104,7 +111,7 @@ static int rig_open(rig *r, const g4_model *m) {
         const g4_text_batch b = {.n_tokens = r->len[s], .ids = ids, .pos = pos, .kv_range = ranges, .n_seqs = 1,
                                  .full_tables = full, .full_table_stride = TABLE_W,
                                  .sliding_tables = r->seqs[s].ring, .n_logit_rows = 1, .logit_rows = &row,
-                                 .logits = logits};
+                                 .logits = logits, .hook = ignore_hidden};
         st = g4_text_forward(m, r->kv, r->scratch, &b);
         free(logits);
     }
