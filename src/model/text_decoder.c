@@ -397,8 +397,9 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
         (b->n_candidates > 0 && (!b->cand_ids || !b->cand_values || !b->cand_lse)))
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "%d candidates per logit row asked (1..%d, with host outputs)",
                        b->n_candidates, G4_TOP_LOGITS_MAX_K);
-    if (b->mask_bits && (b->n_candidates <= 0 || !b->mask_slot || b->mask_words <= 0 || !be->ops->top_logits_masked))
-        return g4_fail(G4_ERR_INVALID_ARGUMENT, "token masks need candidates, slots and the backend's masked op");
+    /* (masks come only from a runtime that found the backend's top_logits_masked) */
+    if (b->mask_bits && (b->n_candidates <= 0 || !b->mask_slot || b->mask_words <= 0))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "token masks need candidates and mask slots");
     for (int r = 0; r < b->n_logit_rows; r++)
         if (b->logit_rows[r] < 0 || b->logit_rows[r] >= n)
             return g4_fail(G4_ERR_INVALID_ARGUMENT, "logit row %d outside the batch", b->logit_rows[r]);
