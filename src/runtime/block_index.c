@@ -45,7 +45,7 @@ void g4_block_index_insert(g4_block_index *ix, const g4_block_hash *key, int32_t
  * no lookup stops early at the hole. */
 void g4_block_index_remove(g4_block_index *ix, const g4_block_hash *key) {
     uint32_t i = home_of(ix, key);
-    while (ix->slots[i].value < 0 || !same(&ix->slots[i].key, key)) i = (i + 1) & ix->mask;
+    while (!same(&ix->slots[i].key, key) || ix->slots[i].value < 0) i = (i + 1) & ix->mask; /* present: found before a hole */
     ix->slots[i].value = -1;
     for (uint32_t j = (i + 1) & ix->mask; ix->slots[j].value >= 0; j = (j + 1) & ix->mask) {
         const uint32_t home = home_of(ix, &ix->slots[j].key);

@@ -290,7 +290,8 @@ g4_prefix_match g4_prefix_lookup(g4_prefix_cache *c, const g4_block_hash *hashes
             mt.resume = d;
             break;
         }
-        int32_t e = g4_host_tier_find(&c->host, &hashes[d - 1]);
+        /* past the pool's chain the match holds the host entries already */
+        int32_t e = d > mt.on_device ? c->match[d - 1] : g4_host_tier_find(&c->host, &hashes[d - 1]);
         if (e >= 0 && c->host.entries[e].window) {
             mt.resume = d;
             mt.host_window = e;
