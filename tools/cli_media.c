@@ -14,10 +14,7 @@ static int add_file(cli_media *m, const char *path, g4_media_kind kind) {
     }
     char *data;
     size_t len;
-    if (g4_read_file(path, (size_t)256 << 20, &data, &len) != G4_OK) {
-        fprintf(stderr, "gemma4: %s\n", g4_error_message());
-        return -1;
-    }
+    if (cli_read_file(path, (size_t)256 << 20, &data, &len) != 0) return -1;
     m->buffers[m->n] = data;
     m->items[m->n] = (g4_media_input){.kind = kind, .data = (const unsigned char *)data, .size = len, .label = path,
                                       .max_soft_tokens = m->image_tokens};
