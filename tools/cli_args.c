@@ -123,14 +123,18 @@ void cli_report_error(const char *cmd, g4_status st) {
     fprintf(stderr, "gemma4 %s: %s (%s)\n", cmd, g4_error_message(), g4_status_name(st));
 }
 
-static int add_media_file(cli_media_files *m, const char *path, int audio) {
-    if (m->n == CLI_MAX_MEDIA) {
+int cli_read_media_file(int held, const char *path, char **data, size_t *len) {
+    if (held == CLI_MAX_MEDIA) {
         fprintf(stderr, "gemma4: at most %d images and audio clips per prompt\n", CLI_MAX_MEDIA);
         return -1;
     }
+    return cli_read_file(path, (size_t)256 << 20, data, len);
+}
+
+static int add_media_file(cli_media_files *m, const char *path, int audio) {
     char *data;
     size_t len;
-    if (cli_read_file(path, (size_t)256 << 20, &data, &len) != 0) return -1;
+    if (cli_read_media_file(m->n, path, &data, &len) != 0) return -1;
     m->buffers[m->n] = data;
     m->files[m->n] = (g4_media_file){.audio = audio, .data = data, .size = len, .label = path,
                                      .max_soft_tokens = m->image_tokens};

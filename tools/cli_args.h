@@ -68,6 +68,9 @@ typedef struct {
     int image_tokens; /* --image-tokens (0: the model's default) */
 } cli_media_files;
 
+/* The bytes of the next media file when `held` are read already (at most
+ * CLI_MAX_MEDIA, 256 MiB each): 0, or -1 with the error printed. */
+int cli_read_media_file(int held, const char *path, char **data, size_t *len);
 /* Consumes --image/--audio/--image-tokens at argv[*i]: 1 if consumed, 0 if
  * not, -1 on error (message printed). */
 int cli_media_files_option(int argc, char **argv, int *i, cli_media_files *m);

@@ -16,6 +16,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/text_decoder.h"
+#include "support/cuda_device.h"
 #include "test_util.h"
 
 /* TABLE_W: the CUDA backend's block_table_width for these short tables, as
@@ -201,14 +202,8 @@ static void check_model(const char *name) {
 }
 
 int main(void) {
-    g4_status st = g4_backend_cuda_create(0, &gpu);
-    if (st == G4_ERR_UNSUPPORTED) {
-        printf("skipped: %s\n", g4_error_message());
-        return 77;
-    }
-    CHECK(st == G4_OK, "CUDA backend: %s", g4_error_message());
-    if (st != G4_OK) return test_finish();
-    printf("CUDA device: %s\n", g4_cuda_device_name(gpu));
+    const int rc = cuda_device_open(&gpu);
+    if (rc) return rc == 77 ? 77 : test_finish();
     const char *fixtures[] = {"moe", "dense", "e2b", "moe-mlx4"};
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) check_model(fixtures[i]);
     CHECK(g4_cuda_status(gpu) == G4_OK, "no CUDA failure recorded: %s", g4_error_message());
