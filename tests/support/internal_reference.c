@@ -8,6 +8,7 @@
 #include "base/file.h"
 #include "fixture_ref.h"
 #include "runtime/context.h"
+#include "runtime/prompt.h"
 #include "runtime/session.h"
 
 struct ref_fixture {
@@ -89,6 +90,20 @@ int ref_session_truncated(const ref_fixture *f, const int32_t *ids, int n, int k
     if (st == G4_OK) st = g4_session_truncate(s, k);
     if (st == G4_OK) st = g4_session_eval(s, ids + k, n - k, NULL, G4_LOGITS_ALL, logits);
     g4_session_destroy(s);
+    return st == G4_OK ? 0 : -1;
+}
+
+int ref_session_image_logits(const ref_fixture *f, const int32_t *ids, int n, const void *image, size_t size,
+                             float *logits) {
+    const g4_media_input in = {.kind = G4_MEDIA_IMAGE, .data = image, .size = size, .label = "image"};
+    g4_prompt p = {0};
+    g4_status st = g4_prompt_from_ids(f->ctx, ids, n, &in, 1, &p);
+    g4_session *s = st == G4_OK ? session_for(f, n) : NULL;
+    if (st == G4_OK && !s) st = G4_ERR_OUT_OF_MEMORY;
+    const g4_soft_tokens soft = {p.media.n, p.media.rows, p.media.embeds};
+    if (st == G4_OK) st = g4_session_eval(s, ids, n, &soft, G4_LOGITS_ALL, logits);
+    g4_session_destroy(s);
+    g4_prompt_free(f->ctx, &p);
     return st == G4_OK ? 0 : -1;
 }
 

@@ -32,6 +32,12 @@ int ref_session_logits(const ref_fixture *f, const int32_t *ids, int n, int deco
  * again: the second prefill's rows [n - k][vocab]. 0 on success. */
 int ref_session_truncated(const ref_fixture *f, const int32_t *ids, int n, int k, float *logits);
 
+/* The processor-expanded ids[0..n) with one image (the file's bytes, the
+ * model's default soft tokens) through g4_prompt_from_ids and one
+ * g4_session prefill: every row's logits [n][vocab]. 0 on success. */
+int ref_session_image_logits(const ref_fixture *f, const int32_t *ids, int n, const void *image, size_t size,
+                             float *logits);
+
 /* The "text" records of a tokenizer corpus (tests/tools/make_tokenizer_corpus.py). */
 typedef struct {
     char *text;

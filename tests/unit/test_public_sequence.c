@@ -4,6 +4,8 @@
  * (one prefill, one id at a time, after g4_sequence_truncate) and hidden
  * states bit for bit equal to the internal path's (g4_session, through
  * tests/support/internal_reference.c) and within 1e-4 of transformers';
+ * an image prompt through g4_sequence_append_media equal to the internal
+ * path's (g4_prompt_from_ids + g4_session);
  * model facts; clear errors for bad calls. */
 #include <stdint.h>
 #include <stdio.h>
@@ -86,6 +88,52 @@ static float *keep_final_norm(void *user, const char *name, int rows, int dim) {
 }
 
 static void ignore_event(void *user, const g4_event *ev) { (void)user, (void)ev; }
+
+/* A file's bytes (malloc'd), NULL if unreadable. */
+static void *read_all(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *data = n > 0 ? malloc((size_t)n) : NULL;
+    *size = data && fread(data, 1, (size_t)n, f) == (size_t)n ? (size_t)n : 0;
+    fclose(f);
+    if (!*size) free(data);
+    return *size ? data : NULL;
+}
+
+/* The processor's image prompt with the fixture's image.png appended through
+ * g4_sequence_append_media: every row as the internal path gives it (whose
+ * image accuracy test_vision_tower and test_unified check). */
+static void check_image(g4_handle *h, const ref_fixture *ref, const char *dir, const char *name, size_t V) {
+    int n = 0;
+    int32_t *ids = ref_fixture_ids(ref, "image", "prompt_ids", &n);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/image.png", dir);
+    size_t size = 0;
+    void *png = read_all(path, &size);
+    CHECK(ids && png, "%s: image prompt and %s", name, path);
+    float *got = malloc((size_t)n * V * sizeof *got), *internal = malloc((size_t)n * V * sizeof *internal);
+    g4_sequence *s = NULL;
+    g4_sequence_options so = {.n_ctx = n};
+    g4_status st = ids && png ? g4_sequence_open(h, &so, &s) : G4_ERR_IO;
+    const g4_media_file image = {.data = png, .size = size, .label = path};
+    if (st == G4_OK) st = g4_sequence_append_media(s, ids, n, &image, 1, G4_ROWS_ALL, got);
+    CHECK(st == G4_OK, "%s: append with an image: %s", name, g4_error_message());
+    if (st == G4_OK) {
+        CHECK(ref_session_image_logits(ref, ids, n, png, size, internal) == 0, "%s: internal image prompt", name);
+        CHECK(!memcmp(got, internal, (size_t)n * V * sizeof *got), "%s: image prompt logits = the internal path's",
+              name);
+    }
+    const g4_media_file garbage = {.data = "not an image", .size = 12, .label = "garbage"};
+    g4_sequence_truncate(s, 0);
+    st = s ? g4_sequence_append_media(s, ids, n, &garbage, 1, G4_ROWS_LAST, got) : G4_ERR_IO;
+    CHECK(st != G4_OK && strstr(g4_error_message(), "garbage"), "%s: bytes that are no image: %s", name,
+          g4_error_message());
+    g4_sequence_close(s);
+    free(got), free(internal), free(png), free(ids);
+}
 
 static void check_fixture(const char *name) {
     const char *dir = test_fixture(name);
@@ -187,6 +235,7 @@ static void check_fixture(const char *name) {
           "%s: no requests on a sequences_only handle: %s", name, g4_error_message());
     g4_sequence_close(s);
     free(got), free(internal), free(hidden), free(internal_hidden);
+    if (strcmp(name, "dense") == 0 || strcmp(name, "unified") == 0) check_image(h, ref, dir, name, V);
 done:
     free(ids);
     g4_close(h);
