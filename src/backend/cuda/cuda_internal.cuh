@@ -63,6 +63,11 @@ struct cuda_ctx {
     int device;
     char name[256];
     cudaStream_t stream;
+    /* quantised prefill's dequantising pass runs here, a chunk ahead of
+     * cuBLAS on stream (c->tune.q_pipeline; cuda_matmul), joined back into
+     * stream before cuda_matmul returns */
+    cudaStream_t side_stream;
+    cudaEvent_t side_fork, chunk_ready[2], chunk_free[2];
     const cuda_blas_api *blas_api; /* loaded at creation */
     cublasHandle_t blas;
     void *blas_workspace;
