@@ -19,7 +19,7 @@ g4_cuda_tuning g4_cuda_tuning_defaults(const g4_cuda_caps *caps) {
     t.attn_tc_split = -1;
     t.moe_cublas = 64; /* below, the pipelined grouped kernel is faster */
     t.q_chunk = 64;    /* Mi weights: at 512 tokens cuBLAS keeps its large tiles on every chunk of a 31B matrix */
-    t.q_pipeline = 1;
+    t.q_pipeline = 0; /* not yet measured against the serial pass on the H200 (bench/issue25_prefill.sh) */
     t.gemv = G4_CUDA_GEMV_AUTO;
     t.attn = G4_CUDA_ATTN_AUTO;
     t.moe = G4_CUDA_MOE_AUTO;

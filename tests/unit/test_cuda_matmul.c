@@ -125,6 +125,18 @@ static void test_matmul(void) {
             free_matrix(&t);
         }
     }
+    /* an odd width: activations whose count is not a multiple of 4 (the
+     * bf16 conversion's scalar tail) */
+    {
+        const g4_weight_format f[] = {G4_WEIGHT_BF16, G4_WEIGHT_F16};
+        for (int k = 0; k < 2; k++) {
+            test_matrix t;
+            make_matrix(&t, f[k], 0, 0, 0, 45, 35);
+            const int ns[] = {9, 63};
+            check_matmul(&t, ns, 2);
+            free_matrix(&t);
+        }
+    }
     /* the E2B LM head: 262144 x 1536 bf16, decode sizes */
     {
         test_matrix t;
@@ -492,10 +504,11 @@ static void test_fast_prefill(void) {
 /* The quantised prefill's dequantising pass in row chunks (q_chunk=1: 1 Mi
  * weights a chunk, so 640 rows of 1536 columns, 1024 of 1024): several
  * chunks, the last one short, rows not a multiple of 128; the next chunk
- * dequantised on the side stream while cuBLAS multiplies this one (two
- * buffers, reused from the third chunk on), the same serially
- * (q_pipeline=0), with the side stream at the highest priority
- * (q_pipeline=2), and on the one-load-per-thread kernel (dequant=narrow);
+ * dequantised on the side stream while cuBLAS multiplies this one
+ * (q_pipeline=1: two buffers, reused from the third chunk on), the same
+ * serially (q_pipeline=0, the default), with the side stream at the highest
+ * priority (q_pipeline=2), and on the one-load-per-thread kernel
+ * (dequant=narrow);
  * exact (split) and fast (one bf16 product) precisions; then the pipeline
  * inside a recorded step (run_step: eager, captured, replayed). */
 typedef struct {
@@ -513,7 +526,8 @@ static g4_status issue_matmul(void *ctx) {
 }
 
 static void test_prefill_chunks(void) {
-    const char *knobs[] = {"q_chunk=1", "q_chunk=1,q_pipeline=0", "q_chunk=1,q_pipeline=2", "q_chunk=1,dequant=narrow"};
+    const char *knobs[] = {"q_chunk=1,q_pipeline=1", "q_chunk=1,q_pipeline=0", "q_chunk=1,q_pipeline=2",
+                           "q_chunk=1,dequant=narrow"};
     enum { N_KNOBS = sizeof knobs / sizeof knobs[0] };
     g4_backend *be[N_KNOBS];
     for (int v = 0; v < N_KNOBS; v++) be[v] = knob_backend(knobs[v]);

@@ -18,7 +18,7 @@ static void test_defaults(void) {
     CHECK(t.gemv_copies == 4 && t.gemv_split == -1, "copies %d split %d", t.gemv_copies, t.gemv_split);
     CHECK(t.attn_min_split == 0 && t.attn_tc_split == -1, "attn %d %d", t.attn_min_split, t.attn_tc_split);
     CHECK(t.moe_cublas == 64, "moe_cublas %d", t.moe_cublas);
-    CHECK(t.q_chunk == 64 && t.q_pipeline == 1, "q_chunk %d q_pipeline %d", t.q_chunk, t.q_pipeline);
+    CHECK(t.q_chunk == 64 && t.q_pipeline == 0, "q_chunk %d q_pipeline %d", t.q_chunk, t.q_pipeline);
     CHECK(t.gemv == G4_CUDA_GEMV_AUTO && t.attn == G4_CUDA_ATTN_AUTO && t.moe == G4_CUDA_MOE_AUTO &&
               t.dequant == G4_CUDA_DEQUANT_AUTO,
           "hooks off");

@@ -612,7 +612,35 @@ __global__ void split_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const fl
     }
 }
 
+/* The same, four values a thread (16-byte loads, 8-byte stores), the last
+ * n % 4 by the first threads: the scalar kernel's 4-byte loads left the
+ * pass at about a third of the bandwidth (prefill's "activations to bf16",
+ * bench/RESULTS.md). Same bits as split_bf16_kernel. */
+__global__ void split_bf16_vec4_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *src, size_t n) {
+    const size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < n4; i += stride) {
+        const float4 v = reinterpret_cast<const float4 *>(src)[i];
+        uint32_t h0, h1, l0, l1;
+        split_pack(v.x, v.y, h0, l0);
+        split_pack(v.z, v.w, h1, l1);
+        reinterpret_cast<uint2 *>(hi)[i] = make_uint2(h0, h1);
+        if (lo) reinterpret_cast<uint2 *>(lo)[i] = make_uint2(l0, l1);
+    }
+    if (first < n - n4 * 4) {
+        const size_t i = n4 * 4 + first;
+        const float v = src[i];
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        hi[i] = h;
+        if (lo) lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
+}
+
 int cuda_split_bf16(cuda_ctx *c, __nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x, size_t n) {
+    if (aligned16(x) && (uintptr_t)hi % 8 == 0 && (uintptr_t)lo % 8 == 0) {
+        const unsigned grid = cuda_blocks(n / 4 + 1, 256);
+        split_bf16_vec4_kernel<<<grid > 65536u ? 65536u : grid, 256, 0, c->stream>>>(hi, lo, x, n);
+        return cuda_launched(c, "split_bf16 (4 a thread)");
+    }
     const unsigned grid = cuda_blocks(n, 256);
     split_bf16_kernel<<<grid > 65536u ? 65536u : grid, 256, 0, c->stream>>>(hi, lo, x, n);
     return cuda_launched(c, "split_bf16");
