@@ -1,8 +1,9 @@
 /* Shared by the CUDA backend's translation units: the backend state, error
  * bookkeeping, growable scratch buffers and device-side weight decoding.
  *
- * Every op runs asynchronously on the backend's one stream; only to_host,
- * release and synchronize wait. A failing CUDA call cannot be returned
+ * Every op runs asynchronously on the backend's one stream (a quantised
+ * prefill product may fork work to side_stream, joined back before it
+ * returns); only to_host, release and synchronize wait. A failing CUDA call cannot be returned
  * through the void ops, so the first failure is logged and made sticky:
  * later to_host copies are filled with NaN so nothing downstream mistakes
  * garbage for results (g4_cuda_status reports it). */

@@ -806,6 +806,25 @@ __global__ void __launch_bounds__(DQ_THREADS) dequant_wide_kernel(dev_matrix m, 
     }
 }
 
+/* One resident wave of blocks (what fits with the kernel's registers), each
+ * looping over its tiles: more would wait for the first wave to finish. */
+template <int F>
+static void launch_dequant_wide(cuda_ctx *c, cudaStream_t stream, const dev_matrix &m, int64_t r0, uint32_t per_row,
+                                uint32_t runs, __nv_bfloat16 *dst, __nv_bfloat16 *lo) {
+    static int per_sm; /* the same on every device of one build's architecture */
+    if (per_sm <= 0) {
+        int n = 0;
+        if (!cuda_check(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, dequant_wide_kernel<F>, DQ_THREADS, 0),
+                        "cudaOccupancyMaxActiveBlocksPerMultiprocessor"))
+            return;
+        per_sm = n > 0 ? n : 1;
+    }
+    const unsigned tiles = cuda_blocks(runs, DQ_THREADS * DQ_UNROLL);
+    const unsigned most = (unsigned)c->caps.sm_count * (unsigned)per_sm;
+    dequant_wide_kernel<F><<<tiles < most ? tiles : most, DQ_THREADS, 0, stream>>>(m, r0, per_row, runs, dst, lo);
+    cuda_launched(c, "dequantise to bf16 (wide)");
+}
+
 static void dequant_rows_bf16(cuda_ctx *c, cudaStream_t stream, const g4_matrix *w, int64_t r0, int64_t nr,
                               __nv_bfloat16 *dst, __nv_bfloat16 *lo) {
     dev_matrix m = dev_matrix_of(w);
@@ -817,20 +836,16 @@ static void dequant_rows_bf16(cuda_ctx *c, cudaStream_t stream, const g4_matrix 
     if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
         fast = w->group_size > 0 && w->group_size % 8 == 0 && (f != FF_MXFP4 || w->group_size == 32);
     const size_t work = (size_t)nr * (size_t)w->cols;
-    const int wide = fast && c->tune.dequant == G4_CUDA_DEQUANT_AUTO && work / 8 <= (size_t)UINT32_MAX &&
+    const int wide = fast && c->tune.dequant == G4_CUDA_DEQUANT_AUTO && work / 8 <= (size_t)INT32_MAX &&
                      (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4);
     if (wide) {
         const uint32_t runs = (uint32_t)(work / 8), per_row = (uint32_t)(w->cols / 8);
-        const unsigned tiles = cuda_blocks(runs, DQ_THREADS * DQ_UNROLL);
-        const unsigned most = (unsigned)c->caps.sm_count * (2048 / DQ_THREADS); /* one resident wave */
-        const unsigned grid = tiles < most ? tiles : most;
         switch (f) {
-        case FF_AFF2: dequant_wide_kernel<FF_AFF2><<<grid, DQ_THREADS, 0, stream>>>(m, r0, per_row, runs, dst, lo); break;
-        case FF_AFF4: dequant_wide_kernel<FF_AFF4><<<grid, DQ_THREADS, 0, stream>>>(m, r0, per_row, runs, dst, lo); break;
-        case FF_AFF8: dequant_wide_kernel<FF_AFF8><<<grid, DQ_THREADS, 0, stream>>>(m, r0, per_row, runs, dst, lo); break;
-        default: dequant_wide_kernel<FF_MXFP4><<<grid, DQ_THREADS, 0, stream>>>(m, r0, per_row, runs, dst, lo); break;
+        case FF_AFF2: launch_dequant_wide<FF_AFF2>(c, stream, m, r0, per_row, runs, dst, lo); break;
+        case FF_AFF4: launch_dequant_wide<FF_AFF4>(c, stream, m, r0, per_row, runs, dst, lo); break;
+        case FF_AFF8: launch_dequant_wide<FF_AFF8>(c, stream, m, r0, per_row, runs, dst, lo); break;
+        default: launch_dequant_wide<FF_MXFP4>(c, stream, m, r0, per_row, runs, dst, lo); break;
         }
-        cuda_launched(c, "dequantise to bf16 (wide)");
         return;
     }
     unsigned grid1 = cuda_blocks(work, 256);
@@ -888,9 +903,10 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
     }
     const int split = c->prefill_split;
     const size_t nx = (size_t)n_tokens * (size_t)w->cols;
-    __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx * 2 * (split ? 2 : 1));
+    const size_t nx_pad = (nx + 7) / 8 * 8; /* lo starts 16-byte aligned (the vector conversion, cuBLAS) */
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx_pad * 2 * (split ? 2 : 1));
     if (!xb) return;
-    __nv_bfloat16 *x_lo = split ? xb + nx : NULL;
+    __nv_bfloat16 *x_lo = split ? xb + nx_pad : NULL;
     if (!cuda_split_bf16(c, xb, x_lo, x, nx)) return;
     if (p.kernel == G4_KERNEL_GEMM_BF16) {
         gemm_bf16(c, out, (size_t)w->rows, xb, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 0.0f);
