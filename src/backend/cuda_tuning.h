@@ -36,6 +36,11 @@ typedef enum {
 } g4_cuda_attn_force;
 
 typedef enum {
+    G4_CUDA_DEQUANT_AUTO = 0,
+    G4_CUDA_DEQUANT_NARROW, /* prefill's dequantising pass by the one-load-per-thread kernel */
+} g4_cuda_dequant_force;
+
+typedef enum {
     G4_CUDA_MOE_AUTO = 0,
     G4_CUDA_MOE_MMA, /* the experts' prefill by the general grouped kernel (no pipelined kernel, no cuBLAS) */
 } g4_cuda_moe_force;
@@ -51,10 +56,14 @@ typedef struct {
     int attn_min_split; /* shortest key piece of split decode attention (0: one key tile) */
     int attn_tc_split;  /* keys per piece of split prefill attention: -1 by shape, 0 never */
     int moe_cublas;     /* bf16 experts' prefill by cuBLAS from this many tokens on (0: never) */
+    int q_chunk;        /* quantised prefill: Mi weights dequantised to bf16 per cuBLAS product */
+    int q_pipeline;     /* dequantise the next chunk on a second stream while cuBLAS multiplies this one:
+                           0 no, 1 yes, 2 yes with that stream at the highest priority */
     /* test hooks */
     g4_cuda_gemv_force gemv;
     g4_cuda_attn_force attn;
     g4_cuda_moe_force moe;
+    g4_cuda_dequant_force dequant;
 } g4_cuda_tuning;
 
 /* The measured defaults for a device with these capabilities. */

@@ -17,8 +17,10 @@ static void check_ranges(const g4_cuda_tuning *t) {
     if (t->graphs < 0 || t->graphs > 1 || t->pdl < 0 || t->pdl > 1 || t->i8_min8 < 0) __builtin_trap();
     if (t->gemv_copies < 1 || t->gemv_copies > 64 || t->gemv_split < -1 || t->gemv_split > 1) __builtin_trap();
     if (t->attn_min_split < 0 || t->attn_tc_split < -1 || t->moe_cublas < 0) __builtin_trap();
+    if (t->q_chunk < 1 || t->q_chunk > 1024 || t->q_pipeline < 0 || t->q_pipeline > 2) __builtin_trap();
     if (t->gemv < G4_CUDA_GEMV_AUTO || t->gemv > G4_CUDA_GEMV_FP16 || t->attn < G4_CUDA_ATTN_AUTO ||
-        t->attn > G4_CUDA_ATTN_TC || t->moe < G4_CUDA_MOE_AUTO || t->moe > G4_CUDA_MOE_MMA)
+        t->attn > G4_CUDA_ATTN_TC || t->moe < G4_CUDA_MOE_AUTO || t->moe > G4_CUDA_MOE_MMA || t->dequant < G4_CUDA_DEQUANT_AUTO ||
+        t->dequant > G4_CUDA_DEQUANT_NARROW)
         __builtin_trap();
 }
 

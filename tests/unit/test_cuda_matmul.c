@@ -5,7 +5,8 @@
  * and odd ones, one to eight tokens (GEMVs: float32, tensor-core, integer
  * kernels and their settings) and prefill sizes (GEMMs), row views, the
  * fused gelu_mul and gated forms, stacked q|k|v matrices, embeddings, and
- * the plain-bf16 mode (G4_PRECISION_FAST). Outputs are poisoned with NaN
+ * the plain-bf16 mode (G4_PRECISION_FAST), quantised prefill in row chunks
+ * (pipelined, serial, recorded in a graph). Outputs are poisoned with NaN
  * first. Exits 77 (skipped) without a usable GPU.
  *
  * Tolerances (relative RMS, and the worst row's max error over its RMS; see
@@ -121,6 +122,18 @@ static void test_matmul(void) {
             make_matrix(&t, G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, odd[s][0], odd[s][1]);
             check_matmul(&t, decode, 3);
             check_matmul(&t, prefill, 2);
+            free_matrix(&t);
+        }
+    }
+    /* an odd width: activations whose count is not a multiple of 4 (the
+     * bf16 conversion's scalar tail) */
+    {
+        const g4_weight_format f[] = {G4_WEIGHT_BF16, G4_WEIGHT_F16};
+        for (int k = 0; k < 2; k++) {
+            test_matrix t;
+            make_matrix(&t, f[k], 0, 0, 0, 45, 35);
+            const int ns[] = {9, 63};
+            check_matmul(&t, ns, 2);
             free_matrix(&t);
         }
     }
@@ -484,6 +497,130 @@ static void test_fast_prefill(void) {
     g4_backend_destroy(fast);
 }
 
+/* The quantised prefill's dequantising pass in row chunks (q_chunk=1: 1 Mi
+ * weights a chunk, so 640 rows of 1536 columns, 1024 of 1024): several
+ * chunks, the last one short, rows not a multiple of 128; the next chunk
+ * dequantised on the side stream while cuBLAS multiplies this one
+ * (q_pipeline=1: two buffers, reused from the third chunk on), the same
+ * serially (q_pipeline=0, the default), with the side stream at the highest
+ * priority (q_pipeline=2), and on the one-load-per-thread kernel
+ * (dequant=narrow);
+ * exact (split) and fast (one bf16 product) precisions; then the pipeline
+ * inside a recorded step (run_step: eager, captured, replayed). */
+typedef struct {
+    g4_backend *be;
+    float *out;
+    const float *x;
+    int n;
+    const g4_matrix *w;
+} matmul_step;
+
+static g4_status issue_matmul(void *ctx) {
+    matmul_step *s = ctx;
+    s->be->ops->matmul(s->be, s->out, s->x, s->n, s->w);
+    return G4_OK;
+}
+
+static void test_prefill_chunks(void) {
+    const char *knobs[] = {"q_chunk=1,q_pipeline=1", "q_chunk=1,q_pipeline=0", "q_chunk=1,q_pipeline=2",
+                           "q_chunk=1,dequant=narrow"};
+    enum { N_KNOBS = sizeof knobs / sizeof knobs[0] };
+    g4_backend *be[N_KNOBS];
+    for (int v = 0; v < N_KNOBS; v++) be[v] = knob_backend(knobs[v]);
+    const struct {
+        g4_weight_format f;
+        int bits, group;
+        g4_dtype sdt;
+        int64_t rows, cols;
+    } cases[] = {
+        {G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 3001, 1024}, /* 3 chunks: 1024, 1024, 953 */
+        {G4_WEIGHT_AFFINE, 4, 32, G4_DTYPE_F16, 2049, 1536},  /* 4 chunks: 640 x 3, 129 */
+        {G4_WEIGHT_AFFINE, 8, 64, G4_DTYPE_BF16, 3001, 1024},
+        {G4_WEIGHT_AFFINE, 8, 128, G4_DTYPE_F32, 1001, 1536}, /* 2 chunks: 640, 361 */
+        {G4_WEIGHT_AFFINE, 2, 64, G4_DTYPE_BF16, 3001, 1024},
+        {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 3001, 1024},
+        {G4_WEIGHT_MXFP4, 4, 32, G4_DTYPE_U8, 1001, 1536},
+        {G4_WEIGHT_AFFINE, 3, 64, G4_DTYPE_BF16, 2049, 1536}, /* the generic dequantising kernel */
+        {G4_WEIGHT_AFFINE, 6, 64, G4_DTYPE_F16, 1001, 1536},
+        {G4_WEIGHT_F16, 0, 0, 0, 2049, 1536},
+    };
+    const int ns[] = {9, 67};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        test_matrix t;
+        make_matrix(&t, cases[k].f, cases[k].bits, cases[k].group, cases[k].sdt, cases[k].rows, cases[k].cols);
+        for (int v = 0; v < N_KNOBS; v++) {
+            if (!be[v]) continue;
+            char tag[64];
+            snprintf(tag, sizeof tag, "%s ", knobs[v]);
+            check_matmul_set(be[v], tag, &t.host, &t.dev, t.name, ns, 2, 0);
+        }
+        free_matrix(&t);
+    }
+    /* fast precision: one bf16 product per chunk */
+    for (int v = 0; v < N_KNOBS; v++)
+        if (be[v]) be[v]->ops->set_precision(be[v], G4_PRECISION_FAST);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k += 3) {
+        test_matrix t;
+        make_matrix(&t, cases[k].f, cases[k].bits, cases[k].group, cases[k].sdt, cases[k].rows, cases[k].cols);
+        for (int v = 0; v < N_KNOBS; v++) {
+            if (!be[v]) continue;
+            char tag[64];
+            snprintf(tag, sizeof tag, "bf16-mode %s ", knobs[v]);
+            check_matmul_set(be[v], tag, &t.host, &t.dev, t.name, ns, 2, 1);
+        }
+        free_matrix(&t);
+    }
+    /* recorded: 40 tokens (a step run_step records) over 3 chunks, both precisions */
+    for (int fast = 0; fast < 2 && be[0] && be[0]->ops->run_step; fast++) {
+        be[0]->ops->set_precision(be[0], fast ? G4_PRECISION_FAST : G4_PRECISION_EXACT);
+        test_matrix t;
+        make_matrix(&t, G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 3001, 1024);
+        const int n = 40;
+        float *x = rand_floats((size_t)n * 1024, 0.05f, 2.0f);
+        double *want = doubles((size_t)n * 3001);
+        ref_matmul(want, x, n, &t.host);
+        float *dx = up(x, (size_t)n * 1024 * 4), *dout = poisoned((size_t)n * 3001);
+        float *nan = malloc((size_t)n * 3001 * sizeof *nan);
+        for (size_t i = 0; i < (size_t)n * 3001; i++) nan[i] = NAN;
+        matmul_step step = {be[0], dout, dx, n, &t.dev};
+        g4_step_key key;
+        memset(&key, 0, sizeof key);
+        key.owner = 0x2500u + (uint64_t)fast;
+        key.n_tokens = n;
+        key.buffers[0] = dout;
+        key.buffers[1] = dx;
+        const long before = gpu_is_cpu ? 0 : g4_cuda_graph_launches(be[0]);
+        float *first = NULL;
+        for (int run = 0; run < 3; run++) {
+            gpu->ops->to_device(gpu, dout, nan, (size_t)n * 3001 * sizeof *nan);
+            gpu->ops->synchronize(gpu);
+            const g4_status st = be[0]->ops->run_step(be[0], &key, issue_matmul, &step);
+            be[0]->ops->synchronize(be[0]);
+            CHECK(st == G4_OK, "run_step of a chunked matmul: %s", g4_error_message());
+            float *got = down(dout, (size_t)n * 3001);
+            char what[128];
+            snprintf(what, sizeof what, "recorded %s run %d %s 3001x1024 n=%d", fast ? "bf16-mode" : "exact", run,
+                     t.name, n);
+            op_check(fast ? "matmul/gemm-bf16" : "matmul/gemm", what, got, want, (size_t)n, 3001);
+            if (!first) {
+                first = got;
+            } else {
+                CHECK(!memcmp(first, got, (size_t)n * 3001 * sizeof *got), "%s: differs from the eager run", what);
+                free(got);
+            }
+        }
+        if (!gpu_is_cpu) {
+            const long launches = g4_cuda_graph_launches(be[0]) - before;
+            CHECK(launches == 2, "chunked matmul in run_step: %ld graph launches of 3 runs, 2 expected", launches);
+        }
+        release(dx), release(dout);
+        free(x), free(want), free(nan), free(first);
+        free_matrix(&t);
+    }
+    for (int v = 0; v < N_KNOBS; v++)
+        if (be[v]) g4_backend_destroy(be[v]);
+}
+
 /* Paths the bench (bench/cuda_ops_bench.c) times that the cases above do
  * not reach: one token over a 31B MLP-sized matrix (21504 x 5376, columns
  * in parts) in each timed format, on the default kernels and on the
@@ -532,6 +669,7 @@ int main(void) {
     test_gemv_tc();
     test_gemv_variants();
     test_fast_prefill();
+    test_prefill_chunks();
     op_report();
     return harness_close();
 }

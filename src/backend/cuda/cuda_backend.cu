@@ -100,6 +100,12 @@ static void cuda_destroy(g4_backend *be) {
     if (c->blas_workspace) cudaFree(c->blas_workspace);
     if (c->gemv_counters) cudaFree(c->gemv_counters);
     if (c->blas) c->blas_api->destroy(c->blas);
+    if (c->side_fork) cudaEventDestroy(c->side_fork);
+    for (int i = 0; i < 2; i++) {
+        if (c->chunk_ready[i]) cudaEventDestroy(c->chunk_ready[i]);
+        if (c->chunk_free[i]) cudaEventDestroy(c->chunk_free[i]);
+    }
+    if (c->side_stream) cudaStreamDestroy(c->side_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
     free(be);
@@ -440,6 +446,19 @@ extern "C" g4_status g4_backend_cuda_create_tuned(int device, const char *tune, 
              cuda_check(c, cudaEventRecord(c->pinned_free[i], c->stream), "cudaEventRecord");
     }
     ok = ok && cuda_check(c, cudaMalloc(&c->blas_workspace, c->blas_workspace_bytes), "cudaMalloc");
+    if (ok && c->tune.q_pipeline) {
+        int least = 0, greatest = 0; /* greatest is the most negative */
+        if (c->tune.q_pipeline == 2)
+            ok = cuda_check(c, cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+        ok = ok &&
+             cuda_check(c, cudaStreamCreateWithPriority(&c->side_stream, cudaStreamNonBlocking,
+                                                        c->tune.q_pipeline == 2 ? greatest : 0),
+                        "cudaStreamCreate") &&
+             cuda_check(c, cudaEventCreateWithFlags(&c->side_fork, cudaEventDisableTiming), "cudaEventCreate");
+        for (int i = 0; ok && i < 2; i++)
+            ok = cuda_check(c, cudaEventCreateWithFlags(&c->chunk_ready[i], cudaEventDisableTiming), "cudaEventCreate") &&
+                 cuda_check(c, cudaEventCreateWithFlags(&c->chunk_free[i], cudaEventDisableTiming), "cudaEventCreate");
+    }
     /* zeroed once here (never while a graph is being recorded); each use leaves them zero */
     ok = ok && cuda_check(c, cudaMalloc(&c->gemv_counters, TC_MAX_COUNTERS * sizeof(int)), "cudaMalloc") &&
          cuda_check(c, cudaMemset(c->gemv_counters, 0, TC_MAX_COUNTERS * sizeof(int)), "cudaMemset");

@@ -612,7 +612,35 @@ __global__ void split_bf16_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const fl
     }
 }
 
+/* The same, four values a thread (16-byte loads, 8-byte stores), the last
+ * n % 4 by the first threads: the scalar kernel's 4-byte loads left the
+ * pass at about a third of the bandwidth (prefill's "activations to bf16",
+ * bench/RESULTS.md). Same bits as split_bf16_kernel. */
+__global__ void split_bf16_vec4_kernel(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *src, size_t n) {
+    const size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x, first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = first; i < n4; i += stride) {
+        const float4 v = reinterpret_cast<const float4 *>(src)[i];
+        uint32_t h0, h1, l0, l1;
+        split_pack(v.x, v.y, h0, l0);
+        split_pack(v.z, v.w, h1, l1);
+        reinterpret_cast<uint2 *>(hi)[i] = make_uint2(h0, h1);
+        if (lo) reinterpret_cast<uint2 *>(lo)[i] = make_uint2(l0, l1);
+    }
+    if (first < n - n4 * 4) {
+        const size_t i = n4 * 4 + first;
+        const float v = src[i];
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        hi[i] = h;
+        if (lo) lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
+}
+
 int cuda_split_bf16(cuda_ctx *c, __nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x, size_t n) {
+    if (aligned16(x) && (uintptr_t)hi % 8 == 0 && (uintptr_t)lo % 8 == 0) {
+        const unsigned grid = cuda_blocks(n / 4 + 1, 256);
+        split_bf16_vec4_kernel<<<grid > 65536u ? 65536u : grid, 256, 0, c->stream>>>(hi, lo, x, n);
+        return cuda_launched(c, "split_bf16 (4 a thread)");
+    }
     const unsigned grid = cuda_blocks(n, 256);
     split_bf16_kernel<<<grid > 65536u ? 65536u : grid, 256, 0, c->stream>>>(hi, lo, x, n);
     return cuda_launched(c, "split_bf16");
@@ -702,8 +730,103 @@ __global__ void dequant_bf16_generic_kernel(dev_matrix m, int64_t r0, int64_t nr
     }
 }
 
-static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64_t nr, __nv_bfloat16 *dst,
-                              __nv_bfloat16 *lo) {
+/* The quantised formats' dequantising pass for the prefill GEMMs: runs of 8
+ * values numbered along the rows (run i: row i / per_row), DQ_UNROLL runs a
+ * thread, their loads issued before any value is computed. One load per
+ * thread (dequant_bf16_kernel) left a few bytes in flight per thread and
+ * ran at about 60% of the bandwidth (bench/RESULTS.md, issue 25); this keeps
+ * the blocks resident (a grid-stride loop) and eight loads in flight each.
+ * A warp's loads and 16-byte stores stay coalesced: its lanes take adjacent
+ * runs. The arithmetic is dequant_bf16_kernel's, so both give the same bits. */
+enum { DQ_THREADS = 256, DQ_UNROLL = 8 };
+
+template <int F>
+__global__ void __launch_bounds__(DQ_THREADS) dequant_wide_kernel(dev_matrix m, int64_t r0, uint32_t per_row,
+                                                                  uint32_t runs, __nv_bfloat16 *dst,
+                                                                  __nv_bfloat16 *lo) {
+    __shared__ float lut[16];
+    if constexpr (F == FF_MXFP4) {
+        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
+        __syncthreads();
+    }
+    const float magic = 8388608.0f;
+    constexpr uint32_t TILE = DQ_THREADS * DQ_UNROLL;
+    for (uint32_t t0 = blockIdx.x * TILE; t0 < runs; t0 += gridDim.x * TILE) {
+        uint2 q[DQ_UNROLL];
+        float s[DQ_UNROLL], b[DQ_UNROLL];
+        uint32_t run[DQ_UNROLL];
+#pragma unroll
+        for (int k = 0; k < DQ_UNROLL; k++) {
+            run[k] = t0 + (uint32_t)k * DQ_THREADS + threadIdx.x;
+            q[k] = make_uint2(0, 0);
+            s[k] = b[k] = 0.0f;
+            if (run[k] >= runs) continue;
+            const uint32_t r = run[k] / per_row, j = run[k] - r * per_row;
+            const int64_t c0 = (int64_t)j * 8, row = r0 + r;
+            const uint8_t *codes = m.data + (size_t)row * m.row_bytes;
+            const uint8_t *sr = m.scales + (size_t)row * m.scale_row_bytes;
+            const int64_t g = c0 / m.group_size;
+            if constexpr (F == FF_AFF8) q[k] = __ldg(reinterpret_cast<const uint2 *>(codes + c0));
+            else if constexpr (F == FF_AFF4 || F == FF_MXFP4) q[k].x = __ldg(reinterpret_cast<const uint32_t *>(codes + c0 / 2));
+            else q[k].x = __ldg(reinterpret_cast<const uint16_t *>(codes + c0 / 4));
+            if constexpr (F == FF_MXFP4) {
+                s[k] = e8m0_value(__ldg(sr + g));
+            } else {
+                s[k] = load_group_param(sr, m.scale_dtype, g);
+                b[k] = load_group_param(m.biases + (size_t)row * m.scale_row_bytes, m.scale_dtype, g);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < DQ_UNROLL; k++) {
+            if (run[k] >= runs) continue;
+            float v[8];
+            if constexpr (F == FF_AFF8) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    v[i] = fmaf(s[k], __uint_as_float(__byte_perm(q[k].x, 0x4B000000u, 0x7440u | (uint32_t)i)) - magic, b[k]);
+                    v[4 + i] = fmaf(s[k], __uint_as_float(__byte_perm(q[k].y, 0x4B000000u, 0x7440u | (uint32_t)i)) - magic, b[k]);
+                }
+            } else if constexpr (F == FF_AFF4 || F == FF_AFF2) {
+                constexpr int bits = F == FF_AFF4 ? 4 : 2;
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    v[i] = fmaf(s[k], __uint_as_float(((q[k].x >> (bits * i)) & ((1u << bits) - 1u)) | 0x4B000000u) - magic,
+                                b[k]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) v[i] = lut[(q[k].x >> (4 * i)) & 15u] * s[k];
+            }
+            uint32_t hi[4], lw[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) split_pack(v[2 * i], v[2 * i + 1], hi[i], lw[i]);
+            const size_t o = (size_t)run[k] * 8; /* the chunk's rows are contiguous: run i starts at value 8 i */
+            *reinterpret_cast<uint4 *>(dst + o) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            if (lo) *reinterpret_cast<uint4 *>(lo + o) = make_uint4(lw[0], lw[1], lw[2], lw[3]);
+        }
+    }
+}
+
+/* One resident wave of blocks (what fits with the kernel's registers), each
+ * looping over its tiles: more would wait for the first wave to finish. */
+template <int F>
+static void launch_dequant_wide(cuda_ctx *c, cudaStream_t stream, const dev_matrix &m, int64_t r0, uint32_t per_row,
+                                uint32_t runs, __nv_bfloat16 *dst, __nv_bfloat16 *lo) {
+    static int per_sm; /* the same on every device of one build's architecture */
+    if (per_sm <= 0) {
+        int n = 0;
+        if (!cuda_check(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, dequant_wide_kernel<F>, DQ_THREADS, 0),
+                        "cudaOccupancyMaxActiveBlocksPerMultiprocessor"))
+            return;
+        per_sm = n > 0 ? n : 1;
+    }
+    const unsigned tiles = cuda_blocks(runs, DQ_THREADS * DQ_UNROLL);
+    const unsigned most = (unsigned)c->caps.sm_count * (unsigned)per_sm;
+    dequant_wide_kernel<F><<<tiles < most ? tiles : most, DQ_THREADS, 0, stream>>>(m, r0, per_row, runs, dst, lo);
+    cuda_launched(c, "dequantise to bf16 (wide)");
+}
+
+static void dequant_rows_bf16(cuda_ctx *c, cudaStream_t stream, const g4_matrix *w, int64_t r0, int64_t nr,
+                              __nv_bfloat16 *dst, __nv_bfloat16 *lo) {
     dev_matrix m = dev_matrix_of(w);
     int f = fast_format_of(w);
     const int C = f == FF_NONE ? 0 : chunk_cols_of(f);
@@ -713,18 +836,30 @@ static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64
     if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
         fast = w->group_size > 0 && w->group_size % 8 == 0 && (f != FF_MXFP4 || w->group_size == 32);
     const size_t work = (size_t)nr * (size_t)w->cols;
+    const int wide = fast && c->tune.dequant == G4_CUDA_DEQUANT_AUTO && work / 8 <= (size_t)INT32_MAX &&
+                     (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4);
+    if (wide) {
+        const uint32_t runs = (uint32_t)(work / 8), per_row = (uint32_t)(w->cols / 8);
+        switch (f) {
+        case FF_AFF2: launch_dequant_wide<FF_AFF2>(c, stream, m, r0, per_row, runs, dst, lo); break;
+        case FF_AFF4: launch_dequant_wide<FF_AFF4>(c, stream, m, r0, per_row, runs, dst, lo); break;
+        case FF_AFF8: launch_dequant_wide<FF_AFF8>(c, stream, m, r0, per_row, runs, dst, lo); break;
+        default: launch_dequant_wide<FF_MXFP4>(c, stream, m, r0, per_row, runs, dst, lo); break;
+        }
+        return;
+    }
     unsigned grid1 = cuda_blocks(work, 256);
     if (grid1 > 65536u) grid1 = 65536u;
     const dim3 grid(cuda_blocks((size_t)(w->cols / 8), 256), (unsigned)(nr < 65535 ? nr : 65535));
     switch (fast ? f : FF_NONE) {
-    case FF_F16: dequant_bf16_kernel<FF_F16><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
-    case FF_F32: dequant_bf16_kernel<FF_F32><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
-    case FF_BF16: dequant_bf16_kernel<FF_BF16><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
-    case FF_AFF2: dequant_bf16_kernel<FF_AFF2><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
-    case FF_AFF4: dequant_bf16_kernel<FF_AFF4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
-    case FF_AFF8: dequant_bf16_kernel<FF_AFF8><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
-    case FF_MXFP4: dequant_bf16_kernel<FF_MXFP4><<<grid, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
-    default: dequant_bf16_generic_kernel<<<grid1, 256, 0, c->stream>>>(m, r0, nr, dst, lo); break;
+    case FF_F16: dequant_bf16_kernel<FF_F16><<<grid, 256, 0, stream>>>(m, r0, nr, dst, lo); break;
+    case FF_F32: dequant_bf16_kernel<FF_F32><<<grid, 256, 0, stream>>>(m, r0, nr, dst, lo); break;
+    case FF_BF16: dequant_bf16_kernel<FF_BF16><<<grid, 256, 0, stream>>>(m, r0, nr, dst, lo); break;
+    case FF_AFF2: dequant_bf16_kernel<FF_AFF2><<<grid, 256, 0, stream>>>(m, r0, nr, dst, lo); break;
+    case FF_AFF4: dequant_bf16_kernel<FF_AFF4><<<grid, 256, 0, stream>>>(m, r0, nr, dst, lo); break;
+    case FF_AFF8: dequant_bf16_kernel<FF_AFF8><<<grid, 256, 0, stream>>>(m, r0, nr, dst, lo); break;
+    case FF_MXFP4: dequant_bf16_kernel<FF_MXFP4><<<grid, 256, 0, stream>>>(m, r0, nr, dst, lo); break;
+    default: dequant_bf16_generic_kernel<<<grid1, 256, 0, stream>>>(m, r0, nr, dst, lo); break;
     }
     cuda_launched(c, "dequantise to bf16");
 }
@@ -768,35 +903,64 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
     }
     const int split = c->prefill_split;
     const size_t nx = (size_t)n_tokens * (size_t)w->cols;
-    __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx * 2 * (split ? 2 : 1));
+    const size_t nx_pad = (nx + 7) / 8 * 8; /* lo starts 16-byte aligned (the vector conversion, cuBLAS) */
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx_pad * 2 * (split ? 2 : 1));
     if (!xb) return;
-    __nv_bfloat16 *x_lo = split ? xb + nx : NULL;
+    __nv_bfloat16 *x_lo = split ? xb + nx_pad : NULL;
     if (!cuda_split_bf16(c, xb, x_lo, x, nx)) return;
     if (p.kernel == G4_KERNEL_GEMM_BF16) {
         gemm_bf16(c, out, (size_t)w->rows, xb, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 0.0f);
         if (split) gemm_bf16(c, out, (size_t)w->rows, x_lo, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 1.0f);
         return;
     }
-    /* dequantise row chunks of at most 64 Mi values into bf16 (hi, lo), multiply
-     * each; chunks start at multiples of 128 rows so that cuBLAS sees aligned
-     * output columns (an odd start sent it to a kernel ten times slower) */
-    int64_t chunk_rows = (int64_t)((64u << 20) / (size_t)w->cols) / 128 * 128;
+    /* dequantise row chunks of at most q_chunk Mi values into bf16 (hi, lo),
+     * multiply each; chunks start at multiples of 128 rows so that cuBLAS
+     * sees aligned output columns (an odd start sent it to a kernel ten times
+     * slower) */
+    int64_t chunk_rows = (int64_t)(((size_t)c->tune.q_chunk << 20) / (size_t)w->cols) / 128 * 128;
     if (chunk_rows < 128) chunk_rows = 128;
     const int64_t rows_per = chunk_rows < w->rows ? chunk_rows : w->rows;
     const size_t chunk_elems = (size_t)rows_per * (size_t)w->cols;
     /* weights whose every value is a bf16 (MXFP4) need no lo part: two products */
     const int w_split = split && !weights_exact_in_bf16(w);
-    __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, chunk_elems * 2 * (w_split ? 2 : 1));
+    const size_t buf_elems = chunk_elems * (w_split ? 2 : 1);
+    /* two chunks or more: the next chunk's dequantising pass (memory-bound)
+     * on the side stream while cuBLAS (compute-bound) multiplies this one,
+     * into alternate buffers */
+    const int pipe = c->side_stream && w->rows > rows_per;
+    __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, buf_elems * 2 * (pipe ? 2 : 1));
     if (!wb) return;
-    __nv_bfloat16 *w_lo = w_split ? wb + chunk_elems : NULL;
-    for (int64_t r0 = 0; r0 < w->rows; r0 += rows_per) {
+    if (pipe) {
+        /* the side stream starts after everything before on the stream (the
+         * buffers' last readers included) */
+        if (!cuda_check(c, cudaEventRecord(c->side_fork, c->stream), "cudaEventRecord") ||
+            !cuda_check(c, cudaStreamWaitEvent(c->side_stream, c->side_fork, 0), "cudaStreamWaitEvent"))
+            return;
+    }
+    for (int64_t r0 = 0, i = 0; r0 < w->rows; r0 += rows_per, i++) {
         const int64_t nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
-        dequant_rows_bf16(c, w, r0, nr, wb, w_lo);
-        gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, wb, (size_t)w->cols, nr, w->cols, 0.0f);
+        const int b = pipe ? (int)(i & 1) : 0;
+        __nv_bfloat16 *hi = wb + (size_t)b * buf_elems, *w_lo = w_split ? hi + chunk_elems : NULL;
+        if (pipe) {
+            /* buffer b is free once the products of chunk i - 2 are done */
+            if (i >= 2 && !cuda_check(c, cudaStreamWaitEvent(c->side_stream, c->chunk_free[b], 0), "cudaStreamWaitEvent"))
+                return;
+            dequant_rows_bf16(c, c->side_stream, w, r0, nr, hi, w_lo);
+            if (!cuda_check(c, cudaEventRecord(c->chunk_ready[b], c->side_stream), "cudaEventRecord") ||
+                !cuda_check(c, cudaStreamWaitEvent(c->stream, c->chunk_ready[b], 0), "cudaStreamWaitEvent"))
+                return;
+        } else {
+            dequant_rows_bf16(c, c->stream, w, r0, nr, hi, w_lo);
+        }
+        gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, hi, (size_t)w->cols, nr, w->cols, 0.0f);
         if (split) {
-            gemm_bf16(c, out + r0, (size_t)w->rows, x_lo, n_tokens, wb, (size_t)w->cols, nr, w->cols, 1.0f);
+            gemm_bf16(c, out + r0, (size_t)w->rows, x_lo, n_tokens, hi, (size_t)w->cols, nr, w->cols, 1.0f);
             if (w_lo) gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, w_lo, (size_t)w->cols, nr, w->cols, 1.0f);
         }
+        /* (the last chunk's wait above joined the side stream back) */
+        if (pipe && r0 + rows_per < w->rows &&
+            !cuda_check(c, cudaEventRecord(c->chunk_free[b], c->stream), "cudaEventRecord"))
+            return;
     }
 }
 
