@@ -95,6 +95,24 @@ int cli_open_draft(const cli_draft_options *o, const g4_model *target, g4_assist
     return 0;
 }
 
+int cli_open_draft_any(const cli_draft_options *o, const char *synthetic, const g4_model *target, g4_assistant **out) {
+    *out = NULL;
+    if (strcmp(o->dir, "synthetic") != 0) return cli_open_draft(o, target, out);
+    if (!synthetic) {
+        fprintf(stderr, "gemma4: --draft synthetic needs a synthetic target (--synthetic NAME)\n");
+        return 1;
+    }
+    g4_status st = g4_assistant_synthesize(synthetic, target->backend, out);
+    if (st == G4_OK) st = g4_assistant_attach(*out, target);
+    if (st != G4_OK) {
+        cli_report_error("--draft synthetic", st);
+        g4_assistant_release(*out);
+        *out = NULL;
+        return 1;
+    }
+    return 0;
+}
+
 void cli_format_draft_stats(const g4_speculative_stats *s, int draft_max, char *buf, size_t n) {
     if (s->rounds == 0) {
         snprintf(buf, n, " | draft %d: no rounds", draft_max);
