@@ -8,11 +8,15 @@
  * give the same ids); the next turns, reusing prompt + reply blocks from the
  * prefix cache, must still match a cold run (no rejected position was
  * registered). Also: the adaptive draft length, the min-p floor and forced
- * acceptance. G4_TEST_DEVICE=cuda runs it on a GPU. */
+ * acceptance; the public API's draft options. G4_TEST_DEVICE=cuda runs it
+ * on a GPU. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "gemma4.h"
 #include "model/assistant.h"
 #include "runtime/context.h"
 #include "runtime/engine.h"
@@ -313,6 +317,78 @@ static void check_options(const g4_model *m, const g4_assistant *a) {
           g4_error_message());
 }
 
+/* ---- the public API (gemma4.h): g4_open_options.draft, g4_params.no_speculative ---- */
+
+typedef struct {
+    int32_t ids[64];
+    int n, draft_tokens, accepted_tokens, rounds;
+    atomic_int done;
+    char finish[16];
+} api_collected;
+
+static void on_api_event(void *user, const g4_event *ev) {
+    api_collected *c = user;
+    if (ev->token >= 0 && c->n < 64) c->ids[c->n++] = ev->token;
+    if (ev->done) {
+        c->draft_tokens = ev->draft_tokens, c->accepted_tokens = ev->accepted_tokens, c->rounds = ev->draft_rounds;
+        snprintf(c->finish, sizeof c->finish, "%s", ev->finish_reason);
+        atomic_store(&c->done, 1);
+    }
+}
+
+static void wait_all(api_collected *c, int n) {
+    for (int spins = 0; spins < 600000; spins++) {
+        int done = 0;
+        for (int i = 0; i < n; i++) done += atomic_load(&c[i].done);
+        if (done == n) return;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+}
+
+static void check_public_api(const char *model_dir, const char *device) {
+    g4_handle *h = NULL;
+    g4_open_options bad = {.device = device, .exact = 1, .draft = "/nonexistent/drafter"};
+    CHECK(g4_open(model_dir, &bad, &h) != G4_OK && !h && strstr(g4_error_message(), "drafter"),
+          "a missing drafter is refused naming it: %s", g4_error_message());
+    g4_open_options oo = {.device = device, .exact = 1, .kv_type = "f32", .max_seqs = 8, .n_ctx = 256,
+                          .draft = "auto", .draft_max = 2, .draft_max_batch = 8};
+    g4_status st = g4_open(model_dir, &oo, &h);
+    CHECK(st == G4_OK, "g4_open with draft auto: %s", g4_error_message());
+    if (st != G4_OK) return;
+    static const char *const prompts[] = {"In the beginning God created", "And the LORD spake unto Moses,",
+                                          "Blessed are the poor in spirit:", "And God said, Let there be light:"};
+    static api_collected plain[4], drafted[4];
+    memset(plain, 0, sizeof plain);
+    memset(drafted, 0, sizeof drafted);
+    g4_params p;
+    g4_params_default(&p);
+    p.max_tokens = 24;
+    for (int i = 0; i < 4 && st == G4_OK; i++) {
+        p.no_speculative = 1;
+        st = g4_submit_text(h, prompts[i], &p, on_api_event, &plain[i], NULL);
+        if (st == G4_OK) wait_all(&plain[i], 1); /* alone */
+    }
+    p.no_speculative = 0;
+    for (int i = 0; i < 4 && st == G4_OK; i++) st = g4_submit_text(h, prompts[i], &p, on_api_event, &drafted[i], NULL);
+    CHECK(st == G4_OK, "submit: %s", g4_error_message());
+    wait_all(drafted, 4);
+    int same = 0, rounds = 0;
+    for (int i = 0; i < 4; i++) {
+        const int eq = plain[i].n == drafted[i].n && plain[i].n > 0 &&
+                       !memcmp(plain[i].ids, drafted[i].ids, (size_t)plain[i].n * sizeof plain[i].ids[0]);
+        same += eq;
+        CHECK(eq, "public API prompt %d: drafted ids differ from the opted-out run", i);
+        CHECK(plain[i].draft_tokens == 0 && plain[i].rounds == 0, "prompt %d opted out but drafted", i);
+        CHECK((drafted[i].rounds > 0 || drafted[i].n < 3) && drafted[i].accepted_tokens <= drafted[i].draft_tokens,
+              "prompt %d: %d tokens, %d rounds, %d of %d kept (%s)", i, drafted[i].n, drafted[i].rounds,
+              drafted[i].accepted_tokens, drafted[i].draft_tokens, drafted[i].finish);
+        rounds += drafted[i].rounds;
+    }
+    printf("public API, draft auto: %d/4 drafted replies identical to opted-out ones (%d rounds)\n", same, rounds);
+    CHECK(rounds > 0, "the public API's requests drafted");
+    g4_close(h);
+}
+
 int main(void) {
     const char *src = getenv("G4_SOURCE"), *device = getenv("G4_TEST_DEVICE");
     char mdir[1024], adir[1024];
@@ -337,6 +413,7 @@ int main(void) {
         check_batched(m, a, tok);
         check_min_p(m, a, tok);
         check_adaptive(m, a, tok);
+        check_public_api(mdir, device ? device : "cpu");
     }
     g4_tokenizer_free(tok);
     g4_assistant_release(a);
