@@ -179,8 +179,12 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     if (e->opt.no_prefix_cache && ring > per_seq) ring = per_seq;
     const int N = e->opt.max_batch_tokens, S = e->opt.max_seqs;
     if (e->opt.logit_rows < S) e->opt.logit_rows = S;
-    /* a verification brings back the rows of the token and its drafts */
-    if (e->opt.drafter && e->opt.logit_rows < S * (e->opt.draft_max + 1)) e->opt.logit_rows = S * (e->opt.draft_max + 1);
+    /* a verification brings back the rows of the token and its drafts (at
+     * most draft_max_batch sequences draft in a step) */
+    if (e->opt.drafter) {
+        const int drafting = e->opt.draft_max_batch < S ? e->opt.draft_max_batch : S;
+        if (e->opt.logit_rows < S + drafting * e->opt.draft_max) e->opt.logit_rows = S + drafting * e->opt.draft_max;
+    }
     if (e->opt.logit_rows > N) e->opt.logit_rows = N;
     /* sliding blocks beyond the rings hold the prefix cache's window snapshots */
     int snap = e->opt.no_prefix_cache ? 0 : g4_prefix_snapshot_blocks(m, bs);

@@ -403,6 +403,8 @@ int main(void) {
         printf("no %s device: %s\n", device, g4_error_message());
         return 77;
     }
+    /* the exact path: batched rows compute as they do alone (on the CPU bit for bit) */
+    if (st == G4_OK) be->ops->set_precision(be, G4_PRECISION_EXACT);
     if (st == G4_OK) st = g4_model_load_dir(mdir, be, &m);
     if (st == G4_OK) st = g4_assistant_load_dir(adir, be, &a);
     if (st == G4_OK) st = g4_assistant_attach(a, m);
