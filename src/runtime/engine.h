@@ -118,9 +118,12 @@ typedef struct {
     int draft_force, draft_forced_accept;
 } g4_engine_options;
 
-/* The batch above which the engine stops drafting by default (see
- * bench/RESULTS.md, "Speculative decoding in the engine"). */
-#define G4_ENGINE_DRAFT_MAX_BATCH 4
+/* The batch above which the engine stops drafting by default: on the CPU
+ * the drafted/plain ratio is best at 1-2 decoding sequences and falls from
+ * 4 on (plain decoding shares each weight read among the batch, while every
+ * drafting sequence adds k verified rows and k drafter steps of its own);
+ * bench/RESULTS.md, "Speculative decoding in the engine". */
+#define G4_ENGINE_DRAFT_MAX_BATCH 2
 
 typedef struct {
     int running, waiting;

@@ -249,7 +249,7 @@ static void check_min_p(const g4_model *m, const g4_assistant *a, g4_tokenizer *
     for (int f = 0; f < 3; f++) {
         if (f == 1 && sanitized()) continue;
         g4_engine_options opt = {.max_seqs = 4, .n_ctx = MAX_PROMPT + 2 * MAX_NEW + 8, .drafter = a, .draft_max = 3,
-                                 .draft_min_p = floors[f]};
+                                 .draft_min_p = floors[f], .draft_max_batch = 4};
         g4_engine_stats stats;
         g4_status st = run_batch(m, &opt, pick, 4, idx, got, &stats);
         CHECK(st == G4_OK, "min-p %.1f: %s", floors[f], g4_error_message());
