@@ -25,7 +25,7 @@ for r in body:
     try: v = float(v)
     except ValueError: continue
     unit = r[ii["Metric Unit"]].strip().lower()
-    v *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9}.get(unit, 1.0)
+    v *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9}.get(unit, 1.0)
     d = launch[r[ii["ID"]]]
     d["name"] = r[ii["Kernel Name"]].split("(")[0].replace("void ", "")[:60]
     d[r[ii["Metric Name"]]] = v

@@ -60,6 +60,7 @@ typedef struct {
     int max_queue;      /* requests waiting for room before submit fails with G4_ERR_LIMIT (0: 256) */
     int exact;          /* 1: float32-accurate products (verification); 0: the measured fast default */
     const char *kv_type; /* KV cache element type: "f32", "bf16", "fp8", or NULL / "auto": bf16 (f32 with exact) */
+    int sequences_only;  /* 1: no batched engine (g4_submit_* fail); for g4_sequence use, tokenizer optional */
     /* Speculative decoding: an MTP drafter (gemma4_assistant) folder, a
      * pulled ORG/NAME, or "auto" (the <model>-assistant beside the model);
      * NULL: none. Greedy replies are the ids of plain decoding; sampled ones
@@ -138,6 +139,93 @@ g4_status g4_submit_text(g4_handle *h, const char *prompt, const g4_params *p, g
                          uint64_t *request_id);
 /* The request ends soon with finish_reason "cancelled" (if it has not ended). */
 void g4_cancel(g4_handle *h, uint64_t request_id);
+
+/* ---- Synchronous use: tokens, model facts, sequences ---------------------
+ *
+ * What a program that drives the model itself needs (the gemma4 commands
+ * tokenize, logits, perplexity and info use these): the tokenizer, the
+ * model's sizes, and sequences that run ids through the model on the
+ * calling thread and hand back float32 logits. A g4_sequence has its own
+ * KV cache beside the handle's engine; open the handle with
+ * sequences_only = 1 when no requests will be submitted. */
+
+/* Frees what the functions below allocate (ids, text). */
+void g4_free(void *p);
+
+typedef struct g4_tokenizer g4_tokenizer;
+
+typedef enum {
+    G4_TOKENIZE_ADD_SPECIAL = 1, /* add the post-processor's tokens (Gemma: <bos>) */
+    G4_TOKENIZE_PLAIN_TEXT = 2,  /* special tokens written in the text are plain text */
+} g4_tokenize_flags;
+
+/* A tokenizer.json, or a folder holding one, alone (no model). */
+g4_status g4_tokenizer_open(const char *path, g4_tokenizer **out);
+void g4_tokenizer_close(g4_tokenizer *t);
+/* The opened model's tokenizer (NULL when its folder has no tokenizer.json;
+ * owned by the handle). */
+const g4_tokenizer *g4_model_tokenizer(const g4_handle *h);
+/* text[0..len) -> *ids[0..*n) (g4_free them); flags: g4_tokenize_flags. */
+g4_status g4_tokenize(const g4_tokenizer *t, const char *text, size_t len, int flags, int32_t **ids, size_t *n);
+/* ids -> UTF-8 *text[0..*len), NUL-terminated (g4_free it); skip_special:
+ * leave out control tokens such as <bos>. */
+g4_status g4_detokenize(const g4_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **text,
+                        size_t *len);
+
+typedef struct {
+    int vocab_size;   /* logit row width */
+    int hidden_size;  /* width of the hidden states */
+    int n_layers;
+    int max_position; /* max_position_embeddings */
+    int32_t bos_id, pad_id;
+} g4_model_info;
+
+void g4_get_model_info(const g4_handle *h, g4_model_info *out);
+/* The model's summary as `gemma4 info` prints it (g4_free it; NULL when out of memory). */
+char *g4_model_summary(const g4_handle *h);
+
+typedef struct g4_sequence g4_sequence;
+
+typedef struct {
+    int n_ctx;               /* positions (0: min(model, 4096)) */
+    const char *vision_mask; /* how image tokens attend to each other: "default" (the model's rule),
+                                "all-layers" or "causal"; NULL: default */
+} g4_sequence_options;
+
+/* Which rows of the appended ids get logits (host float32 [rows][vocab_size]). */
+typedef enum { G4_ROWS_NONE = 0, G4_ROWS_LAST, G4_ROWS_ALL } g4_rows;
+
+/* An image or audio clip for g4_sequence_append_media: the file's bytes. */
+typedef struct {
+    int audio;               /* 0: image (PNG, JPEG, ...), 1: audio (WAV, ...) */
+    const void *data;
+    size_t size;
+    const char *label;       /* names it in errors (e.g. the path) */
+    int max_soft_tokens;     /* images: soft tokens (0: the model's default) */
+} g4_media_file;
+
+/* Called for each residual-stream capture point of every appended chunk
+ * ("embed", "layer0", "last_prenorm", "final_norm"; rows x dim): return a
+ * host buffer of rows * dim floats to receive them, or NULL to skip. */
+typedef float *(*g4_hidden_sink)(void *user, const char *name, int rows, int dim);
+
+/* opt may be NULL. The KV cache's type is the handle's (kv_type). */
+g4_status g4_sequence_open(g4_handle *h, const g4_sequence_options *opt, g4_sequence **out);
+void g4_sequence_close(g4_sequence *s);
+int g4_sequence_length(const g4_sequence *s);
+/* Runs ids[0..n) after what the sequence holds (prompts in chunks);
+ * logits: the rows asked for (may be NULL with G4_ROWS_NONE). */
+g4_status g4_sequence_append(g4_sequence *s, const int32_t *ids, int n, g4_rows rows, float *logits);
+/* The same with ids already expanded by a processor (<|image|> x soft
+ * tokens inside <|image>...<image|>, audio likewise): the media are encoded
+ * and their soft tokens placed at the placeholders, in order. */
+g4_status g4_sequence_append_media(g4_sequence *s, const int32_t *ids, int n, const g4_media_file *media,
+                                   int n_media, g4_rows rows, float *logits);
+/* Residual streams of what is appended next go to `sink` (NULL: none). */
+void g4_sequence_set_hidden_sink(g4_sequence *s, g4_hidden_sink sink, void *user);
+/* Forgets the positions from `length` on (0: all). Fails when the sliding
+ * layers no longer hold the window before `length` or it cuts an image. */
+g4_status g4_sequence_truncate(g4_sequence *s, int length);
 
 #ifdef __cplusplus
 }

@@ -55,4 +55,21 @@ static inline int test_greedy_matches(g4_session *s, const int32_t *prompt, int 
     return st == G4_OK;
 }
 
+/* Logits [2n][vocab] (malloc'd): of a prefill of all ids, then of a decode
+ * of them one by one (a failed check on an error). */
+static inline float *test_prefill_decode_logits(g4_model *m, const int32_t *ids, int n) {
+    const int V = m->config.text.vocab_size;
+    float *logits = malloc((size_t)2 * n * V * sizeof *logits);
+    g4_session_options opt = {.n_ctx = n + 1};
+    g4_session *s = NULL;
+    g4_status st = g4_session_create(m, &opt, &s);
+    if (st == G4_OK) st = g4_session_eval(s, ids, n, NULL, G4_LOGITS_ALL, logits);
+    if (st == G4_OK) g4_session_reset(s);
+    for (int t = 0; t < n && st == G4_OK; t++)
+        st = g4_session_eval(s, ids + t, 1, NULL, G4_LOGITS_LAST, logits + (size_t)(n + t) * V);
+    CHECK(st == G4_OK, "session: %s", g4_error_message());
+    g4_session_destroy(s);
+    return logits;
+}
+
 #endif

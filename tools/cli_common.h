@@ -1,23 +1,15 @@
-/* Helpers shared by the subcommands: argument values, model opening,
- * id lists. */
+/* Helpers shared by the subcommands that still reach the internals
+ * (backend, model, session): model opening, internal option types. The
+ * public-API ones (option values, id lists, errors) are cli_args.h's. */
 #ifndef G4_TOOLS_CLI_COMMON_H
 #define G4_TOOLS_CLI_COMMON_H
 
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "cli_args.h"
 #include "model/model.h"
 #include "runtime/session.h"
-
-/* If argv[*i] is `name`, stores the next argument in *value, advances *i and
- * returns 1; prints an error and returns -1 when the value is missing. */
-int cli_option(int argc, char **argv, int *i, const char *name, const char **value);
-int cli_flag(char **argv, int i, const char *name);
-
-/* "2,17,33" -> ids (malloc'd). Prints an error and returns -1 on bad input. */
-int cli_parse_ids(const char *text, int32_t **ids, int *n);
-/* Non-negative integer argument; -1 and an error message when malformed. */
-long cli_parse_count(const char *text, const char *what);
 
 /* Creates the backend named by `device`: "cpu", "cuda" (device 0), "cuda:N",
  * or NULL/"auto" for CUDA when a GPU is usable and the CPU otherwise.
@@ -38,13 +30,8 @@ int cli_parse_vision_mask(const char *text, g4_vision_mask *mask);
 /* --precision exact|fast (see g4_precision): returns 1 and sets *precision
  * when argv[*i] is that option, -1 after an error message, 0 otherwise. */
 int cli_precision_option(int argc, char **argv, int *i, g4_precision *precision);
-extern const char *const cli_precision_help;
 /* --kv-type f32|bf16|fp8|auto (see g4_kv_type): as cli_precision_option.
  * AUTO is resolved with the precision (g4_kv_type_resolve). */
 int cli_kv_type_option(int argc, char **argv, int *i, g4_kv_type *type);
-extern const char *const cli_kv_type_help;
-
-/* Prints "gemma4 <cmd>: <message>" for the last library error. */
-void cli_report_error(const char *cmd, g4_status st);
 
 #endif

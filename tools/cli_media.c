@@ -4,20 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "base/file.h"
 #include "cli_common.h"
 
 static int add_file(cli_media *m, const char *path, g4_media_kind kind) {
-    if (m->n == CLI_MAX_MEDIA) {
-        fprintf(stderr, "gemma4: at most %d images and audio clips per prompt\n", CLI_MAX_MEDIA);
-        return -1;
-    }
     char *data;
     size_t len;
-    if (g4_read_file(path, (size_t)256 << 20, &data, &len) != G4_OK) {
-        fprintf(stderr, "gemma4: %s\n", g4_error_message());
-        return -1;
-    }
+    if (cli_read_media_file(m->n, path, &data, &len) != 0) return -1;
     m->buffers[m->n] = data;
     m->items[m->n] = (g4_media_input){.kind = kind, .data = (const unsigned char *)data, .size = len, .label = path,
                                       .max_soft_tokens = m->image_tokens};

@@ -1,10 +1,10 @@
-/* --image FILE / --audio FILE options: files read into prompt media inputs. */
+/* --image FILE / --audio FILE options: files read into prompt media inputs
+ * (run, chat; tools on the public API read them with cli_media_files). */
 #ifndef G4_TOOLS_CLI_MEDIA_H
 #define G4_TOOLS_CLI_MEDIA_H
 
+#include "cli_args.h"
 #include "runtime/prompt.h"
-
-#define CLI_MAX_MEDIA 32
 
 typedef struct {
     g4_media_input items[CLI_MAX_MEDIA];

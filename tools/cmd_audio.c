@@ -2,7 +2,11 @@
  * (16 kHz mono, at most 30 s) and report what the model would see; optionally
  * write the 16 kHz waveform, the log-mel features and their mask (or the
  * unified model's raw frames) to a safetensors file for comparison with
- * transformers. */
+ * transformers.
+ *
+ * Internal headers remain (media/audio_decode.h, audio_features.h, audio_resample.h, io/safetensors.h): a diagnostic of the audio decoder and
+ * feature extractor themselves.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

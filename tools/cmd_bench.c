@@ -2,7 +2,12 @@
  * conventions (fresh context, repeats, mean ± sd, sampling excluded; decode
  * steps copy back only the argmax, as greedy generation does), each
  * beside its physical limit on this machine: prefill against measured FLOP/s,
- * decode against measured memory bandwidth over the bytes a step reads. */
+ * decode against measured memory bandwidth over the bytes a step reads.
+ *
+ * Internal headers remain (backend/cuda/cuda_backend.h, backend/cpu/cpu_probe.h, runtime/engine.h,
+ * runtime/session.h, model/kv_cache.h): it times the engine's steps and reads the device probes, below
+ * the public API by design.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,10 @@
 /* gemma4 generate: greedy continuation of a token sequence, printed as one
- * line of comma-separated ids. */
+ * line of comma-separated ids.
+ *
+ * Internal headers remain (runtime/session.h, cli_generate.h, cli_draft.h): greedy decoding through
+ * the engine's token choice and an MTP drafter, which gemma4.h's g4_sequence does not offer yet (left
+ * while drafting changes in the engine).
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,9 @@
 /* gemma4 grammar: compile a constraint, check texts against it, and time
- * token masks over a real vocabulary. */
+ * token masks over a real vocabulary.
+ *
+ * Internal headers remain (constrain/constrain.h, token_mask.h, text/tokenizer.h): a diagnostic of the grammar compiler and
+ * token masks themselves.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,14 @@
-/* gemma4 info: what a model directory holds and whether it loads. */
+/* gemma4 info: what a model directory holds and whether it loads. The
+ * model and its summary come through the public API (g4_open,
+ * g4_model_summary); internal headers remain for what it lacks: the memory
+ * plan (cli_memory.h: KV bytes per token, the device's memory), drafters
+ * (cli_draft.h, g4_assistant_*), synthetic models (g4_model_synthesize)
+ * and the folder's config (io/config.h, io/hub.h), reached through the
+ * handle's context (api/api_handle.h). */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "api/api_handle.h"
 #include "base/file.h"
 #include "cli_common.h"
 #include "cli_draft.h"
@@ -102,16 +109,20 @@ int cmd_info(int argc, char **argv) {
         return 2;
     }
     if (!draft.dir && is_drafter_dir(model_path)) return describe_drafter_alone(model_path, device);
-    g4_backend *be;
-    g4_model *model;
-    if (cli_open_model_on(model_path, device, 0, &be, &model) != 0) return 1;
-    char *text = g4_model_describe(model);
+    g4_handle *h;
+    g4_open_options oo = {.device = device, .sequences_only = 1};
+    if (g4_open(model_path, &oo, &h) != G4_OK) {
+        fprintf(stderr, "gemma4: cannot load model: %s\n", g4_error_message());
+        return 1;
+    }
+    g4_model *model = g4_handle_context(h)->model;
+    char *text = g4_model_summary(h);
     if (text) fputs(text, stdout);
-    free(text);
+    g4_free(text);
     if (draft.dir) {
         g4_assistant *a = NULL;
         if (cli_open_draft(&draft, model, &a) != 0) {
-            cli_close_model(be, model);
+            g4_close(h);
             return 1;
         }
         text = g4_assistant_describe(a);
@@ -127,6 +138,6 @@ int cmd_info(int argc, char **argv) {
     g4_current_rss_split(&anon, &file);
     printf("memory       peak RSS %.1f MiB after loading (now %.1f MiB private, %.1f MiB mapped from files)\n",
            (double)g4_peak_rss_bytes() / (1 << 20), (double)anon / (1 << 20), (double)file / (1 << 20));
-    cli_close_model(be, model);
+    g4_close(h);
     return 0;
 }

@@ -9,21 +9,16 @@
  * before it. With the default stride ctx - 1 the windows are disjoint; a
  * smaller stride gives every scored token at least ctx - 1 - stride tokens of
  * context (after the first window). tools/train and the tests compute
- * transformers' perplexity the same way. */
+ * transformers' perplexity the same way. On the public API alone (gemma4.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/file.h"
-#include "cli_common.h"
-#include "io/safetensors.h"
-#include "runtime/context.h"
-#include "runtime/session.h"
+#include "cli_args.h"
 
 typedef struct {
     int ctx, stride;
-    g4_kv_type kv_type;
     int32_t *scored_ids; /* [n] the token each scored row predicts */
     float *logits;       /* [n][vocab] when saved or compared, else NULL */
     double *nll;         /* [n] */
@@ -66,26 +61,28 @@ static g4_status grow(ppl_run *r, int need, int keep_logits) {
     float *lg = keep_logits ? realloc(r->logits, (size_t)cap * r->vocab * sizeof *lg) : NULL;
     if (lg) r->logits = lg;
     if (!ids || !nll || (keep_logits && !lg))
-        return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory keeping %d rows of %d logits", cap, r->vocab);
+        return cli_fail(G4_ERR_OUT_OF_MEMORY, "out of memory keeping %d rows of %d logits", cap, r->vocab);
     r->cap = cap;
     return G4_OK;
 }
 
 /* Evaluates every window and records each scored token's negative log-likelihood. */
-static g4_status run_windows(g4_context *c, const int32_t *t, int n_t, int keep_logits, ppl_run *r) {
-    const int V = r->vocab, bos = c->model->config.tokens.bos_id;
-    g4_session_options so = {.n_ctx = r->ctx, .kv_type = r->kv_type};
-    g4_session *s = NULL;
+static g4_status run_windows(g4_handle *h, const int32_t *t, int n_t, int keep_logits, ppl_run *r) {
+    g4_model_info info;
+    g4_get_model_info(h, &info);
+    const int V = r->vocab, bos = info.bos_id;
+    g4_sequence_options so = {.n_ctx = r->ctx};
+    g4_sequence *s = NULL;
     int32_t *input = malloc((size_t)r->ctx * sizeof *input);
     float *logits = malloc((size_t)r->ctx * V * sizeof *logits);
-    g4_status st = input && logits ? g4_session_create(c->model, &so, &s) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    g4_status st = input && logits ? g4_sequence_open(h, &so, &s) : cli_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     int prev_end = 0;
     for (int b = 0; st == G4_OK && prev_end < n_t; b += r->stride) {
         const int e = b + r->ctx - 1 < n_t ? b + r->ctx - 1 : n_t;
         input[0] = bos;
         memcpy(input + 1, t + b, (size_t)(e - b) * sizeof *input);
-        g4_session_reset(s);
-        st = g4_session_eval(s, input, e - b + 1, NULL, G4_LOGITS_ALL, logits);
+        st = g4_sequence_truncate(s, 0);
+        if (st == G4_OK) st = g4_sequence_append(s, input, e - b + 1, G4_ROWS_ALL, logits);
         const int first = b > prev_end ? b : prev_end;
         if (st == G4_OK) st = grow(r, r->n + (e - first), keep_logits);
         for (int j = first; st == G4_OK && j < e; j++) {
@@ -98,7 +95,7 @@ static g4_status run_windows(g4_context *c, const int32_t *t, int n_t, int keep_
         prev_end = e;
         r->windows++;
     }
-    g4_session_destroy(s);
+    g4_sequence_close(s);
     free(input);
     free(logits);
     return st;
@@ -106,11 +103,11 @@ static g4_status run_windows(g4_context *c, const int32_t *t, int n_t, int keep_
 
 static g4_status save_logits(const char *path, const ppl_run *r) {
     int32_t setup[2] = {r->ctx, r->stride};
-    g4_st_write_item items[3] = {
-        {.name = "logits", .dtype = G4_DTYPE_F32, .ndim = 2, .shape = {r->n, r->vocab}, .data = r->logits},
-        {.name = "tokens", .dtype = G4_DTYPE_I32, .ndim = 1, .shape = {r->n}, .data = r->scored_ids},
-        {.name = "ctx_stride", .dtype = G4_DTYPE_I32, .ndim = 1, .shape = {2}, .data = setup}};
-    return g4_st_write(path, items, 3);
+    cli_tensor items[3] = {
+        {.name = "logits", .dtype = CLI_F32, .ndim = 2, .shape = {r->n, r->vocab}, .data = r->logits},
+        {.name = "tokens", .dtype = CLI_I32, .ndim = 1, .shape = {r->n}, .data = r->scored_ids},
+        {.name = "ctx_stride", .dtype = CLI_I32, .ndim = 1, .shape = {2}, .data = setup}};
+    return cli_write_tensors(path, items, 3);
 }
 
 typedef struct {
@@ -120,24 +117,25 @@ typedef struct {
 
 /* KL(base || run) per scored token, from the baseline file's raw logits. */
 static g4_status compare(const char *path, const ppl_run *r, ppl_kl *out) {
-    g4_st_set *set = NULL;
-    g4_status st = g4_st_open(path, &set);
+    cli_tensor_file *set = NULL;
+    g4_status st = cli_open_tensors(path, &set);
     if (st != G4_OK) return st;
-    const g4_st_tensor *lg = g4_st_find(set, "logits"), *tok = g4_st_find(set, "tokens"),
-                       *cs = g4_st_find(set, "ctx_stride");
-    if (!lg || !tok || !cs || lg->dtype != G4_DTYPE_F32 || tok->dtype != G4_DTYPE_I32 || lg->ndim != 2 ||
-        cs->nbytes != 8)
-        st = g4_fail(G4_ERR_FORMAT, "%s is not a `gemma4 perplexity --save-logits` file", path);
+    cli_tensor lg_t, tok_t, cs_t;
+    const cli_tensor *lg = cli_find_tensor(set, "logits", &lg_t) ? &lg_t : NULL;
+    const cli_tensor *tok = cli_find_tensor(set, "tokens", &tok_t) ? &tok_t : NULL;
+    const cli_tensor *cs = cli_find_tensor(set, "ctx_stride", &cs_t) ? &cs_t : NULL;
+    if (!lg || !tok || !cs || lg->dtype != CLI_F32 || tok->dtype != CLI_I32 || lg->ndim != 2 || cs->nbytes != 8)
+        st = cli_fail(G4_ERR_FORMAT, "%s is not a `gemma4 perplexity --save-logits` file", path);
     else if (lg->shape[0] != r->n || lg->shape[1] != r->vocab || tok->shape[0] != r->n)
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s holds %lld rows of %lld logits, this run %d of %d", path,
-                     (long long)lg->shape[0], (long long)lg->shape[1], r->n, r->vocab);
+        st = cli_fail(G4_ERR_INVALID_ARGUMENT, "%s holds %lld rows of %lld logits, this run %d of %d", path,
+                      (long long)lg->shape[0], (long long)lg->shape[1], r->n, r->vocab);
     else if (memcmp(tok->data, r->scored_ids, (size_t)r->n * 4) != 0)
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s was saved from another text (its tokens differ)", path);
+        st = cli_fail(G4_ERR_INVALID_ARGUMENT, "%s was saved from another text (its tokens differ)", path);
     else if (((const int32_t *)cs->data)[0] != r->ctx || ((const int32_t *)cs->data)[1] != r->stride)
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s was saved with --ctx %d --stride %d; this run has %d and %d", path,
-                     ((const int32_t *)cs->data)[0], ((const int32_t *)cs->data)[1], r->ctx, r->stride);
+        st = cli_fail(G4_ERR_INVALID_ARGUMENT, "%s was saved with --ctx %d --stride %d; this run has %d and %d", path,
+                      ((const int32_t *)cs->data)[0], ((const int32_t *)cs->data)[1], r->ctx, r->stride);
     if (st != G4_OK) {
-        g4_st_close(set);
+        cli_close_tensors(set);
         return st;
     }
     const int V = r->vocab;
@@ -164,7 +162,7 @@ static g4_status compare(const char *path, const ppl_run *r, ppl_kl *out) {
     out->kl_mean = sum / n;
     out->kl_err = n > 1 ? sqrt(fmax(0, sum2 / n - out->kl_mean * out->kl_mean) / (n - 1)) : 0;
     out->top1 = agree / n;
-    g4_st_close(set);
+    cli_close_tensors(set);
     return st;
 }
 
@@ -196,9 +194,8 @@ static void report(const ppl_run *r, const ppl_kl *kl, int json) {
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL, *ctx_text = NULL, *stride_text = NULL, *save_path = NULL,
                *base_path = NULL, *device = NULL, *threads_text = NULL;
-    int json = 0;
-    g4_precision precision = G4_PRECISION_FAST;
-    g4_kv_type kv_type = G4_KV_AUTO;
+    const char *kv_type = NULL;
+    int json = 0, exact = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "-f", &text_path)) ||
@@ -208,7 +205,7 @@ int cmd_perplexity(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--kl-divergence", &base_path)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type))) {
+            (r = cli_exact_option(argc, argv, &i, &exact)) || (r = cli_kv_type_name_option(argc, argv, &i, &kv_type))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--json")) {
             json = 1;
@@ -236,26 +233,27 @@ int cmd_perplexity(int argc, char **argv) {
     }
     char *text = NULL;
     size_t len = 0;
-    g4_status st = g4_read_file(text_path, (size_t)1 << 30, &text, &len);
-    if (st != G4_OK) {
-        cli_report_error("perplexity", st);
-        return 1;
-    }
-    g4_context *c = NULL;
-    g4_context_options co = {.device = device, .threads = (int)threads, .require_tokenizer = 1,
-                             .precision = precision};
-    st = g4_context_open(model_path, &co, &c);
+    if (cli_read_file(text_path, (size_t)1 << 30, &text, &len) != 0) return 1;
+    g4_handle *h = NULL;
+    g4_open_options oo = {.device = device, .threads = (int)threads, .exact = exact, .kv_type = kv_type,
+                          .sequences_only = 1};
+    g4_status st = g4_open(model_path, &oo, &h);
+    const g4_tokenizer *tok = st == G4_OK ? g4_model_tokenizer(h) : NULL;
+    if (st == G4_OK && !tok)
+        st = cli_fail(G4_ERR_NOT_FOUND, "%s has no tokenizer.json (get the full model with `gemma4 pull ORG/NAME`)",
+                      model_path);
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    if (st == G4_OK) st = g4_tokenizer_encode(c->tokenizer, text, len, 0, &ids, &n_ids);
-    if (st == G4_OK && n_ids < 1) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s holds no tokens", text_path);
-    if (st == G4_OK && n_ids > (1u << 30)) st = g4_fail(G4_ERR_LIMIT, "%s holds over 2^30 tokens", text_path);
-    if (st == G4_OK && ctx > c->model->config.text.max_position)
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "--ctx %ld is past the model's %d positions", ctx,
-                     c->model->config.text.max_position);
-    ppl_run run = {.ctx = (int)ctx, .stride = (int)stride, .kv_type = g4_kv_type_resolve(kv_type, precision, c->model), .vocab = st == G4_OK ? c->model->config.text.vocab_size : 0};
+    if (st == G4_OK) st = g4_tokenize(tok, text, len, 0, &ids, &n_ids);
+    if (st == G4_OK && n_ids < 1) st = cli_fail(G4_ERR_INVALID_ARGUMENT, "%s holds no tokens", text_path);
+    if (st == G4_OK && n_ids > (1u << 30)) st = cli_fail(G4_ERR_LIMIT, "%s holds over 2^30 tokens", text_path);
+    g4_model_info info = {0};
+    if (st == G4_OK) g4_get_model_info(h, &info);
+    if (st == G4_OK && ctx > info.max_position)
+        st = cli_fail(G4_ERR_INVALID_ARGUMENT, "--ctx %ld is past the model's %d positions", ctx, info.max_position);
+    ppl_run run = {.ctx = (int)ctx, .stride = (int)stride, .vocab = info.vocab_size};
     const int keep = save_path || base_path;
-    if (st == G4_OK) st = run_windows(c, ids, (int)n_ids, keep, &run);
+    if (st == G4_OK) st = run_windows(h, ids, (int)n_ids, keep, &run);
     if (st == G4_OK && save_path) st = save_logits(save_path, &run);
     ppl_kl kl;
     if (st == G4_OK && base_path) st = compare(base_path, &run, &kl);
@@ -264,8 +262,8 @@ int cmd_perplexity(int argc, char **argv) {
     free(run.scored_ids);
     free(run.nll);
     free(run.logits);
-    free(ids);
+    g4_free(ids);
     free(text);
-    g4_context_close(c);
+    g4_close(h);
     return st == G4_OK ? 0 : 1;
 }

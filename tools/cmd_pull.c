@@ -1,6 +1,9 @@
 /* gemma4 pull: download a model from the Hugging Face hub into the local
  * cache and print its directory. Progress goes to stderr: a live bar on a
- * terminal, plain lines otherwise (logs, CI). */
+ * terminal, plain lines otherwise (logs, CI).
+ *
+ * Internal headers remain (io/hub.h): the hub downloader is not part of gemma4.h.
+ */
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <stdio.h>

@@ -1,4 +1,10 @@
-/* gemma4 run: one answer to one prompt, streamed to stdout. */
+/* gemma4 run: one answer to one prompt, streamed to stdout.
+ *
+ * Internal headers remain (cli_common.h, cli_generate.h, cli_draft.h, cli_media.h: runtime/session,
+ * sampler, prompt, speculative, constrain): token-by-token sampling with an MTP drafter and
+ * constrained decoding, which gemma4.h's g4_sequence does not offer yet (left while drafting changes
+ * in the engine).
+ */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>

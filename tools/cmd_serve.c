@@ -1,4 +1,9 @@
-/* gemma4 serve: the OpenAI-compatible HTTP server over the batched engine. */
+/* gemma4 serve: the OpenAI-compatible HTTP server over the batched engine.
+ *
+ * Internal headers remain (server/server.h, runtime/engine.h, prefix_cache.h, memory_plan.h,
+ * context.h, backend/cuda): the HTTP server and its memory plan are the library's, not part of
+ * gemma4.h.
+ */
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>

@@ -1,5 +1,8 @@
 /* gemma4 synth: writes a full-size checkpoint with random weights to disk, to
- * measure loading real-size files without downloading one. */
+ * measure loading real-size files without downloading one.
+ *
+ * Internal headers remain (model/synth_checkpoint.h): a developer tool that writes checkpoints.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 

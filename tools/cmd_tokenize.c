@@ -1,11 +1,10 @@
-/* gemma4 tokenize: prints the token ids of a text as a JSON array. */
+/* gemma4 tokenize: prints the token ids of a text as a JSON array. On the
+ * public API alone (gemma4.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/file.h"
-#include "commands.h"
-#include "text/tokenizer.h"
+#include "cli_args.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -24,14 +23,14 @@ static void usage(FILE *f) {
 static int print_ids(const g4_tokenizer *t, const char *text, size_t len, int flags) {
     int32_t *ids;
     size_t n;
-    if (g4_tokenizer_encode(t, text, len, flags, &ids, &n)) {
+    if (g4_tokenize(t, text, len, flags, &ids, &n)) {
         fprintf(stderr, "gemma4 tokenize: %s\n", g4_error_message());
         return 1;
     }
     putchar('[');
     for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
     puts("]");
-    free(ids);
+    g4_free(ids);
     return 0;
 }
 
@@ -70,9 +69,9 @@ int cmd_tokenize(int argc, char **argv) {
         } else if (!strcmp(a, "--file") && has_value) {
             file = argv[++i];
         } else if (!strcmp(a, "--plain")) {
-            flags |= G4_TOK_PLAIN_TEXT;
+            flags |= G4_TOKENIZE_PLAIN_TEXT;
         } else if (!strcmp(a, "--add-special")) {
-            flags |= G4_TOK_ADD_SPECIAL;
+            flags |= G4_TOKENIZE_ADD_SPECIAL;
         } else {
             fprintf(stderr, "gemma4 tokenize: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
@@ -84,11 +83,11 @@ int cmd_tokenize(int argc, char **argv) {
         return 2;
     }
     g4_tokenizer *t;
-    if (g4_tokenizer_load(model, &t)) {
+    if (g4_tokenizer_open(model, &t)) {
         fprintf(stderr, "gemma4 tokenize: %s\n", g4_error_message());
         return 1;
     }
     int rc = text ? print_ids(t, text, strlen(text), flags) : tokenize_file(t, file, flags);
-    g4_tokenizer_free(t);
+    g4_tokenizer_close(t);
     return rc;
 }

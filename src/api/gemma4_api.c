@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_handle.h"
 #include "base/status.h"
 #include "io/hub.h"
 #include "model/assistant.h"
@@ -16,12 +17,6 @@
 #include "runtime/reply_stream.h"
 #include "text/chat.h"
 #include "text/json_strict.h"
-
-struct g4_handle {
-    g4_context *ctx;
-    g4_engine *engine;
-    g4_assistant *drafter; /* NULL: no speculative decoding */
-};
 
 /* The drafter g4_open_options.draft names, loaded beside the target and attached. */
 static g4_status open_drafter(const char *draft, const g4_model *target, g4_assistant **out) {
@@ -54,7 +49,7 @@ g4_status g4_open(const char *model, const g4_open_options *opt, g4_handle **out
     if (opt) o = *opt;
     g4_handle *h = calloc(1, sizeof *h);
     if (!h) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    g4_context_options co = {.device = o.device, .threads = o.threads, .require_tokenizer = 1,
+    g4_context_options co = {.device = o.device, .threads = o.threads, .require_tokenizer = !o.sequences_only,
                              .precision = o.exact ? G4_PRECISION_EXACT : G4_PRECISION_FAST};
     const int kv_type = o.kv_type ? g4_kv_type_parse(o.kv_type) : G4_KV_AUTO;
     g4_status st = kv_type < 0 ? g4_fail(G4_ERR_INVALID_ARGUMENT, "kv_type must be f32, bf16, fp8 or auto, got '%s'",
@@ -62,14 +57,14 @@ g4_status g4_open(const char *model, const g4_open_options *opt, g4_handle **out
                                : g4_context_open(model, &co, &h->ctx);
     g4_engine_options eo = {.max_seqs = o.max_seqs, .n_ctx = o.n_ctx, .max_queue = o.max_queue, .threads = o.threads,
                             .kv_type = G4_KV_AUTO};
-    if (st == G4_OK) eo.kv_type = g4_kv_type_resolve((g4_kv_type)kv_type, co.precision, h->ctx->model);
-    if (st == G4_OK && o.draft) st = open_drafter(o.draft, h->ctx->model, &h->drafter);
+    if (st == G4_OK) eo.kv_type = h->kv_type = g4_kv_type_resolve((g4_kv_type)kv_type, co.precision, h->ctx->model);
+    if (st == G4_OK && o.draft && !o.sequences_only) st = open_drafter(o.draft, h->ctx->model, &h->drafter);
     eo.drafter = h->drafter;
     eo.draft_max = o.draft_max;
     eo.draft_min_p = o.draft_min_p;
     eo.draft_max_batch = o.draft_max_batch;
-    if (st == G4_OK) st = g4_engine_create(h->ctx->model, &eo, &h->engine);
-    if (st == G4_OK) st = g4_engine_start(h->engine);
+    if (st == G4_OK && !o.sequences_only) st = g4_engine_create(h->ctx->model, &eo, &h->engine);
+    if (st == G4_OK && !o.sequences_only) st = g4_engine_start(h->engine);
     if (st != G4_OK) {
         g4_close(h);
         return st;
@@ -285,6 +280,7 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
 g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *tools_json, const g4_params *p,
                          g4_event_callback cb, void *user, uint64_t *request_id) {
     if (!h || !messages_json || !cb) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: missing argument");
+    if (!h->engine) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: the model was opened sequences_only");
     /* the server's strict reading: cJSON alone would cut a string at an escaped NUL */
     size_t pos = 0;
     const char *why = NULL;
@@ -324,6 +320,7 @@ g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *to
 g4_status g4_submit_text(g4_handle *h, const char *prompt, const g4_params *p, g4_event_callback cb, void *user,
                          uint64_t *request_id) {
     if (!h || !prompt || !cb) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_text: missing argument");
+    if (!h->engine) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_text: the model was opened sequences_only");
     int32_t *ids = NULL;
     size_t n = 0;
     g4_status st = g4_tokenizer_encode(h->ctx->tokenizer, prompt, strlen(prompt), G4_TOK_ADD_SPECIAL, &ids, &n);
@@ -336,5 +333,5 @@ g4_status g4_submit_text(g4_handle *h, const char *prompt, const g4_params *p, g
 }
 
 void g4_cancel(g4_handle *h, uint64_t request_id) {
-    if (h) g4_engine_cancel(h->engine, request_id);
+    if (h && h->engine) g4_engine_cancel(h->engine, request_id);
 }

@@ -25,8 +25,6 @@ struct g4_text_scratch {
      * lse [R] doubles, ids [R][k], values [R][k] */
     void *cand, *cand_host;
     int32_t *host_ids; /* placeholder-free ids staged on the host */
-    int32_t *host_tables; /* full tables re-laid at the backend's width */
-    size_t host_tables_cap; /* elements */
 };
 
 static size_t candidate_bytes(size_t rows, size_t k) { return rows * (sizeof(double) + k * 8); }
@@ -133,7 +131,6 @@ void g4_text_scratch_free(g4_text_scratch *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) s->be->ops->release(s->be, bufs[i]);
     free(s->host_ids);
-    free(s->host_tables);
     free(s->cand_host);
     free(s);
 }
@@ -283,7 +280,6 @@ typedef struct {
     g4_kv_pool *kv;
     g4_text_scratch *s;
     const g4_text_batch *b;
-    int full_table_stride; /* the backend's width of the uploaded tables */
 } forward_step;
 
 /* Everything after the uploads: embeddings through the logits, all on
@@ -304,7 +300,7 @@ static g4_status run_ops(void *ctx) {
         .seq = s->seq,
         .kv_range = s->kv_range,
         .full_tables = s->full_tables,
-        .full_table_stride = f->full_table_stride,
+        .full_table_stride = f->b->full_table_stride,
         .sliding_tables = s->sliding_tables,
         .ring_blocks = kv->ring_blocks,
         .block_size = kv->block_size,
@@ -354,30 +350,6 @@ static g4_status run_ops(void *ctx) {
     return G4_OK;
 }
 
-/* The runtime's full tables at the width the backend asks for (rows
- * zero-padded), uploaded; returns that width. */
-static g4_status upload_full_tables(g4_backend *be, g4_text_scratch *s, const g4_text_batch *b, int *width) {
-    const int given = b->full_table_stride, w = be->ops->block_table_width(be, given);
-    const size_t n = (size_t)b->n_seqs * (size_t)w;
-    const int32_t *tables = b->full_tables;
-    if (w != given) {
-        if (n > s->host_tables_cap) {
-            int32_t *grown = realloc(s->host_tables, n * sizeof *grown);
-            if (!grown) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for block tables");
-            s->host_tables = grown;
-            s->host_tables_cap = n;
-        }
-        for (int q = 0; q < b->n_seqs; q++) {
-            int32_t *row = s->host_tables + (size_t)q * w;
-            memcpy(row, b->full_tables + (size_t)q * given, (size_t)given * sizeof *row);
-            memset(row + given, 0, (size_t)(w - given) * sizeof *row);
-        }
-        tables = s->host_tables;
-    }
-    *width = w;
-    return upload_table(be, &s->full_tables, &s->full_tables_cap, tables, n);
-}
-
 g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s, const g4_text_batch *b) {
     g4_backend *be = m->backend;
     const g4_text_config *tc = &m->config.text;
@@ -417,7 +389,8 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
         be->ops->to_device(be, s->seq, zeros, (size_t)n * 4);
     }
     forward_step f = {.m = m, .kv = kv, .s = s, .b = b};
-    g4_status st = upload_full_tables(be, s, b, &f.full_table_stride);
+    g4_status st = upload_table(be, &s->full_tables, &s->full_tables_cap, b->full_tables,
+                                (size_t)b->n_seqs * b->full_table_stride);
     if (st == G4_OK)
         st = upload_table(be, &s->sliding_tables, &s->sliding_tables_cap, b->sliding_tables,
                           (size_t)b->n_seqs * kv->ring_blocks);
@@ -434,7 +407,7 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
     const g4_step_key key = {
         .owner = s->id,
         .n_tokens = n,
-        .shape = {b->n_logit_rows, b->n_candidates, f.full_table_stride, kv->ring_blocks,
+        .shape = {b->n_logit_rows, b->n_candidates, b->full_table_stride, kv->ring_blocks,
                   b->mask_bits != NULL}, /* masked: candidates chosen after the step */
         .buffers = {s->full_tables, s->sliding_tables, kv},
         .direct = b->n_mm > 0 || b->hook,

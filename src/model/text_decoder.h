@@ -21,7 +21,9 @@ typedef struct {
     const int32_t *pos;
     const int32_t *seq;        /* row of the block tables; NULL = all 0 */
     const int32_t *kv_range;   /* [n_tokens][4], see g4_attn_batch */
-    /* host block tables */
+    /* host block tables, uploaded as they are: full_tables [n_seqs][full_table_stride]
+     * (the stride the backend's block_table_width gives for the longest
+     * table, as g4_batch_finish lays them: it is part of the step's key) */
     int n_seqs;
     const int32_t *full_tables;
     int full_table_stride;

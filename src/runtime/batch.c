@@ -35,9 +35,11 @@ g4_status g4_batch_builder_init(g4_batch_builder *b, const g4_model *m, int bidi
     b->max_seqs = max_seqs;
     b->max_logit_rows = max_logit_rows;
     b->ring_blocks = ring_blocks;
-    b->table_cap = table_cap;
+    /* the widest row a step may ask for: a table_cap table at the backend's width */
+    g4_backend *be = m->backend;
+    b->table_cap = be->ops->block_table_width(be, table_cap);
     const size_t N = (size_t)max_tokens, S = (size_t)max_seqs, R = (size_t)max_logit_rows;
-    b->media_stage = m->backend->ops->alloc(m->backend, N * m->config.text.hidden_size * sizeof(float));
+    b->media_stage = be->ops->alloc(be, N * m->config.text.hidden_size * sizeof(float));
     b->ids = malloc(N * sizeof *b->ids);
     b->pos = malloc(N * sizeof *b->pos);
     b->seq = malloc(N * sizeof *b->seq);
@@ -47,7 +49,7 @@ g4_status g4_batch_builder_init(g4_batch_builder *b, const g4_model *m, int bidi
     b->mm_rows = malloc(N * sizeof *b->mm_rows);
     b->logit_rows = malloc(R * sizeof *b->logit_rows);
     b->logit_owner = malloc(R * sizeof *b->logit_owner);
-    b->full_tables = calloc(S * (size_t)table_cap, sizeof *b->full_tables);
+    b->full_tables = calloc(S * (size_t)b->table_cap, sizeof *b->full_tables);
     b->sliding_tables = malloc(S * (size_t)ring_blocks * sizeof *b->sliding_tables);
     b->kv = malloc(S * sizeof *b->kv);
     if (!b->media_stage || !b->ids || !b->pos || !b->seq || !b->ranges || !b->glo || !b->ghi || !b->mm_rows ||
@@ -119,13 +121,19 @@ int g4_batch_add(g4_batch_builder *b, const g4_batch_piece *p) {
 }
 
 void g4_batch_finish(g4_batch_builder *b, g4_text_batch *out) {
-    int stride = 1;
+    int longest = 1;
     for (int s = 0; s < b->n_seqs; s++)
-        if (b->kv[s]->n_full > stride) stride = b->kv[s]->n_full;
-    /* the tables' width is the longest table's: the backend pads it where its
-     * recordings want steady shapes (block_table_width) */
+        if (b->kv[s]->n_full > longest) longest = b->kv[s]->n_full;
+    /* laid once, at the width the backend asks for (block_table_width: CUDA
+     * pads it so that a decode step keeps its recording while tables grow);
+     * g4_text_forward uploads them as they are */
+    g4_backend *be = b->model->backend;
+    const int stride = be->ops->block_table_width(be, longest);
     for (int s = 0; s < b->n_seqs; s++) {
-        memcpy(b->full_tables + (size_t)s * stride, b->kv[s]->full_blocks, (size_t)b->kv[s]->n_full * sizeof(int32_t));
+        int32_t *row = b->full_tables + (size_t)s * stride;
+        const int n_full = b->kv[s]->n_full;
+        memcpy(row, b->kv[s]->full_blocks, (size_t)n_full * sizeof *row);
+        memset(row + n_full, 0, (size_t)(stride - n_full) * sizeof *row);
         memcpy(b->sliding_tables + (size_t)s * b->ring_blocks, b->kv[s]->ring, (size_t)b->ring_blocks * sizeof(int32_t));
     }
     *out = (g4_text_batch){

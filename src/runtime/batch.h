@@ -51,7 +51,7 @@ typedef struct {
     const g4_model *model;
     int bidir_mode;
     int max_tokens, max_seqs, max_logit_rows;
-    int ring_blocks, table_cap; /* per sequence: sliding ring, full-layer table capacity */
+    int ring_blocks, table_cap; /* per sequence: sliding ring, full-layer table capacity (at the backend's width) */
     /* host arrays of the batch being built */
     int32_t *ids, *pos, *seq, *ranges, *glo, *ghi, *mm_rows, *logit_rows, *logit_owner, *full_tables, *sliding_tables;
     const g4_kv_seq **kv; /* [max_seqs] */
@@ -68,7 +68,8 @@ void g4_batch_builder_reset(g4_batch_builder *b);
  * max_logit_rows); returns its sequence index in the batch. */
 int g4_batch_add(g4_batch_builder *b, const g4_batch_piece *p);
 
-/* The batch so far, with its block tables; the outputs (logits,
+/* The batch so far, with its block tables laid at the backend's
+ * block_table_width of the longest (rows zero-padded); the outputs (logits,
  * candidates, hidden states, hook) are the caller's to set. */
 void g4_batch_finish(g4_batch_builder *b, g4_text_batch *out);
 

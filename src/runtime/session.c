@@ -67,6 +67,22 @@ int g4_session_reuse(g4_session *s, const int32_t *ids, int n) {
     return k;
 }
 
+g4_status g4_session_truncate(g4_session *s, int length) {
+    const int held = s->seq.length;
+    if (length < 0 || length > held)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "cannot truncate a sequence of %d positions to %d", held, length);
+    if (length > 0 && length < held && is_vision(s->model, s->history[length - 1]) &&
+        is_vision(s->model, s->history[length]))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "truncating to %d would cut an image in two", length);
+    const int ring_positions = s->kv->ring_blocks * s->kv->block_size;
+    if (length > 0 && length < held && length - s->model->config.text.sliding_window + 1 < held - ring_positions)
+        return g4_fail(G4_ERR_UNSUPPORTED,
+                       "truncating to %d: the sliding layers no longer hold the %d positions before it (only 0 works)",
+                       length, s->model->config.text.sliding_window);
+    g4_kv_seq_truncate(&s->seq, length);
+    return G4_OK;
+}
+
 /* Room in the history for n more ids after the sequence. */
 static g4_status history_room(g4_session *s, int n) {
     const int need = s->seq.length + n;

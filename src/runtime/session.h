@@ -41,6 +41,12 @@ void g4_session_destroy(g4_session *s);
 void g4_session_reset(g4_session *s);
 int g4_session_length(const g4_session *s);
 
+/* Forgets positions length.. of the sequence (the KV cache keeps the
+ * rest). Fails, changing nothing, when length is past the sequence, cuts an
+ * image in two, or the sliding layers' ring no longer holds the window
+ * before it (0 always works). */
+g4_status g4_session_truncate(g4_session *s, int length);
+
 /* A new prompt ids[0..n) for the same conversation (a chat's next turn,
  * the whole conversation re-rendered): keeps the longest prefix of the
  * sequence that the prompt repeats and that can be resumed (at least one

@@ -71,6 +71,19 @@ static inline g4_backend *knob_backend(const char *tune) {
     return st == G4_OK ? be : NULL;
 }
 
+/* The integer GEMV with its prepared activations in one copy and in three
+ * (gemv_copies; the default is 4: tile t reads copy t % copies): variant
+ * v < GEMV_COPIES_VARIANTS as a knob backend (NULL after a failed check)
+ * and its tag, "copies N ". */
+enum { GEMV_COPIES_VARIANTS = 2 };
+static inline g4_backend *gemv_copies_backend(int v, char *tag, size_t tag_size) {
+    static const char *const copies[GEMV_COPIES_VARIANTS] = {"1", "3"};
+    char spec[32];
+    snprintf(spec, sizeof spec, "gemv_copies=%s", copies[v]);
+    snprintf(tag, tag_size, "copies %s ", copies[v]);
+    return knob_backend(spec);
+}
+
 /* ---- device buffers ---- */
 
 static inline void *up(const void *host, size_t bytes) {

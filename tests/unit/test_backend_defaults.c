@@ -172,22 +172,6 @@ static void test_attention_input(int k_eq_v) {
     free(qa), free(ka), free(va), free(kb), free(vb), free(x), free(qkv), free(work), free(buf), free(qn), free(kn);
 }
 
-/* Logits of a prefill of all ids, then of a decode of them one by one. */
-static float *run_logits(g4_model *m, const int32_t *ids, int n) {
-    const int V = m->config.text.vocab_size;
-    float *logits = malloc((size_t)2 * n * V * sizeof *logits);
-    g4_session_options opt = {.n_ctx = n + 1};
-    g4_session *s = NULL;
-    g4_status st = g4_session_create(m, &opt, &s);
-    if (st == G4_OK) st = g4_session_eval(s, ids, n, NULL, G4_LOGITS_ALL, logits);
-    if (st == G4_OK) g4_session_reset(s);
-    for (int t = 0; t < n && st == G4_OK; t++)
-        st = g4_session_eval(s, ids + t, 1, NULL, G4_LOGITS_LAST, logits + (size_t)(n + t) * V);
-    CHECK(st == G4_OK, "session: %s", g4_error_message());
-    g4_session_destroy(s);
-    return logits;
-}
-
 static void test_fixtures(void) {
     const char *fixtures[] = {"dense", "moe", "e2b", "moe-mlx4", "unified"};
     for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
@@ -200,7 +184,7 @@ static void test_fixtures(void) {
             int n_all;
             int32_t *all = fixture_ref_ids(&ref, "text", "all_ids", &n_all);
             const size_t count = (size_t)2 * n_all * plain->config.text.vocab_size;
-            float *want = run_logits(plain, all, n_all), *got = run_logits(composed, all, n_all);
+            float *want = test_prefill_decode_logits(plain, all, n_all), *got = test_prefill_decode_logits(composed, all, n_all);
             const int same = same_bits(want, got, count * sizeof *got);
             CHECK(same, "%s: logits on the primitives backend differ from the CPU backend's", fixtures[f]);
             printf("  %-10s %d tokens, prefill and decode on the primitives backend: logits %s\n", fixtures[f],

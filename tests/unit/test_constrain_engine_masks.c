@@ -12,64 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/constraints.h"
-#include "runtime/context.h"
-#include "runtime/engine.h"
-#include "runtime/prompt.h"
+#include "support/candidates.h"
+#include "support/constrained_engine.h"
 #include "test_util.h"
 
 #define MAX_NEW 36
 #define N_REQ 2
 
-typedef struct {
-    g4_sample samples[MAX_NEW + 1];
-    int n;
-    g4_finish_reason finish;
-} collected;
-
-static void on_token(void *user, const g4_token_event *ev) {
-    collected *c = user;
-    if (ev->has_token && c->n <= MAX_NEW) c->samples[c->n++] = ev->sample;
-    if (ev->finish != G4_FINISH_NONE) c->finish = ev->finish;
-}
-
-static const char *const SCHEMA =
-    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":20},\"age\":{\"type\":"
-    "\"integer\"},\"kind\":{\"enum\":[\"patriarch\",\"king\",\"prophet\"]}},\"required\":[\"name\",\"age\",\"kind\"],"
-    "\"additionalProperties\":false}";
-
-static int same_sample(const g4_sample *a, const g4_sample *b) {
-    if (a->token != b->token || memcmp(&a->logprob, &b->logprob, sizeof a->logprob) || a->n_top != b->n_top) return 0;
-    for (int i = 0; i < a->n_top; i++)
-        if (a->top[i].id != b->top[i].id || memcmp(&a->top[i].logprob, &b->top[i].logprob, sizeof(float))) return 0;
-    return 1;
-}
-
-/* One engine over N_REQ requests with these parameters (seeds differ). */
-static void run(g4_context *c, const g4_prompt *p, const g4_sampler_params *sp, collected *out,
-                g4_engine_stats *stats) {
-    g4_engine *e = NULL;
-    g4_engine_options eo = {.max_seqs = 4, .n_ctx = 256, .threads = 2};
-    CHECK(g4_engine_create(c->model, &eo, &e) == G4_OK, "%s", g4_error_message());
-    if (!e) return;
-    for (int i = 0; i < N_REQ; i++) {
-        g4_constraint_spec spec = {G4_CONSTRAINT_JSON_SCHEMA, (char *)SCHEMA, 0};
-        g4_constraint_use use = {.stop_ids = c->stop_ids, .n_stop = c->n_stop};
-        g4_token_matcher *m = NULL;
-        CHECK(g4_constraints_matcher(c->constraints, &spec, &use, &m) == G4_OK, "%s", g4_error_message());
-        g4_sampler_params s = *sp;
-        s.seed = sp->seed + (uint64_t)i;
-        memset(&out[i], 0, sizeof out[i]);
-        g4_request r = {.prompt = p->ids, .n_prompt = p->n_ids, .sampling = s, .max_tokens = MAX_NEW,
-                        .stop_ids = c->stop_ids, .n_stop = c->n_stop, .on_token = on_token, .user = &out[i],
-                        .constraint = m};
-        CHECK(g4_engine_submit(e, &r, NULL) == G4_OK, "submit: %s", g4_error_message());
-    }
-    for (int guard = 0; guard < 10000 && g4_engine_step(e) > 0; guard++) {
-    }
-    g4_engine_get_stats(e, stats);
-    g4_engine_destroy(e);
-}
+/* the person schema's requests */
+static const constrained_run_options opts = {.max_new = MAX_NEW, .threads = 2};
 
 typedef struct {
     const char *name;
@@ -82,26 +33,15 @@ typedef struct {
 } setup;
 
 int main(void) {
-    const char *src = getenv("G4_SOURCE");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/tiny", src ? src : ".");
-    g4_context *c = NULL;
-    g4_context_options co = {.device = "cpu", .threads = 2, .require_tokenizer = 1};
-    if (g4_context_open(dir, &co, &c) != G4_OK) {
-        CHECK(0, "open %s: %s", dir, g4_error_message());
-        return test_finish();
-    }
-    cJSON *messages = cJSON_Parse("[{\"role\": \"user\", \"content\": \"Who was Methuselah? Answer in JSON.\"}]");
+    g4_context *c = constrained_model_open("cpu", 2);
+    if (!c) return test_finish();
     g4_prompt p;
-    g4_prompt_options po = {.chat = {.add_generation_prompt = 1}};
-    CHECK(g4_prompt_from_messages(c, messages, NULL, &po, NULL, 0, &p) == G4_OK, "%s", g4_error_message());
-    cJSON_Delete(messages);
+    constrained_prompt(c, "Who was Methuselah? Answer in JSON.", &p);
 
     /* the host path: the same backend without its masked op */
     g4_backend *with_masks = c->model->backend;
-    g4_backend_ops host_ops = *with_masks->ops;
-    host_ops.top_logits_masked = NULL;
-    g4_backend host_only = {.ops = &host_ops, .impl = with_masks->impl};
+    host_path_backend host_only;
+    host_path_backend_init(&host_only, with_masks);
 
     const setup setups[] = {
         {"greedy, raw top 5", 0, 0, 1, 1, 5, G4_LOGPROBS_RAW, 1},
@@ -122,12 +62,12 @@ int main(void) {
         sp.top_logprobs = su->top_logprobs;
         sp.logprobs_mode = su->mode;
         sp.seed = 500 + u * 10;
-        collected device[N_REQ], host[N_REQ];
+        constrained_reply device[N_REQ], host[N_REQ];
         g4_engine_stats sd, sh;
         c->model->backend = with_masks;
-        run(c, &p, &sp, device, &sd);
-        c->model->backend = &host_only;
-        run(c, &p, &sp, host, &sh);
+        constrained_run(c, &p, &opts, &sp, N_REQ, device, &sd);
+        c->model->backend = &host_only.backend;
+        constrained_run(c, &p, &opts, &sp, N_REQ, host, &sh);
         c->model->backend = with_masks;
         int tokens = 0;
         for (int i = 0; i < N_REQ; i++) {

@@ -291,6 +291,8 @@ static void test_attention(void) {
         {"decode sliding 31B GQA 2", 32, 16, 256, 16, 1, 1024, 2, {1100, 90}, 0, 128, 0, 0},
         {"decode 26B-global GQA 8", 16, 2, 512, 16, 0, 1 << 30, 1, {5000}, 0, 512, 0, 0},
         {"decode long context", 8, 1, 256, 16, 0, 1 << 30, 1, {9000}, 0, 512, 0, 0},
+        /* one KV head at 32K keys: 256 splits of 128 keys (every group of 32 in the merge) */
+        {"decode full E2B-global at 32K", 8, 1, 512, 16, 0, 1 << 30, 1, {32800}, 0, 2048, 0, 0},
         /* prefill chunks of one sequence */
         {"prefill full 512", 8, 1, 512, 16, 0, 1 << 30, 1, {230}, 1, 100, 0, 0},
         {"prefill sliding 256 ring wrap", 8, 1, 256, 16, 1, 128, 1, {600}, 1, 64, 0, 0},

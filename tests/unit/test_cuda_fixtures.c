@@ -21,6 +21,7 @@
 #include "model/vision_tower.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
+#include "support/cuda_device.h"
 #include "test_util.h"
 
 static const double TOL_PREFILL = 2.5e-3, TOL_DECODE = 5e-4, TOL_HIDDEN = 1.2e-3, TOL_VISION = 4e-3;
@@ -431,14 +432,8 @@ static void check_graphs(const char *name) {
 }
 
 int main(int argc, char **argv) {
-    g4_status st = g4_backend_cuda_create(0, &gpu);
-    if (st == G4_ERR_UNSUPPORTED) {
-        printf("skipped: %s\n", g4_error_message());
-        return 77;
-    }
-    CHECK(st == G4_OK, "CUDA backend: %s", g4_error_message());
-    if (st != G4_OK) return test_finish();
-    printf("CUDA device: %s\n", g4_cuda_device_name(gpu));
+    const int rc = cuda_device_open(&gpu);
+    if (rc) return rc == 77 ? 77 : test_finish();
     const char *text[] = {"dense", "moe", "e2b", "realdims", "unified", "dense-mlx8", "moe-mlx4", "moe-mxfp4", "e2b-mlx4"};
     const char *vision[] = {"dense", "moe", "e2b", "e2b-mlx4"};
     const char *engine[] = {"dense", "moe", "e2b"};

@@ -20,23 +20,12 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "runtime/constraints.h"
-#include "runtime/context.h"
-#include "runtime/engine.h"
-#include "runtime/prompt.h"
+#include "support/candidates.h"
+#include "support/constrained_engine.h"
+#include "support/cuda_device.h"
 #include "test_util.h"
 
 static g4_backend *gpu, *cpu;
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-
-static uint64_t next_u64(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static double uniform01(void) { return (double)(next_u64() >> 11) * 0x1.0p-53; }
 
 static void *up(const void *host, size_t bytes) {
     void *d = gpu->ops->alloc(gpu, bytes ? bytes : 4);
@@ -53,12 +42,6 @@ static void *poisoned(size_t bytes) {
     return d;
 }
 
-static void fill_mask(uint32_t *mask, int words, double density) {
-    memset(mask, 0, (size_t)words * sizeof *mask);
-    for (int i = 0; i < words * 32; i++)
-        if (density >= 1 || uniform01() < density) mask[i >> 5] |= 1u << (i & 31);
-}
-
 /* rows logit rows, row r through mask r % n_masks (none for every fifth) */
 static void check(int rows, int vocab, int k, int mask_words, const double *density, int n_masks, int ties,
                   long nan_at) {
@@ -71,7 +54,7 @@ static void check(int rows, int vocab, int k, int mask_words, const double *dens
     }
     if (nan_at >= 0) x[nan_at] = NAN;
     uint32_t *masks = malloc((size_t)n_masks * mask_words * sizeof *masks);
-    for (int m = 0; m < n_masks; m++) fill_mask(masks + (size_t)m * mask_words, mask_words, density[m]);
+    for (int m = 0; m < n_masks; m++) random_mask(masks + (size_t)m * mask_words, mask_words, density[m]);
     int32_t *slot = malloc((size_t)rows * sizeof *slot);
     for (int r = 0; r < rows; r++) slot[r] = r % 5 == 4 ? -1 : r % n_masks;
     const size_t nk = (size_t)rows * k;
@@ -119,66 +102,17 @@ static void check(int rows, int vocab, int k, int mask_words, const double *dens
 #define MAX_NEW 40
 #define N_REQ 3
 
-typedef struct {
-    g4_sample samples[MAX_NEW + 1];
-    int n;
-    g4_finish_reason finish;
-} collected;
-
-static void on_token(void *user, const g4_token_event *ev) {
-    collected *c = user;
-    if (ev->has_token && c->n <= MAX_NEW) c->samples[c->n++] = ev->sample;
-    if (ev->finish != G4_FINISH_NONE) c->finish = ev->finish;
-}
-
-static void run_engine(g4_context *c, const g4_prompt *p, const g4_sampler_params *sp, collected *out,
-                       g4_engine_stats *stats) {
-    static const char *const schema =
-        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":20},\"age\":{"
-        "\"type\":\"integer\"},\"kind\":{\"enum\":[\"patriarch\",\"king\",\"prophet\"]}},\"required\":[\"name\","
-        "\"age\",\"kind\"],\"additionalProperties\":false}";
-    g4_engine *e = NULL;
-    g4_engine_options eo = {.max_seqs = 4, .n_ctx = 256};
-    CHECK(g4_engine_create(c->model, &eo, &e) == G4_OK, "%s", g4_error_message());
-    if (!e) return;
-    for (int i = 0; i < N_REQ; i++) {
-        g4_constraint_spec spec = {G4_CONSTRAINT_JSON_SCHEMA, (char *)schema, 0};
-        g4_constraint_use use = {.stop_ids = c->stop_ids, .n_stop = c->n_stop};
-        g4_token_matcher *m = NULL;
-        CHECK(g4_constraints_matcher(c->constraints, &spec, &use, &m) == G4_OK, "%s", g4_error_message());
-        g4_sampler_params s = *sp;
-        s.seed = sp->seed + (uint64_t)i;
-        memset(&out[i], 0, sizeof out[i]);
-        g4_request r = {.prompt = p->ids, .n_prompt = p->n_ids, .sampling = s, .max_tokens = MAX_NEW,
-                        .stop_ids = c->stop_ids, .n_stop = c->n_stop, .on_token = on_token, .user = &out[i],
-                        .constraint = m};
-        CHECK(g4_engine_submit(e, &r, NULL) == G4_OK, "submit: %s", g4_error_message());
-    }
-    for (int guard = 0; guard < 10000 && g4_engine_step(e) > 0; guard++) {
-    }
-    g4_engine_get_stats(e, stats);
-    g4_engine_destroy(e);
-}
+/* the person schema's requests */
+static const constrained_run_options opts = {.max_new = MAX_NEW};
 
 static void test_engine(void) {
-    const char *src = getenv("G4_SOURCE");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/tiny", src ? src : ".");
-    g4_context *c = NULL;
-    g4_context_options co = {.device = "cuda", .require_tokenizer = 1};
-    if (g4_context_open(dir, &co, &c) != G4_OK) {
-        CHECK(0, "open %s on the GPU: %s", dir, g4_error_message());
-        return;
-    }
-    cJSON *messages = cJSON_Parse("[{\"role\": \"user\", \"content\": \"Who was Methuselah? Answer in JSON.\"}]");
+    g4_context *c = constrained_model_open("cuda", 0);
+    if (!c) return;
     g4_prompt p;
-    g4_prompt_options po = {.chat = {.add_generation_prompt = 1}};
-    CHECK(g4_prompt_from_messages(c, messages, NULL, &po, NULL, 0, &p) == G4_OK, "%s", g4_error_message());
-    cJSON_Delete(messages);
+    constrained_prompt(c, "Who was Methuselah? Answer in JSON.", &p);
     g4_backend *with_masks = c->model->backend;
-    g4_backend_ops host_ops = *with_masks->ops;
-    host_ops.top_logits_masked = NULL;
-    g4_backend host_only = {.ops = &host_ops, .impl = with_masks->impl};
+    host_path_backend host_only;
+    host_path_backend_init(&host_only, with_masks);
     for (int u = 0; u < 3; u++) {
         g4_sampler_params sp;
         g4_sampler_params_default(&sp);
@@ -186,11 +120,11 @@ static void test_engine(void) {
         sp.logprobs = 1;
         sp.top_logprobs = 3;
         sp.seed = 900 + (uint64_t)u * 10;
-        collected device[N_REQ], host[N_REQ];
+        constrained_reply device[N_REQ], host[N_REQ];
         g4_engine_stats sd, sh;
-        run_engine(c, &p, &sp, device, &sd);
-        c->model->backend = &host_only;
-        run_engine(c, &p, &sp, host, &sh);
+        constrained_run(c, &p, &opts, &sp, N_REQ, device, &sd);
+        c->model->backend = &host_only.backend;
+        constrained_run(c, &p, &opts, &sp, N_REQ, host, &sh);
         c->model->backend = with_masks;
         double worst = 0;
         int same = 1, tokens = 0;
@@ -226,14 +160,10 @@ static void test_engine(void) {
 }
 
 int main(void) {
-    g4_status st = g4_backend_cuda_create(0, &gpu);
-    if (st == G4_ERR_UNSUPPORTED) {
-        printf("skipped: %s\n", g4_error_message());
-        return 77;
-    }
-    CHECK(st == G4_OK, "CUDA backend: %s", g4_error_message());
-    if (st != G4_OK) return test_finish();
-    st = g4_backend_cpu_create(0, &cpu);
+    rng_state = 0x9E3779B97F4A7C15ull; /* this test's stream (support/test_random.h) */
+    const int rc = cuda_device_open(&gpu);
+    if (rc) return rc == 77 ? 77 : test_finish();
+    g4_status st = g4_backend_cpu_create(0, &cpu);
     CHECK(st == G4_OK, "CPU backend: %s", g4_error_message());
     if (st != G4_OK) return test_finish();
     const int V = 262144, W = 8193; /* the matcher's 262,145 ids */

@@ -315,14 +315,10 @@ static void test_gemv_tc(void) {
      * (gemv_copies, default 4: tile t reads copy t % copies), on
      * every quantised format and shape above (the fp16 kernels keep one
      * copy), one and three tokens and a gated pair (MoE slots: test_cuda_moe) */
-    const char *copies[] = {"1", "3"};
-    for (int v = 0; v < 2; v++) {
-        char spec[32];
-        snprintf(spec, sizeof spec, "gemv_copies=%s", copies[v]);
-        g4_backend *cb = knob_backend(spec);
-        if (!cb) continue;
+    for (int v = 0; v < GEMV_COPIES_VARIANTS; v++) {
         char tag[32];
-        snprintf(tag, sizeof tag, "copies %s ", copies[v]);
+        g4_backend *cb = gemv_copies_backend(v, tag, sizeof tag);
+        if (!cb) continue;
         for (size_t k = 0; k < n_formats; k++) {
             if (formats[k].f != G4_WEIGHT_AFFINE && formats[k].f != G4_WEIGHT_MXFP4) continue;
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

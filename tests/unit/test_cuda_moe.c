@@ -99,17 +99,24 @@ typedef struct {
     int bits, group, E, width, d, k;
 } moe_case;
 
+/* every case at each of the count token counts ns on be; `label`, when
+ * not NULL, in place of the cases' own */
+static void check_moe_cases(g4_backend *be, const char *label, const moe_case *cases, int n_cases, const int *ns,
+                            int count, int bf16_mode) {
+    for (int i = 0; i < n_cases; i++) {
+        const moe_case *m = &cases[i];
+        check_moe(be, label ? label : m->label, m->hf, m->f, m->bits, m->group, m->E, m->width, m->d, m->k, ns, count,
+                  bf16_mode);
+    }
+}
+
 /* the cases at 40 and 150 tokens (grouped prefill sizes) on a backend
  * created with var=value */
 static void check_moe_knob(const char *tune, const moe_case *cases, int count) {
     g4_backend *be = knob_backend(tune);
     if (!be) return;
     const int prefill_ns[] = {40, 150};
-    gpu->ops->synchronize(gpu);
-    for (int i = 0; i < count; i++) {
-        const moe_case *m = &cases[i];
-        check_moe(be, m->label, m->hf, m->f, m->bits, m->group, m->E, m->width, m->d, m->k, prefill_ns, 2, 0);
-    }
+    check_moe_cases(be, NULL, cases, count, prefill_ns, 2, 0);
     CHECK(backend_status(be) == G4_OK, "no CUDA failure recorded with %s: %s", tune, g4_error_message());
     g4_backend_destroy(be);
 }
@@ -117,45 +124,58 @@ static void check_moe_knob(const char *tune, const moe_case *cases, int count) {
 static void test_moe_experts(void) {
     const int ns[] = {1, 5, 8, 40, 150};
     /* 26B-A4B expert widths (704 x 2816) with 32 of the 128 experts to keep the CPU reference quick */
-    check_moe(gpu, "HF", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, ns, 5, 0);
-    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 5, 0);
-    check_moe(gpu, "MLX", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, ns, 5, 0);
-    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4, ns, 5, 0);
+    const moe_case wide[] = {
+        {"HF", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8},
+        {"MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8},
+        {"MLX", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8},
+        {"MLX", 0, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4},
+    };
+    check_moe_cases(gpu, NULL, wide, (int)(sizeof wide / sizeof wide[0]), ns, 5, 0);
     /* the 4-bit down projection with the tokens' sums in one kernel (decode
      * sizes; MXFP4 and groups of 64 above): groups of 128, three choices
      * (fewer than its eight warps), and ten choices (more: the GEMV per
-     * slot, then the sums) */
-    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, 0);
-    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 16, 256, 512, 10, ns, 3, 0);
-    /* the same on the fp16 kernel's run: groups of 32, and groups of 64 with the integer kernel off */
-    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 256, 512, 5, ns, 3, 0);
+     * slot, then the sums); then the same on the fp16 kernel's run: groups
+     * of 32 */
+    const moe_case summed[] = {
+        {"MLX", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3},
+        {"MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 16, 256, 512, 10},
+        {"MLX", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 256, 512, 5},
+    };
+    check_moe_cases(gpu, NULL, summed, (int)(sizeof summed / sizeof summed[0]), ns, 3, 0);
+    /* groups of 64 with the integer kernel off */
     g4_backend *fp16 = knob_backend("gemv=fp16");
     if (fp16) {
-        check_moe(fp16, "MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 3, 0);
-        check_moe(fp16, "MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, ns, 3, 0);
+        const moe_case on_fp16[] = {{"MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8},
+                                    {"MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3}};
+        check_moe_cases(fp16, NULL, on_fp16, (int)(sizeof on_fp16 / sizeof on_fp16[0]), ns, 3, 0);
         g4_backend_destroy(fp16);
     }
     /* the grouped prefill kernel's affine paths at every group size (one, two
      * and four k tiles a group) and both bit widths, with tiles of at most
      * and of more than 32 slots (its two warp layouts) */
-    {
-        const int grouped_ns[] = {40, 150};
-        check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3, grouped_ns, 2, 0);
-        check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 256, 512, 5, grouped_ns, 2, 0);
-        check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 32, 8, 256, 512, 6, grouped_ns, 2, 0);
-        check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 128, 8, 256, 512, 6, grouped_ns, 2, 0);
-    }
-    /* 8 bits at 26B-A4B widths and groups of 32 (tensor-core GEMV per slot, decode sizes) */
-    check_moe(gpu, "MLX", 0, G4_WEIGHT_AFFINE, 8, 32, 32, 704, 2816, 8, ns, 3, 0);
-    /* gate and up rows of one quantised tensor: gated pairs per slot */
-    check_moe(gpu, "stacked", 1, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4, ns, 3, 0);
-    check_moe(gpu, "stacked", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, ns, 3, 0);
-    /* float experts' down projection with the tokens' sums (decode sizes: gemv_moe_down_kernel) in f16 and
-     * f32, three and eight choices, rows not a multiple of its four */
-    check_moe(gpu, "HF f16", 1, G4_WEIGHT_F16, 0, 0, 8, 64, 90, 3, ns, 3, 0);
-    check_moe(gpu, "HF f32", 1, G4_WEIGHT_F32, 0, 0, 12, 96, 130, 8, ns, 3, 0);
+    const int grouped_ns[] = {40, 150};
+    const moe_case grouped[] = {
+        {"MLX", 0, G4_WEIGHT_AFFINE, 4, 128, 16, 768, 1024, 3},
+        {"MLX", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 256, 512, 5},
+        {"MLX", 0, G4_WEIGHT_AFFINE, 8, 32, 8, 256, 512, 6},
+        {"MLX", 0, G4_WEIGHT_AFFINE, 8, 128, 8, 256, 512, 6},
+    };
+    check_moe_cases(gpu, NULL, grouped, (int)(sizeof grouped / sizeof grouped[0]), grouped_ns, 2, 0);
+    const moe_case decode[] = {
+        /* 8 bits at 26B-A4B widths and groups of 32 (tensor-core GEMV per slot, decode sizes) */
+        {"MLX", 0, G4_WEIGHT_AFFINE, 8, 32, 32, 704, 2816, 8},
+        /* gate and up rows of one quantised tensor: gated pairs per slot */
+        {"stacked", 1, G4_WEIGHT_AFFINE, 8, 64, 16, 128, 256, 4},
+        {"stacked", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4},
+        /* float experts' down projection with the tokens' sums (decode sizes: gemv_moe_down_kernel) in f16
+         * and f32, three and eight choices, rows not a multiple of its four */
+        {"HF f16", 1, G4_WEIGHT_F16, 0, 0, 8, 64, 90, 3},
+        {"HF f32", 1, G4_WEIGHT_F32, 0, 0, 12, 96, 130, 8},
+    };
+    check_moe_cases(gpu, NULL, decode, (int)(sizeof decode / sizeof decode[0]), ns, 3, 0);
     /* fixture-like odd widths: the generic per-slot path at every size */
-    check_moe(gpu, "HF odd", 1, G4_WEIGHT_BF16, 0, 0, 8, 24, 72, 2, ns, 5, 0);
+    const moe_case odd[] = {{"HF odd", 1, G4_WEIGHT_BF16, 0, 0, 8, 24, 72, 2}};
+    check_moe_cases(gpu, NULL, odd, 1, ns, 5, 0);
     /* bf16 experts' prefill through cuBLAS's batched GEMM (cuda_moe_cublas.cu;
      * by default from 64 tokens on, so the 150-token cases above took it):
      * here from one token on, so at 40 too, with gate and up in one stacked
@@ -251,21 +271,19 @@ static void test_moe_gemv_variants(void) {
     const int moe_ns[] = {1, 5};
     g4_backend *pipe = knob_backend("gemv=fp16");
     if (pipe) {
-        check_moe(pipe, "MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, moe_ns, 2, 0);
-        check_moe(pipe, "MLX gemv=fp16", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, moe_ns, 2, 0);
-        check_moe(pipe, "stacked gemv=fp16", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4, moe_ns, 2, 0);
+        const moe_case on_fp16[] = {{"MLX gemv=fp16", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8},
+                                    {"MLX gemv=fp16", 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8},
+                                    {"stacked gemv=fp16", 1, G4_WEIGHT_AFFINE, 4, 64, 16, 128, 256, 4}};
+        check_moe_cases(pipe, NULL, on_fp16, (int)(sizeof on_fp16 / sizeof on_fp16[0]), moe_ns, 2, 0);
         g4_backend_destroy(pipe);
     }
-    const char *copies[] = {"1", "3"};
-    for (int v = 0; v < 2; v++) {
-        char spec[32];
-        snprintf(spec, sizeof spec, "gemv_copies=%s", copies[v]);
-        g4_backend *cb = knob_backend(spec);
-        if (!cb) continue;
+    const moe_case copied[] = {{NULL, 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8},
+                               {NULL, 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8}};
+    for (int v = 0; v < GEMV_COPIES_VARIANTS; v++) {
         char tag[32];
-        snprintf(tag, sizeof tag, "copies %s ", copies[v]);
-        check_moe(cb, tag, 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, moe_ns, 2, 0);
-        check_moe(cb, tag, 0, G4_WEIGHT_MXFP4, 4, 32, 32, 704, 2816, 8, moe_ns, 2, 0);
+        g4_backend *cb = gemv_copies_backend(v, tag, sizeof tag);
+        if (!cb) continue;
+        check_moe_cases(cb, tag, copied, (int)(sizeof copied / sizeof copied[0]), moe_ns, 2, 0);
         g4_backend_destroy(cb);
     }
 }

@@ -18,41 +18,10 @@
 #include "backend/backend.h"
 #include "constrain/token_mask.h"
 #include "runtime/sampler.h"
+#include "support/candidates.h"
 #include "test_util.h"
 
 static g4_backend *cpu;
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-
-static uint64_t next_u64(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static double uniform01(void) { return (double)(next_u64() >> 11) * 0x1.0p-53; }
-
-/* every token allowed with probability `density` (0: none, 1: all) */
-static void fill_mask(uint32_t *mask, int words, double density) {
-    memset(mask, 0, (size_t)words * sizeof *mask);
-    for (int i = 0; i < words * 32; i++)
-        if (density >= 1 || uniform01() < density) mask[i >> 5] |= 1u << (i & 31);
-}
-
-static void masked_copy(float *out, const float *x, int vocab, const uint32_t *mask, int words) {
-    for (int i = 0; i < vocab; i++) out[i] = (i >> 5) < words && g4_mask_has(mask, i) ? x[i] : -INFINITY;
-}
-
-typedef struct {
-    float v;
-    int32_t id;
-} pair;
-
-static int by_rank(const void *a, const void *b) {
-    const pair *x = a, *y = b;
-    if (x->v != y->v) return x->v > y->v ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
 
 /* rows rows of vocab logits, row r masked by slot r % 3 (slot -1 for every
  * fourth row) of three masks of mask_words words */
@@ -63,7 +32,7 @@ static void check_op(int rows, int vocab, int k, int mask_words, const double de
         x[i] = ties ? roundf(v * 2) / 2 : v;
     }
     uint32_t *masks = malloc((size_t)3 * mask_words * sizeof *masks);
-    for (int m = 0; m < 3; m++) fill_mask(masks + (size_t)m * mask_words, mask_words, density[m]);
+    for (int m = 0; m < 3; m++) random_mask(masks + (size_t)m * mask_words, mask_words, density[m]);
     int32_t *slot = malloc((size_t)rows * sizeof *slot);
     for (int r = 0; r < rows; r++) slot[r] = r % 4 == 3 ? -1 : r % 3;
     if (nan_at >= 0) x[nan_at] = NAN;
@@ -71,11 +40,11 @@ static void check_op(int rows, int vocab, int k, int mask_words, const double de
     float *values = malloc((size_t)rows * k * sizeof *values), *plain_v = malloc((size_t)k * sizeof *plain_v);
     double *lse = malloc((size_t)rows * sizeof *lse), plain_lse;
     cpu->ops->top_logits_masked(cpu, ids, values, lse, x, rows, vocab, k, masks, mask_words, slot);
-    pair *sorted = malloc((size_t)vocab * sizeof *sorted);
+    rank_pair *sorted = malloc((size_t)vocab * sizeof *sorted);
     int bad_order = 0, bad_lse = 0, bad_nan = 0;
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * vocab;
-        if (slot[r] >= 0) masked_copy(row, xr, vocab, masks + (size_t)slot[r] * mask_words, mask_words);
+        if (slot[r] >= 0) masked_row(row, xr, vocab, masks + (size_t)slot[r] * mask_words, mask_words);
         else memcpy(row, xr, (size_t)vocab * sizeof *row);
         /* the lse and values are top_logits' for the masked row, bit for bit */
         cpu->ops->top_logits(cpu, plain_ids, plain_v, &plain_lse, row, 1, vocab, k);
@@ -86,8 +55,7 @@ static void check_op(int rows, int vocab, int k, int mask_words, const double de
             continue;
         }
         bad_lse += memcmp(&plain_lse, &lse[r], sizeof plain_lse) != 0;
-        for (int i = 0; i < vocab; i++) sorted[i] = (pair){row[i], i};
-        qsort(sorted, (size_t)vocab, sizeof *sorted, by_rank);
+        rank_row(row, vocab, sorted);
         for (int j = 0; j < k; j++) {
             int32_t want_id = j < vocab ? sorted[j].id : -1;
             const float want_v = j < vocab ? sorted[j].v : -INFINITY;
@@ -131,33 +99,9 @@ static void test_op(void) {
 
 /* ---- the sampler on a complete list against the masked full row ---- */
 
-typedef struct {
-    const char *name;
-    float temperature;
-    int top_k;
-    float top_p, min_p;
-    int logprobs, top_logprobs;
-    g4_logprobs_mode mode;
-} param_set;
-
-static int same_sample(const g4_sample *a, const g4_sample *b) {
-    if (a->token != b->token || memcmp(&a->logprob, &b->logprob, sizeof a->logprob) || a->n_top != b->n_top) return 0;
-    for (int i = 0; i < a->n_top; i++)
-        if (a->top[i].id != b->top[i].id || memcmp(&a->top[i].logprob, &b->top[i].logprob, sizeof(float))) return 0;
-    return 1;
-}
-
-static void check_complete(const param_set *ps, int vocab, int n_rows) {
+static void check_complete(const sampler_setup *ps, int vocab, int n_rows) {
     g4_sampler_params p;
-    g4_sampler_params_default(&p);
-    p.temperature = ps->temperature;
-    p.top_k = ps->top_k;
-    p.top_p = ps->top_p;
-    p.min_p = ps->min_p;
-    p.logprobs = ps->logprobs;
-    p.top_logprobs = ps->top_logprobs;
-    p.logprobs_mode = ps->mode;
-    p.seed = 99;
+    sampler_setup_params(ps, 99, &p);
     g4_sampler *full = NULL, *listed = NULL;
     CHECK(g4_sampler_create(vocab, &p, &full) == G4_OK && g4_sampler_create(vocab, &p, &listed) == G4_OK,
           "sampler: %s", g4_error_message());
@@ -172,9 +116,9 @@ static void check_complete(const param_set *ps, int vocab, int n_rows) {
         if (r % 5 == 0)
             for (int i = 0; i < vocab; i++) x[i] = roundf(x[i]); /* ties */
         /* 1 to ~900 allowed tokens: the list holds them all */
-        fill_mask(mask, words, r % 7 == 0 ? 0.00001 : (double)(1 + r % 4) * 0.0008);
+        random_mask(mask, words, r % 7 == 0 ? 0.00001 : (double)(1 + r % 4) * 0.0008);
         if (r % 7 == 0) mask[r % words] |= 1u << (r % 32); /* at least one */
-        masked_copy(row, x, vocab, mask, words);
+        masked_row(row, x, vocab, mask, words);
         double lse;
         cpu->ops->top_logits_masked(cpu, ids, values, &lse, x, 1, vocab, K, mask, words, &zero);
         int n = 0;
@@ -215,7 +159,7 @@ static void check_complete(const param_set *ps, int vocab, int n_rows) {
 }
 
 static void test_complete(void) {
-    const param_set sets[] = {
+    const sampler_setup sets[] = {
         {"greedy", 0, 0, 1, 0, 0, 0, G4_LOGPROBS_RAW},
         {"greedy raw top 5", 0, 0, 1, 0, 1, 5, G4_LOGPROBS_RAW},
         {"T 1 (no top-k: the full row's sampler)", 1.0f, 0, 1, 0, 1, 0, G4_LOGPROBS_RAW},

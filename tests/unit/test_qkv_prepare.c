@@ -227,22 +227,6 @@ static g4_status copy_stacked(g4_backend *be, g4_matrix *const *parts, int n, g4
     return G4_OK;
 }
 
-/* Logits of a prefill of all ids, then of a decode of them one by one. */
-static float *run_logits(g4_model *m, const int32_t *ids, int n) {
-    const int V = m->config.text.vocab_size;
-    float *logits = malloc((size_t)2 * n * V * sizeof *logits);
-    g4_session_options opt = {.n_ctx = n + 1};
-    g4_session *s = NULL;
-    g4_status st = g4_session_create(m, &opt, &s);
-    if (st == G4_OK) st = g4_session_eval(s, ids, n, NULL, G4_LOGITS_ALL, logits);
-    if (st == G4_OK) g4_session_reset(s);
-    for (int t = 0; t < n && st == G4_OK; t++)
-        st = g4_session_eval(s, ids + t, 1, NULL, G4_LOGITS_LAST, logits + (size_t)(n + t) * V);
-    CHECK(st == G4_OK, "session: %s", g4_error_message());
-    g4_session_destroy(s);
-    return logits;
-}
-
 static void test_decoder(void) {
     g4_backend_ops stacking_ops = *cpu->ops;
     stacking_ops.prepare_stacked = copy_stacked;
@@ -279,7 +263,7 @@ static void test_decoder(void) {
         int n_all;
         int32_t *all = fixture_ref_ids(&ref, "text", "all_ids", &n_all);
         const size_t count = (size_t)2 * n_all * tc->vocab_size;
-        float *want = run_logits(plain, all, n_all), *got = run_logits(merged, all, n_all);
+        float *want = test_prefill_decode_logits(plain, all, n_all), *got = test_prefill_decode_logits(merged, all, n_all);
         /* Prefill identical. Decode too, except with 4-bit weights: the CPU's
          * one-token 4-bit GEMV sums rows four at a time within runs of rows
          * and the rest one at a time, rounding differently; merging moves the

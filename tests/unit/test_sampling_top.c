@@ -15,19 +15,10 @@
 #include "model/model.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "support/candidates.h"
 #include "test_util.h"
 
 static g4_backend *cpu;
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-
-static uint64_t next_u64(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static double uniform01(void) { return (double)(next_u64() >> 11) * 0x1.0p-53; }
 
 /* ties: 0 none to speak of, 1 values in steps of 0.5 (many equal, -0 and +0 too), 2 most of the row equal */
 static void fill_row(float *x, int n, float scale, int ties) {
@@ -37,17 +28,6 @@ static void fill_row(float *x, int n, float scale, int ties) {
         if (ties == 2 && next_u64() % 10) v = 3.5f;
         x[i] = v;
     }
-}
-
-typedef struct {
-    float v;
-    int32_t id;
-} pair;
-
-static int by_rank(const void *a, const void *b) {
-    const pair *x = a, *y = b;
-    if (x->v != y->v) return x->v > y->v ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
 }
 
 /* ---- the CPU op against a sort ---- */
@@ -60,7 +40,7 @@ static void check_op(int rows, int vocab, int k, int ties, int nan_row) {
     float *values = malloc((size_t)rows * k * sizeof *values);
     double *lse = malloc((size_t)rows * sizeof *lse);
     cpu->ops->top_logits(cpu, ids, values, lse, x, rows, vocab, k);
-    pair *sorted = malloc((size_t)vocab * sizeof *sorted);
+    rank_pair *sorted = malloc((size_t)vocab * sizeof *sorted);
     int bad_order = 0, bad_lse = 0;
     for (int r = 0; r < rows; r++) {
         const float *row = x + (size_t)r * vocab;
@@ -68,8 +48,7 @@ static void check_op(int rows, int vocab, int k, int ties, int nan_row) {
             bad_lse += !isnan(lse[r]);
             continue;
         }
-        for (int i = 0; i < vocab; i++) sorted[i] = (pair){row[i], i};
-        qsort(sorted, (size_t)vocab, sizeof *sorted, by_rank);
+        rank_row(row, vocab, sorted);
         for (int j = 0; j < k; j++) {
             const int32_t want_id = j < vocab ? sorted[j].id : -1;
             const float want_v = j < vocab ? sorted[j].v : -INFINITY;
@@ -108,35 +87,11 @@ static void test_op(void) {
 
 /* ---- the sampler from candidates against the full row ---- */
 
-typedef struct {
-    const char *name;
-    float temperature;
-    int top_k;
-    float top_p, min_p;
-    int logprobs, top_logprobs;
-    g4_logprobs_mode mode;
-} param_set;
-
-static int same_sample(const g4_sample *a, const g4_sample *b) {
-    if (a->token != b->token || memcmp(&a->logprob, &b->logprob, sizeof a->logprob) || a->n_top != b->n_top) return 0;
-    for (int i = 0; i < a->n_top; i++)
-        if (a->top[i].id != b->top[i].id || memcmp(&a->top[i].logprob, &b->top[i].logprob, sizeof(float))) return 0;
-    return 1;
-}
-
 static int decided; /* rows chosen from the candidates alone */
 
-static void check_sampler(const param_set *ps, int vocab, int n_rows, int *fallbacks) {
+static void check_sampler(const sampler_setup *ps, int vocab, int n_rows, int *fallbacks) {
     g4_sampler_params p;
-    g4_sampler_params_default(&p);
-    p.temperature = ps->temperature;
-    p.top_k = ps->top_k;
-    p.top_p = ps->top_p;
-    p.min_p = ps->min_p;
-    p.logprobs = ps->logprobs;
-    p.top_logprobs = ps->top_logprobs;
-    p.logprobs_mode = ps->mode;
-    p.seed = 1234;
+    sampler_setup_params(ps, 1234, &p);
     g4_sampler *full = NULL, *top = NULL;
     CHECK(g4_sampler_create(vocab, &p, &full) == G4_OK && g4_sampler_create(vocab, &p, &top) == G4_OK,
           "sampler: %s", g4_error_message());
@@ -171,7 +126,7 @@ static void check_sampler(const param_set *ps, int vocab, int n_rows, int *fallb
 }
 
 static void test_sampler(void) {
-    const param_set sets[] = {
+    const sampler_setup sets[] = {
         {"greedy", 0, 0, 1, 0, 0, 0, G4_LOGPROBS_RAW},
         {"greedy raw top 5", 0, 0, 1, 0, 1, 5, G4_LOGPROBS_RAW},
         {"greedy processed top 20", 0, 40, 0.5f, 0, 1, 20, G4_LOGPROBS_PROCESSED},
@@ -236,7 +191,7 @@ static void test_generation(void) {
     CHECK(st == G4_OK, "dense fixture: %s", g4_error_message());
     if (st != G4_OK) return;
     const int V = m->config.text.vocab_size, N = 24;
-    const param_set sets[] = {
+    const sampler_setup sets[] = {
         {"greedy raw top 5", 0, 0, 1, 0, 1, 5, G4_LOGPROBS_RAW},
         {"T 0.9 top-k 40 top-p 0.9 raw top 5", 0.9f, 40, 0.9f, 0, 1, 5, G4_LOGPROBS_RAW},
         {"T 1.3 top-k 8 min-p 0.02 processed top 3", 1.3f, 8, 1, 0.02f, 1, 3, G4_LOGPROBS_PROCESSED},
@@ -290,6 +245,7 @@ static void test_generation(void) {
 }
 
 int main(void) {
+    rng_state = 0x9E3779B97F4A7C15ull; /* this test's stream (support/test_random.h) */
     g4_status st = g4_backend_cpu_create(0, &cpu);
     CHECK(st == G4_OK, "CPU backend: %s", g4_error_message());
     if (st != G4_OK) return test_finish();

@@ -186,17 +186,18 @@ __global__ void attention_merge_kernel(float *out, const float *part_acc, const 
     __shared__ int n_live;
     __shared__ float sum_l;
     const size_t th = blockIdx.x;
-    /* The first warp reads every split's (max, sum) at once, two per lane
-     * (a loop over splits would wait for each load in turn), and lists the
-     * splits that saw keys, in order (a decode's capacity has many empty
+    /* The first warp reads every split's (max, sum) at once, up to eight per
+     * lane (a loop over splits would wait for each load in turn), and lists
+     * the splits that saw keys, in order (a decode's capacity has many empty
      * ones: E2B's 600 keys fill 19 of 64). */
     if (threadIdx.x < 32) {
+        constexpr int PER_LANE = ATTN_MAX_SPLITS / 32;
         const float *ml = part_ml + th * splits * 2;
         const int lane = threadIdx.x;
-        float m[2], l[2], w[2];
-        unsigned live[2];
+        float m[PER_LANE], l[PER_LANE], w[PER_LANE];
+        unsigned live[PER_LANE];
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < PER_LANE; k++) {
             const int sp = lane + 32 * k;
             m[k] = -INFINITY;
             l[k] = 0.0f;
@@ -206,23 +207,31 @@ __global__ void attention_merge_kernel(float *out, const float *part_acc, const 
             }
             if (!(l[k] > 0.0f)) m[k] = -INFINITY;
         }
-        const float M = warp_max(fmaxf(m[0], m[1]));
+        float mx = m[0];
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
+        for (int k = 1; k < PER_LANE; k++) mx = fmaxf(mx, m[k]);
+        const float M = warp_max(mx);
+        float lw = 0.0f;
+#pragma unroll
+        for (int k = 0; k < PER_LANE; k++) {
             w[k] = l[k] > 0.0f ? expf(m[k] - M) : 0.0f;
             live[k] = __ballot_sync(0xffffffffu, l[k] > 0.0f);
+            lw += l[k] * w[k];
         }
-        const float L = warp_sum(l[0] * w[0] + l[1] * w[1]);
+        const float L = warp_sum(lw);
         const unsigned below = (1u << lane) - 1u;
+        int before = 0; /* live splits in the groups of 32 before group k */
 #pragma unroll
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < PER_LANE; k++) {
             if (l[k] > 0.0f) {
-                const int at = (k ? __popc(live[0]) : 0) + __popc(live[k] & below);
+                const int at = before + __popc(live[k] & below);
                 live_split[at] = lane + 32 * k;
                 e[at] = w[k];
             }
+            before += __popc(live[k]);
+        }
         if (lane == 0) {
-            n_live = __popc(live[0]) + __popc(live[1]);
+            n_live = before;
             sum_l = L;
         }
     }
@@ -261,7 +270,7 @@ __device__ __forceinline__ int attn_acc_channel(int k, int lane, bool vec) {
  * split over two lanes (halves of every 32 channels: head_dim a multiple of
  * 32). */
 template <int DMAX, int RPT, int T>
-__global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) {
+__global__ void __launch_bounds__(ATTN_THREADS, RPT == 1 ? 2 : 1) attention_kernel(attn_params p) {
     pdl_wait();
     constexpr int LPP = 32 / T; /* lanes per position */
     constexpr int DK = (DMAX + 31) / 32;
@@ -358,33 +367,33 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
 #pragma unroll
             for (int k = 0; k < DK; k++) acc[i][k] = 0.0f;
         }
-        for (int tile_lo = s_lo; tile_lo <= s_hi; tile_lo += T) {
-            /* the tile's K and V rows: warp w stages rows w, w + 8, ..., each
-             * looking up its own slot (one broadcast load), lanes along the
-             * channels, every load issued before the stores */
-            constexpr int RPW = T / ATTN_WARPS;
-            const size_t kv_row = (size_t)p.n_kv * D;
-            /* row of the pool (slot * n_kv + kv head) of each staged position, -1 past the range */
-            int64_t krow[RPW];
-            (void)kv_row;
+        /* The tile's K and V rows: warp w stages rows w, w + 8, ..., each
+         * looking up its own slot (one broadcast load), lanes along the
+         * channels. With float4 rows the next tile's rows are loaded into
+         * registers while this tile is computed (its stores wait for the
+         * compute's closing barrier), so the loads of a long span overlap
+         * the work instead of alternating with it. */
+        constexpr int RPW = T / ATTN_WARPS;
+        float4 k4[RPW][CV], v4[RPW][CV];
+        auto fetch_tile = [&](int tlo) {
 #pragma unroll
             for (int r = 0; r < RPW; r++) {
-                const int pos = tile_lo + warp + r * ATTN_WARPS;
-                krow[r] = pos <= s_hi ? kv_slot(p.tb, s, pos) * p.n_kv + kvh : -1;
-            }
-            if ((D & 3) == 0) {
-                float4 k4[RPW][CV], v4[RPW][CV];
+                const int pos = tlo + warp + r * ATTN_WARPS;
+                const int64_t krow = pos <= s_hi ? kv_slot(p.tb, s, pos) * p.n_kv + kvh : -1;
 #pragma unroll
-                for (int r = 0; r < RPW; r++)
-#pragma unroll
-                    for (int c = 0; c < CV; c++) {
-                        const int d = 128 * c + 4 * lane;
-                        k4[r][c] = v4[r][c] = make_float4(0, 0, 0, 0);
-                        if (krow[r] >= 0 && d < D) {
-                            k4[r][c] = kv_load4(p.kp, p.ks, p.kv_type, krow[r], D, d);
-                            v4[r][c] = kv_load4(p.vp, p.vs, p.kv_type, krow[r], D, d);
-                        }
+                for (int c = 0; c < CV; c++) {
+                    const int d = 128 * c + 4 * lane;
+                    k4[r][c] = v4[r][c] = make_float4(0, 0, 0, 0);
+                    if (krow >= 0 && d < D) {
+                        k4[r][c] = kv_load4(p.kp, p.ks, p.kv_type, krow, D, d);
+                        v4[r][c] = kv_load4(p.vp, p.vs, p.kv_type, krow, D, d);
                     }
+                }
+            }
+        };
+        if ((D & 3) == 0 && s_lo <= s_hi) fetch_tile(s_lo);
+        for (int tile_lo = s_lo; tile_lo <= s_hi; tile_lo += T) {
+            if ((D & 3) == 0) {
 #pragma unroll
                 for (int r = 0; r < RPW; r++)
 #pragma unroll
@@ -397,14 +406,16 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(attn_params p) 
             } else {
 #pragma unroll
                 for (int r = 0; r < RPW; r++) {
-                    const int j = warp + r * ATTN_WARPS;
+                    const int j = warp + r * ATTN_WARPS, pos = tile_lo + j;
+                    const int64_t krow = pos <= s_hi ? kv_slot(p.tb, s, pos) * p.n_kv + kvh : -1;
                     for (int d = lane; d < D; d += 32) {
-                        Ks[(size_t)j * ks + d] = krow[r] >= 0 ? kv_load1(p.kp, p.ks, p.kv_type, krow[r], D, d) : 0.0f;
-                        Vs[(size_t)j * D + d] = krow[r] >= 0 ? kv_load1(p.vp, p.vs, p.kv_type, krow[r], D, d) : 0.0f;
+                        Ks[(size_t)j * ks + d] = krow >= 0 ? kv_load1(p.kp, p.ks, p.kv_type, krow, D, d) : 0.0f;
+                        Vs[(size_t)j * D + d] = krow >= 0 ? kv_load1(p.vp, p.vs, p.kv_type, krow, D, d) : 0.0f;
                     }
                 }
             }
             __syncthreads();
+            if ((D & 3) == 0 && tile_lo + T <= s_hi) fetch_tile(tile_lo + T);
             bool any = false;
 #pragma unroll
             for (int i = 0; i < RPT; i++) any |= active[i];
@@ -616,7 +627,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         return;
     const int tiles = (int)(((int64_t)n * G + rows_per_tile - 1) / rows_per_tile);
     /* Decode splits each token's keys into pieces from its first key (at
-     * most 64 pieces, as many as the cache's capacity needs), so a token's
+     * most ATTN_MAX_SPLITS pieces, as many as the cache's capacity needs), so a token's
      * result does not depend on what else is in the batch; prefill tiles are
      * parallel enough alone. The pieces' length comes from the token's own
      * span (kernel side, see attn_params.pieces): a short context in a long
@@ -624,7 +635,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
     int splits = 1, split_len = INT32_MAX / 2, pieces = 0, min_len = T;
     if (decode) {
         const int64_t max_span = (int64_t)(sliding ? b->ring_blocks : b->full_table_stride) * b->block_size;
-        int64_t len = (max_span + 63) / 64;
+        int64_t len = (max_span + ATTN_MAX_SPLITS - 1) / ATTN_MAX_SPLITS;
         /* Pieces just short enough for about two blocks per multiprocessor
          * over the batch's tiles and KV heads, one key tile at least
          * (tune.attn_min_split raises that floor; shorter pieces than that
@@ -636,7 +647,7 @@ void cuda_attention(g4_backend *be, float *out, const float *q, const void *kvp,
         if (len < min_len) len = min_len;
         len = (len + T - 1) / T * T;
         split_len = (int)len;
-        splits = (int)((max_span + len - 1) / len); /* at most ATTN_MAX_SPLITS: len >= max_span / 64 */
+        splits = (int)((max_span + len - 1) / len); /* at most ATTN_MAX_SPLITS: len >= max_span / that */
         if (splits < 1) splits = 1;
         /* pieces per token for about two blocks per multiprocessor */
         const int64_t per_token = (want_blocks + (int64_t)tiles * Hkv - 1) / ((int64_t)tiles * Hkv);

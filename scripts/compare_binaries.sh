@@ -1,0 +1,98 @@
+#!/bin/bash
+# Runs two gemma4 binaries on the same inputs and compares their outputs byte
+# for byte: logits (prefill, --decode, --hidden, images, audio, fast/bf16),
+# perplexity (text, --json, --save-logits, --kl-divergence), tokenize and
+# info's model summary on the vendored fixtures and the bundled model.
+# Usage: scripts/compare_binaries.sh OLD_BIN NEW_BIN BUILD_DIR (BUILD_DIR holds fixtures/ and models/)
+set -u
+OLD=$1 NEW=$2 BUILD=$3
+FIX=$BUILD/fixtures MODEL=$BUILD/models/tiny DATA=$(dirname "$0")/../tests/data
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+same=0 differ=0
+
+ids() { python3 -c "import json,sys; r=json.load(open('$FIX/$1/ref.json')); print(','.join(map(str, r['$2']['$3'])))"; }
+
+# compare NAME ARGS...: both binaries with ARGS ("@OUT@" is each run's output file)
+compare() {
+    local name=$1
+    shift
+    local a=() b=()
+    for x in "$@"; do a+=("${x//@OUT@/$TMP/old.out}"); b+=("${x//@OUT@/$TMP/new.out}"); done
+    rm -f "$TMP/old.out" "$TMP/new.out"
+    "$OLD" "${a[@]}" >"$TMP/old.stdout" 2>"$TMP/old.stderr"
+    local rc_old=$?
+    "$NEW" "${b[@]}" >"$TMP/new.stdout" 2>"$TMP/new.stderr"
+    local rc_new=$?
+    sed -i "s|$TMP/old.out|OUT|g" "$TMP/old.stdout" "$TMP/old.stderr"
+    sed -i "s|$TMP/new.out|OUT|g" "$TMP/new.stdout" "$TMP/new.stderr"
+    # info's lines on this machine's memory now (the CPU's budget, the resident set) differ between two runs
+    # of one binary
+    sed -i -E '/^memory       peak RSS |^             within [0-9.]+ GiB: /d' "$TMP/old.stdout" "$TMP/new.stdout"
+    if [ $rc_old -eq $rc_new ] && cmp -s "$TMP/old.stdout" "$TMP/new.stdout" && cmp -s "$TMP/old.stderr" "$TMP/new.stderr" &&
+        { [ ! -e "$TMP/old.out" ] || cmp -s "$TMP/old.out" "$TMP/new.out"; }; then
+        same=$((same + 1))
+        echo "same    $name (exit $rc_old$( [ -e "$TMP/old.out" ] && echo ", $(stat -c %s "$TMP/old.out") bytes written"))"
+    else
+        differ=$((differ + 1))
+        echo "DIFFER  $name (exit $rc_old vs $rc_new)"
+        diff "$TMP/old.stdout" "$TMP/new.stdout" | head -5
+        diff "$TMP/old.stderr" "$TMP/new.stderr" | head -5
+    fi
+}
+
+for f in dense moe e2b realdims unified dense-mlx8 moe-mlx4 moe-mxfp4 e2b-mlx4; do
+    all=$(ids $f text all_ids)
+    compare "logits $f" logits -m "$FIX/$f" --ids "$all" -o @OUT@ --device cpu
+    compare "logits $f --decode" logits -m "$FIX/$f" --ids "$all" -o @OUT@ --device cpu --decode
+    compare "logits $f --hidden" logits -m "$FIX/$f" --ids "$all" -o @OUT@ --device cpu --hidden
+    compare "info $f" info -m "$FIX/$f" --device cpu
+done
+compare "logits dense fast bf16" logits -m "$FIX/dense" --ids "$(ids dense text all_ids)" -o @OUT@ --device cpu \
+    --precision fast --kv-type bf16
+compare "logits dense fp8" logits -m "$FIX/dense" --ids "$(ids dense text all_ids)" -o @OUT@ --device cpu --kv-type fp8
+for f in dense e2b unified; do
+    compare "logits $f image" logits -m "$FIX/$f" --ids "$(ids $f image prompt_ids)" --image "$FIX/$f/image.png" \
+        -o @OUT@ --device cpu
+done
+compare "logits unified image causal" logits -m "$FIX/unified" --ids "$(ids unified image prompt_ids)" \
+    --image "$FIX/unified/image.png" --vision-mask causal -o @OUT@ --device cpu
+for f in e2b unified; do
+    compare "logits $f audio" logits -m "$FIX/$f" --ids "$(ids $f audio prompt_ids)" --audio "$FIX/$f/audio.wav" \
+        -o @OUT@ --device cpu
+done
+compare "logits --decode with an image (refused)" logits -m "$FIX/dense" --ids "$(ids dense image prompt_ids)" \
+    --image "$FIX/dense/image.png" --decode -o @OUT@ --device cpu
+compare "logits bad id" logits -m "$FIX/dense" --ids 1,x -o @OUT@
+compare "logits id past the vocabulary" logits -m "$FIX/dense" --ids 2,999999 -o @OUT@ --device cpu
+compare "logits bad --vision-mask" logits -m "$FIX/dense" --ids 2,3 --vision-mask sideways -o @OUT@
+compare "logits bad --kv-type" logits -m "$FIX/dense" --ids 2,3 --kv-type f16 -o @OUT@
+compare "logits missing model" logits -m /nonexistent --ids 2,3 -o @OUT@ --device cpu
+
+head -c 6000 "$DATA/kjv_heldout.txt" >"$TMP/text.txt"
+compare "perplexity --json" perplexity -m "$MODEL" -f "$TMP/text.txt" --device cpu --ctx 128 --json
+compare "perplexity exact --stride --save-logits" perplexity -m "$MODEL" -f "$TMP/text.txt" --device cpu --ctx 128 \
+    --stride 64 --precision exact --save-logits @OUT@
+"$OLD" perplexity -m "$MODEL" -f "$TMP/text.txt" --device cpu --ctx 128 --precision exact --save-logits "$TMP/base.st" >/dev/null
+compare "perplexity --kl-divergence" perplexity -m "$MODEL" -f "$TMP/text.txt" --device cpu --ctx 128 \
+    --kl-divergence "$TMP/base.st"
+compare "perplexity --kl-divergence another ctx" perplexity -m "$MODEL" -f "$TMP/text.txt" --device cpu --ctx 64 \
+    --kl-divergence "$TMP/base.st"
+# (the old binary crashed here: it resolved the KV type on the context it had failed to open)
+"$NEW" perplexity -m "$FIX/dense" -f "$TMP/text.txt" --device cpu 2>"$TMP/new.stderr"
+if [ $? -eq 1 ] && grep -q "has no tokenizer.json" "$TMP/new.stderr"; then
+    same=$((same + 1)) && echo "fixed   perplexity without a tokenizer: exit 1, $(cat "$TMP/new.stderr")"
+else
+    differ=$((differ + 1)) && echo "DIFFER  perplexity without a tokenizer"
+fi
+compare "perplexity bad stride" perplexity -m "$MODEL" -f "$TMP/text.txt" --ctx 16 --stride 20
+
+TOK=$FIX/tokenizer/tokenizer-gemma4-style.json
+compare "tokenize --file" tokenize -m "$TOK" --file "$TMP/text.txt"
+compare "tokenize --add-special" tokenize -m "$TOK" --text "<start_of_turn>user Hi" --add-special
+compare "tokenize --plain" tokenize -m "$TOK" --text "<start_of_turn>user Hi" --plain
+compare "tokenize folder" tokenize -m "$MODEL" --file "$TMP/text.txt"
+compare "tokenize missing" tokenize -m /nonexistent --text x
+compare "info tiny" info -m "$MODEL" --device cpu
+echo "$same same, $differ differ"
+[ $differ -eq 0 ]
