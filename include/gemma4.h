@@ -61,6 +61,14 @@ typedef struct {
     int exact;          /* 1: float32-accurate products (verification); 0: the measured fast default */
     const char *kv_type; /* KV cache element type: "f32", "bf16", "fp8", or NULL / "auto": bf16 (f32 with exact) */
     int sequences_only;  /* 1: no batched engine (g4_submit_* fail); for g4_sequence use, tokenizer optional */
+    /* Speculative decoding: an MTP drafter (gemma4_assistant) folder, a
+     * pulled ORG/NAME, or "auto" (the <model>-assistant beside the model);
+     * NULL: none. Greedy replies are the ids of plain decoding; sampled ones
+     * keep the sampler's distribution. Constrained requests never draft. */
+    const char *draft;
+    int draft_max;      /* drafts a round at most, 1..16 (0: 1); fewer while a request's acceptance is low */
+    float draft_min_p;  /* a round stops drafting at a draft the drafter gives less than this (0: off) */
+    int draft_max_batch; /* draft only while at most this many requests decode (0: 2) */
 } g4_open_options;
 
 /* `model`: a model folder (config.json, weights, tokenizer.json) or an
@@ -91,6 +99,7 @@ typedef struct {
     const char *json_schema;
     const char *grammar;
     const char *regex;
+    int no_speculative; /* 1: this request never drafts (on a handle opened with a drafter) */
 } g4_params;
 
 /* Greedy, no stop strings, no limit but the context. */
@@ -112,6 +121,8 @@ typedef struct {
     const char *tool_calls;    /* with done: JSON array [{"name": ..., "arguments": {...}}], or NULL */
     int prompt_tokens, completion_tokens;
     int cached_tokens;  /* prompt tokens whose KV the engine's prefix cache supplied */
+    /* speculative decoding so far: drafts proposed, kept, and verification rounds */
+    int draft_tokens, accepted_tokens, draft_rounds;
 } g4_event;
 
 typedef void (*g4_event_callback)(void *user, const g4_event *ev);

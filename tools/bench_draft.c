@@ -46,20 +46,7 @@ static void mean_sd(const double *v, int n, double *mean, double *sd) {
 
 /* The drafter: --draft DIR, or --draft synthetic beside --synthetic NAME. */
 static int open_drafter(const bench_draft_options *o, g4_model *model, g4_assistant **a) {
-    if (strcmp(o->draft->dir, "synthetic") != 0) return cli_open_draft(o->draft, model, a);
-    if (!o->synthetic) {
-        fprintf(stderr, "gemma4 bench: --draft synthetic needs a synthetic target (--synthetic NAME)\n");
-        return 1;
-    }
-    g4_status st = g4_assistant_synthesize(o->synthetic, model->backend, a);
-    if (st == G4_OK) st = g4_assistant_attach(*a, model);
-    if (st != G4_OK) {
-        cli_report_error("bench --draft synthetic", st);
-        g4_assistant_release(*a);
-        *a = NULL;
-        return 1;
-    }
-    return 0;
+    return cli_open_draft_any(o->draft, o->synthetic, model, a);
 }
 
 /* <bos> and the prompt's ids: tokenized with the model's tokenizer, or (a

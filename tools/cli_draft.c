@@ -35,59 +35,34 @@ void cli_draft_usage(FILE *f) {
             G4_DRAFT_MAX, CLI_DRAFT_MAX_DEFAULT);
 }
 
-/* --draft auto: the drafter beside the target, as Google names them (every
- * gemma-4-X-it has a gemma-4-X-it-assistant): the folder `<model>-assistant`
- * next to the model's, or for a model in the hub cache
- * (.../models--ORG--NAME/snapshots/REV) the pulled ORG/NAME-assistant. */
-static g4_status find_drafter(const char *model_dir, char **out) {
-    *out = NULL;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", model_dir);
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
-    char sibling[4200];
-    snprintf(sibling, sizeof sibling, "%s-assistant", dir);
-    if (g4_is_directory(sibling)) {
-        *out = strdup(sibling);
-        return *out ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-    const char *repo = strstr(dir, "models--");
-    const char *snap = repo ? strstr(repo, "/snapshots/") : NULL;
-    if (snap) {
-        char id[512] = "";
-        size_t k = 0;
-        int org_done = 0;
-        for (const char *c = repo + strlen("models--"); c < snap && k + 1 < sizeof id; c++) {
-            if (!org_done && c[0] == '-' && c[1] == '-') { /* the first "--" parts ORG from NAME */
-                id[k++] = '/';
-                org_done = 1;
-                c++;
-            } else {
-                id[k++] = *c;
-            }
-        }
-        id[k] = 0;
-        char hub_id[600];
-        snprintf(hub_id, sizeof hub_id, "%s-assistant", id);
-        if (g4_resolve_model_path(hub_id, out) == G4_OK && g4_is_directory(*out)) return G4_OK;
-        free(*out);
-        *out = NULL;
-        return g4_fail(G4_ERR_NOT_FOUND, "--draft auto: no drafter beside %s (looked for %s and the pulled %s)",
-                       model_dir, sibling, hub_id);
-    }
-    return g4_fail(G4_ERR_NOT_FOUND, "--draft auto: no drafter beside %s (looked for %s)", model_dir, sibling);
-}
-
 int cli_open_draft(const cli_draft_options *o, const g4_model *target, g4_assistant **out) {
     *out = NULL;
     char *dir = NULL;
-    g4_status st = !strcmp(o->dir, "auto") ? find_drafter(target->path, &dir) : g4_resolve_model_path(o->dir, &dir);
+    g4_status st = !strcmp(o->dir, "auto") ? g4_assistant_find(target->path, &dir) : g4_resolve_model_path(o->dir, &dir);
     if (st == G4_OK && !strcmp(o->dir, "auto")) fprintf(stderr, "gemma4: drafter %s\n", dir);
     if (st == G4_OK) st = g4_assistant_load_dir(dir, target->backend, out);
     free(dir);
     if (st == G4_OK) st = g4_assistant_attach(*out, target);
     if (st != G4_OK) {
         fprintf(stderr, "gemma4: cannot use the drafter: %s\n", g4_error_message());
+        g4_assistant_release(*out);
+        *out = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_open_draft_any(const cli_draft_options *o, const char *synthetic, const g4_model *target, g4_assistant **out) {
+    *out = NULL;
+    if (strcmp(o->dir, "synthetic") != 0) return cli_open_draft(o, target, out);
+    if (!synthetic) {
+        fprintf(stderr, "gemma4: --draft synthetic needs a synthetic target (--synthetic NAME)\n");
+        return 1;
+    }
+    g4_status st = g4_assistant_synthesize(synthetic, target->backend, out);
+    if (st == G4_OK) st = g4_assistant_attach(*out, target);
+    if (st != G4_OK) {
+        cli_report_error("--draft synthetic", st);
         g4_assistant_release(*out);
         *out = NULL;
         return 1;

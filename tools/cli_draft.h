@@ -27,6 +27,9 @@ void cli_draft_usage(FILE *f);
  * target's backend and attaches it. Prints the error and returns nonzero on
  * failure. */
 int cli_open_draft(const cli_draft_options *o, const g4_model *target, g4_assistant **out);
+/* The same, where `--draft synthetic` gives a random drafter for the
+ * synthetic target preset `synthetic` (NULL: a real model, refused). */
+int cli_open_draft_any(const cli_draft_options *o, const char *synthetic, const g4_model *target, g4_assistant **out);
 
 /* " | draft 2: 1.43 accepted a round, 2.43 tokens a target pass, by position 0.81 0.62"
  * into buf. */

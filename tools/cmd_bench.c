@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/file.h"
 #include "backend/cuda/cuda_backend.h"
@@ -34,7 +35,9 @@ static void usage(FILE *f) {
             "                    [--draft DIR [--draft-max N] [--draft-prompt TEXT]]   (greedy decoding of the\n"
             "                    prompt with and without speculation by an MTP drafter: tg tokens/s of each;\n"
             "                    --draft synthetic: a random drafter for the --synthetic target;\n"
-            "                    --force-accept 0,1,2: the speed when verification keeps that many drafts)\n"
+            "                    --force-accept 0,1,2: the speed when verification keeps that many drafts;\n"
+            "                    with --streams: each stream count plain and drafted through the batched\n"
+            "                    engine, every sequence drafting, --force-accept's first count if given)\n"
             "  NAME: e2b, e4b, 26b-a4b, 31b or 12b (full-size, random weights; real release configs)\n");
 }
 
@@ -73,10 +76,31 @@ static void on_stream_token(void *user, const g4_token_event *ev) {
  * prompt of prompt_len tokens and tg generated tokens (stop tokens ignored).
  * Decode time runs from the moment every stream has its first token (all
  * prefills done) to the end. */
-static g4_status bench_streams(const g4_model *m, g4_kv_type kv_type, int n, int prompt_len, int tg, double *decode_tps) {
+/* CPU seconds of the whole process: on a loaded machine, work done rather
+ * than time waited (with --threads 1, the engine thread's alone) */
+static double process_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct {
+    const g4_assistant *drafter; /* NULL: plain decoding */
+    int draft_max, forced;       /* forced < 0: real verification */
+} stream_draft;
+
+static g4_status bench_streams(const g4_model *m, g4_kv_type kv_type, int n, int prompt_len, int tg,
+                               const stream_draft *sd, double *decode_tps, double *cpu_tps, g4_engine_stats *stats_out) {
     const int V = m->config.text.vocab_size;
     g4_engine_options opt = {.max_seqs = n, .n_ctx = prompt_len + tg + 8, .kv_type = kv_type,
                              .max_batch_tokens = n * prompt_len > 512 ? n * prompt_len : 512};
+    if (sd && sd->drafter) {
+        opt.drafter = sd->drafter;
+        opt.draft_max = sd->draft_max;
+        opt.draft_max_batch = n; /* every sequence drafts: the measurement that sets the default */
+        opt.draft_force = sd->forced >= 0;
+        opt.draft_forced_accept = sd->forced;
+    }
     g4_engine *e;
     g4_status st = g4_engine_create(m, &opt, &e);
     if (st != G4_OK) return st;
@@ -89,7 +113,7 @@ static g4_status bench_streams(const g4_model *m, g4_kv_type kv_type, int n, int
         g4_sampler_params_default(&req.sampling);
         st = g4_engine_submit(e, &req, NULL);
     }
-    double t_all_started = 0;
+    double t_all_started = 0, cpu_started = 0;
     while (st == G4_OK) {
         int pending = g4_engine_step(e);
         if (pending < 0) {
@@ -99,7 +123,7 @@ static g4_status bench_streams(const g4_model *m, g4_kv_type kv_type, int n, int
         if (t_all_started == 0) {
             int started = 0;
             for (int r = 0; r < n; r++) started += states[r].generated > 0;
-            if (started == n) t_all_started = g4_now_seconds();
+            if (started == n) t_all_started = g4_now_seconds(), cpu_started = process_seconds();
         }
         if (pending == 0) break;
     }
@@ -107,6 +131,9 @@ static g4_status bench_streams(const g4_model *m, g4_kv_type kv_type, int n, int
     int tokens = 0;
     for (int r = 0; r < n; r++) tokens += states[r].generated - 1; /* after the first */
     *decode_tps = t_end > t_all_started ? tokens / (t_end - t_all_started) : 0;
+    const double cpu_end = process_seconds();
+    if (cpu_tps) *cpu_tps = cpu_end > cpu_started ? tokens / (cpu_end - cpu_started) : 0;
+    if (stats_out) g4_engine_get_stats(e, stats_out);
     free(states);
     free(prompt);
     g4_engine_destroy(e);
@@ -309,10 +336,24 @@ int cmd_bench(int argc, char **argv) {
      * compared with one stream through the same engine (measured first when
      * the list does not start with 1) */
     double base = 0;
+    stream_draft sd = {.draft_max = draft.draft_max, .forced = -1};
+    g4_assistant *stream_drafter = NULL;
+    if (n_streams > 0 && draft.dir) {
+        rc = cli_open_draft_any(&draft, synthetic, model, &stream_drafter);
+        sd.drafter = stream_drafter;
+        int32_t *levels = NULL;
+        int n_levels = 0;
+        if (rc == 0 && force_accept && (cli_parse_ids(force_accept, &levels, &n_levels) != 0 || n_levels == 0)) rc = 2;
+        if (rc == 0 && force_accept) sd.forced = levels[0] < draft.draft_max ? levels[0] : draft.draft_max;
+        free(levels);
+    }
     for (int k = n_streams > 0 && streams[0] != 1 ? -1 : 0; rc == 0 && k < n_streams; k++) {
         const int n = k < 0 ? 1 : streams[k];
-        double tps = 0;
-        g4_status sst = bench_streams(model, kv_type, n, 16, (int)(tg > 1 ? tg : 2), &tps);
+        double tps = 0, dtps = 0, cpu = 0, dcpu = 0;
+        g4_engine_stats ds = {0};
+        g4_status sst = bench_streams(model, kv_type, n, 16, (int)(tg > 1 ? tg : 2), NULL, &tps, &cpu, NULL);
+        if (sst == G4_OK && sd.drafter && k >= 0)
+            sst = bench_streams(model, kv_type, n, 16, (int)(tg > 1 ? tg : 2), &sd, &dtps, &dcpu, &ds);
         if (sst != G4_OK) {
             cli_report_error("bench --streams", sst);
             rc = 1;
@@ -320,6 +361,22 @@ int cmd_bench(int argc, char **argv) {
         }
         if (n == 1 && base == 0) base = tps;
         if (k < 0) continue;
+        if (sd.drafter) {
+            const double rounds = ds.draft_rounds ? (double)ds.draft_rounds : 1;
+            if (json)
+                printf("{\"model\":\"%s\",\"streams\":%d,\"decode_tps\":%.2f,\"draft_decode_tps\":%.2f,"
+                       "\"cpu_tps\":%.2f,\"draft_cpu_tps\":%.2f,"
+                       "\"draft_max\":%d,\"forced_accept\":%d,\"accepted_per_round\":%.3f,\"first_draft_acceptance\":%.3f}\n",
+                       model->path, n, tps, dtps, cpu, dcpu, sd.draft_max, sd.forced, (double)ds.drafts_accepted / rounds,
+                       ds.drafted_at[0] ? (double)ds.accepted_at[0] / (double)ds.drafted_at[0] : 0.0);
+            else
+                printf("| %s | streams %d | plain %.1f t/s | drafted (%d a round%s) %.1f t/s | %.2fx | per CPU second "
+                       "%.1f / %.1f: %.2fx | %.2f kept a round, first draft %.2f |\n",
+                       model->path, n, tps, sd.draft_max, sd.forced >= 0 ? ", forced acceptance" : "", dtps,
+                       tps > 0 ? dtps / tps : 0.0, cpu, dcpu, cpu > 0 ? dcpu / cpu : 0.0, (double)ds.drafts_accepted / rounds,
+                       ds.drafted_at[0] ? (double)ds.accepted_at[0] / (double)ds.drafted_at[0] : 0.0);
+            continue;
+        }
         if (json)
             printf("{\"model\":\"%s\",\"streams\":%d,\"decode_tps\":%.2f,\"per_stream_tps\":%.2f}\n", model->path,
                    streams[k], tps, tps / streams[k]);
@@ -328,7 +385,8 @@ int cmd_bench(int argc, char **argv) {
                    model->path, streams[k], tps, tps / streams[k], base > 0 ? tps / base : 0.0);
     }
     free(streams);
-    if (rc == 0 && draft.dir) {
+    g4_assistant_release(stream_drafter);
+    if (rc == 0 && draft.dir && n_streams == 0) {
         bench_draft_options o = {.draft = &draft, .synthetic = synthetic, .prompt = draft_prompt,
                                  .force_accept = force_accept, .tg = (int)(tg > 1 ? tg : 2), .reps = (int)reps,
                                  .json = json};

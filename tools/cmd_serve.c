@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cli_common.h"
+#include "cli_draft.h"
 #include "model/kv_cache.h"
 #include "runtime/memory_plan.h"
 #include "runtime/prefix_cache.h"
@@ -75,7 +76,18 @@ static void usage(FILE *f) {
             "  --device cpu|cuda       (default: cuda when present)\n"
             "  --precision fast|exact  products measured sufficient (default) or float32-accurate\n"
             "  --kv-type f32|bf16|fp8  the KV cache's element type (default bf16; f32 with --precision exact)\n"
-            "  --quiet                 no request log\n");
+            "  --quiet                 no request log\n"
+            "\n"
+            "Speculative decoding (each decoding sequence drafts and verifies in the batched step; greedy replies are\n"
+            "the ids of plain decoding; a request's \"speculative\": false opts out; /metrics gemma4_spec_decode_*):\n"
+            "  --draft DIR|auto|synthetic  the MTP drafter (gemma4_assistant folder or pulled ORG/NAME; auto: the\n"
+            "                          <model>-assistant beside the model; synthetic: random, for --synthetic)\n"
+            "  --draft-max N           drafts a round at most, 1..%d (default %d; fewer while acceptance is low)\n"
+            "  --draft-min-p P         stop a round's drafting at a draft the drafter gives less than P (default 0)\n"
+            "  --draft-max-batch N     draft only while at most N sequences decode (default %d)\n"
+            "  --draft-force-accept N  benchmarks on random weights: verification keeps exactly N drafts a round\n"
+            "                          (the tokens are then not the model's)\n",
+            G4_DRAFT_MAX, CLI_DRAFT_MAX_DEFAULT, G4_ENGINE_DRAFT_MAX_BATCH);
 }
 
 /* The pool from the memory budget (CUDA, --kv-blocks not given): every
@@ -181,6 +193,8 @@ int cmd_serve(int argc, char **argv) {
                                         "--body-budget", "--responses-store", "--responses-store-entries",
                                         "--cache-snapshots", "--cache-ram"};
     int quiet = 0, metrics_public = 0, no_special = 0, no_prefix_cache = 0;
+    cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
+    const char *draft_min_p = NULL, *draft_batch = NULL, *draft_force = NULL;
     g4_precision precision = G4_PRECISION_FAST;
     g4_kv_type kv_type = G4_KV_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -190,7 +204,11 @@ int cmd_serve(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--format", &format)) ||
             (r = cli_option(argc, argv, &i, "--device", &device)) ||
             (r = cli_option(argc, argv, &i, "--gpu-memory", &fraction_text)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type))) {
+            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type)) ||
+            (r = cli_draft_option(argc, argv, &i, &draft)) ||
+            (r = cli_option(argc, argv, &i, "--draft-min-p", &draft_min_p)) ||
+            (r = cli_option(argc, argv, &i, "--draft-max-batch", &draft_batch)) ||
+            (r = cli_option(argc, argv, &i, "--draft-force-accept", &draft_force))) {
             if (r < 0) return 2;
             continue;
         }
@@ -241,6 +259,22 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "gemma4 serve: --cache-ram is in MiB, at most 1073741824\n");
         return 2;
     }
+    double min_p = 0;
+    if (draft_min_p && (sscanf(draft_min_p, "%lf", &min_p) != 1 || !(min_p >= 0 && min_p <= 1))) {
+        fprintf(stderr, "gemma4 serve: --draft-min-p must be a probability in [0, 1], got '%s'\n", draft_min_p);
+        return 2;
+    }
+    long draft_max_batch = 0, forced_accept = -1;
+    if (parse_count(draft_batch, "--draft-max-batch", &draft_max_batch)) return 2;
+    if (parse_count(draft_force, "--draft-force-accept", &forced_accept)) return 2;
+    if (forced_accept > draft.draft_max) {
+        fprintf(stderr, "gemma4 serve: --draft-force-accept %ld exceeds --draft-max %d\n", forced_accept, draft.draft_max);
+        return 2;
+    }
+    if (!draft.dir && (draft_min_p || draft_batch || draft_force)) {
+        fprintf(stderr, "gemma4 serve: --draft-min-p, --draft-max-batch and --draft-force-accept need --draft\n");
+        return 2;
+    }
     if (port > 65535) {
         fprintf(stderr, "gemma4 serve: --port must be in 0..65535\n");
         return 2;
@@ -289,6 +323,18 @@ int cmd_serve(int argc, char **argv) {
                             .no_prefix_cache = no_prefix_cache, .cache_snapshots = (int)snapshots,
                             .cache_ram_bytes = (uint64_t)cache_ram << 20,
                             .kv_type = g4_kv_type_resolve(kv_type, precision, ctx->model)};
+    g4_assistant *drafter = NULL;
+    if (draft.dir && cli_open_draft_any(&draft, synthetic, ctx->model, &drafter)) {
+        g4_context_close(ctx);
+        free(name);
+        return 1;
+    }
+    eo.drafter = drafter;
+    eo.draft_max = draft.draft_max;
+    eo.draft_min_p = (float)min_p;
+    eo.draft_max_batch = (int)draft_max_batch;
+    eo.draft_force = forced_accept >= 0;
+    eo.draft_forced_accept = (int)forced_accept;
     g4_memory_plan plan;
     g4_memory_plan_make(ctx->model, eo.kv_type, 16, eo.max_batch_tokens, eo.max_seqs ? eo.max_seqs : 32, &plan);
     uint64_t mem_budget = g4_memory_budget(&plan, ctx->backend, fraction);
@@ -335,6 +381,7 @@ int cmd_serve(int argc, char **argv) {
         cli_report_error("serve", st);
         if (engine) g4_engine_stop(engine, 1);
         g4_engine_destroy(engine);
+        g4_assistant_release(drafter);
         g4_context_close(ctx);
         free(name);
         return 1;
@@ -342,6 +389,10 @@ int cmd_serve(int argc, char **argv) {
     printf("gemma4 serve: listening on http://%s:%d (model %s, context %d, %s)\n", v[HOST] ? v[HOST] : "127.0.0.1",
            g4_server_port(srv), name, g4_engine_n_ctx(engine), ctx->tokenizer ? "tokenizer" : "no tokenizer: ids only");
     print_kv_line(engine, &plan, mem_budget);
+    if (drafter)
+        printf("gemma4 serve: speculative decoding with %s: up to %d drafts a round while at most %d sequences decode%s\n",
+               draft.dir, draft.draft_max, draft_max_batch > 0 ? (int)draft_max_batch : G4_ENGINE_DRAFT_MAX_BATCH,
+               forced_accept >= 0 ? " (forced acceptance: benchmark tokens, not the model's)" : "");
     fflush(stdout);
 
     int sig = 0;
@@ -358,6 +409,7 @@ int cmd_serve(int argc, char **argv) {
     g4_server_stop(srv);
     g4_engine_stop(engine, 1);
     g4_engine_destroy(engine);
+    g4_assistant_release(drafter);
     g4_context_close(ctx);
     free(name);
     fprintf(stderr, "gemma4 serve: stopped\n");

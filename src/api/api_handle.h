@@ -5,6 +5,7 @@
 #define G4_API_HANDLE_H
 
 #include "gemma4.h"
+#include "model/assistant.h"
 #include "model/kv_cache.h"
 #include "runtime/context.h"
 #include "runtime/engine.h"
@@ -13,6 +14,7 @@ struct g4_handle {
     g4_context *ctx;
     g4_engine *engine;  /* NULL when opened sequences_only */
     g4_kv_type kv_type; /* resolved: the engine's and every g4_sequence's KV type */
+    g4_assistant *drafter; /* NULL: no speculative decoding (g4_open_options.draft) */
 };
 
 /* The handle's context (backend, model, tokenizer): for the commands whose

@@ -6,6 +6,8 @@
 
 #include "api/api_handle.h"
 #include "base/status.h"
+#include "io/hub.h"
+#include "model/assistant.h"
 #include "model/kv_cache.h"
 #include "runtime/chat_messages.h"
 #include "runtime/constraints.h"
@@ -15,6 +17,21 @@
 #include "runtime/reply_stream.h"
 #include "text/chat.h"
 #include "text/json_strict.h"
+
+/* The drafter g4_open_options.draft names, loaded beside the target and attached. */
+static g4_status open_drafter(const char *draft, const g4_model *target, g4_assistant **out) {
+    char *dir = NULL;
+    g4_status st = !strcmp(draft, "auto") ? g4_assistant_find(target->path, &dir) : g4_resolve_model_path(draft, &dir);
+    if (st == G4_OK) st = g4_assistant_load_dir(dir, target->backend, out);
+    if (st == G4_OK) st = g4_assistant_attach(*out, target);
+    if (st != G4_OK) {
+        g4_assistant_release(*out);
+        *out = NULL;
+        st = g4_fail_context(st, "drafter %s", dir ? dir : draft);
+    }
+    free(dir);
+    return st;
+}
 
 /* One submitted request; freed after the engine's last event. */
 typedef struct {
@@ -41,6 +58,11 @@ g4_status g4_open(const char *model, const g4_open_options *opt, g4_handle **out
     g4_engine_options eo = {.max_seqs = o.max_seqs, .n_ctx = o.n_ctx, .max_queue = o.max_queue, .threads = o.threads,
                             .kv_type = G4_KV_AUTO};
     if (st == G4_OK) eo.kv_type = h->kv_type = g4_kv_type_resolve((g4_kv_type)kv_type, co.precision, h->ctx->model);
+    if (st == G4_OK && o.draft && !o.sequences_only) st = open_drafter(o.draft, h->ctx->model, &h->drafter);
+    eo.drafter = h->drafter;
+    eo.draft_max = o.draft_max;
+    eo.draft_min_p = o.draft_min_p;
+    eo.draft_max_batch = o.draft_max_batch;
     if (st == G4_OK && !o.sequences_only) st = g4_engine_create(h->ctx->model, &eo, &h->engine);
     if (st == G4_OK && !o.sequences_only) st = g4_engine_start(h->engine);
     if (st != G4_OK) {
@@ -57,6 +79,7 @@ void g4_close(g4_handle *h) {
         g4_engine_stop(h->engine, 1);
         g4_engine_destroy(h->engine);
     }
+    g4_assistant_release(h->drafter);
     g4_context_close(h->ctx);
     free(h);
 }
@@ -91,7 +114,10 @@ static void deliver(api_request *r, const g4_token_event *ev, const char *text, 
                     .tool_calls = tools,
                     .prompt_tokens = ev->n_prompt,
                     .completion_tokens = ev->n_generated,
-                    .cached_tokens = ev->n_cached};
+                    .cached_tokens = ev->n_cached,
+                    .draft_tokens = ev->n_drafted,
+                    .accepted_tokens = ev->n_accepted,
+                    .draft_rounds = ev->n_rounds};
     r->cb(r->user, &out);
 }
 
@@ -227,7 +253,8 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
                       .n_stop = h->ctx->n_stop,
                       .on_token = on_token,
                       .user = r,
-                      .constraint = matcher};
+                      .constraint = matcher,
+                      .no_speculative = p->no_speculative};
     g4_sampler_params_default(&req.sampling);
     req.sampling.temperature = p->temperature;
     req.sampling.top_k = p->top_k;

@@ -37,6 +37,13 @@ typedef struct {
 g4_status g4_assistant_load_dir(const char *dir, g4_backend *be, g4_assistant **out);
 void g4_assistant_release(g4_assistant *a);
 
+/* The drafter beside a target (a --draft auto), as Google names them (every
+ * gemma-4-X-it has a gemma-4-X-it-assistant): the folder `<model>-assistant`
+ * next to model_dir, or for a model in the hub cache
+ * (.../models--ORG--NAME/snapshots/REV) the pulled ORG/NAME-assistant.
+ * *out: a malloc'd folder path; G4_ERR_NOT_FOUND naming where it looked. */
+g4_status g4_assistant_find(const char *model_dir, char **out);
+
 /* A drafter with random weights for the synthetic target `preset` (see
  * assistant_synth.c for its shape); attach it to that target as usual. */
 g4_status g4_assistant_synthesize(const char *preset, g4_backend *be, g4_assistant **out);

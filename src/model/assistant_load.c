@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "io/hub.h"
 #include "model/assistant.h"
 #include "model/weight_loader.h"
 
@@ -325,4 +326,43 @@ char *g4_assistant_describe(const g4_assistant *a) {
              a->backbone_hidden, tc->vocab_size, head, (double)m->n_params / 1e6,
              m->n_unused_tensors ? " (some stored tensors unused)" : "");
     return s;
+}
+
+g4_status g4_assistant_find(const char *model_dir, char **out) {
+    *out = NULL;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", model_dir);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+    char sibling[4200];
+    snprintf(sibling, sizeof sibling, "%s-assistant", dir);
+    if (g4_is_directory(sibling)) {
+        *out = strdup(sibling);
+        return *out ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    const char *repo = strstr(dir, "models--");
+    const char *snap = repo ? strstr(repo, "/snapshots/") : NULL;
+    if (snap) {
+        char id[512] = "";
+        size_t k = 0;
+        int org_done = 0;
+        for (const char *c = repo + strlen("models--"); c < snap && k + 1 < sizeof id; c++) {
+            if (!org_done && c[0] == '-' && c[1] == '-') { /* the first "--" parts ORG from NAME */
+                id[k++] = '/';
+                org_done = 1;
+                c++;
+            } else {
+                id[k++] = *c;
+            }
+        }
+        id[k] = 0;
+        char hub_id[600];
+        snprintf(hub_id, sizeof hub_id, "%s-assistant", id);
+        if (g4_resolve_model_path(hub_id, out) == G4_OK && g4_is_directory(*out)) return G4_OK;
+        free(*out);
+        *out = NULL;
+        return g4_fail(G4_ERR_NOT_FOUND, "no drafter beside %s (looked for %s and the pulled %s)",
+                       model_dir, sibling, hub_id);
+    }
+    return g4_fail(G4_ERR_NOT_FOUND, "no drafter beside %s (looked for %s)", model_dir, sibling);
 }

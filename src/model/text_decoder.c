@@ -336,7 +336,6 @@ static g4_status run_ops(void *ctx) {
         const int R = b->n_logit_rows;
         be->ops->gather_rows(be, s->hsel, s->h, s->logit_rows, R, d);
         be->ops->rmsnorm(be, s->hsel, s->hsel, m->text.final_norm, R, d, tc->rms_eps);
-        if (b->hidden_out) be->ops->to_host(be, b->hidden_out, s->hsel, (size_t)R * d * sizeof(float));
         be->ops->matmul(be, s->logits, s->hsel, R, &m->text.embed);
         if (tc->final_softcap > 0)
             be->ops->softcap(be, s->logits, (size_t)R * tc->vocab_size, tc->final_softcap);
@@ -411,7 +410,7 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
         .shape = {b->n_logit_rows, b->n_candidates, b->full_table_stride, kv->ring_blocks,
                   b->mask_bits != NULL}, /* masked: candidates chosen after the step */
         .buffers = {s->full_tables, s->sliding_tables, kv},
-        .direct = b->n_mm > 0 || b->hook || b->hidden_out,
+        .direct = b->n_mm > 0 || b->hook,
     };
     st = be->ops->run_step(be, &key, run_ops, &f);
     if (st == G4_OK && b->n_logit_rows > 0 && b->n_candidates > 0 && b->mask_bits) {
@@ -424,6 +423,11 @@ g4_status g4_text_forward(const g4_model *m, g4_kv_pool *kv, g4_text_scratch *s,
                                    b->mask_words, b->mask_slot);
     }
     s->last_logit_rows = st == G4_OK ? b->n_logit_rows : 0;
+    /* the logit rows' final-normed states stay in hsel after the step: copied
+     * here, not by the step's ops, so a step that wants them (a drafter's
+     * input) still replays its recording */
+    if (st == G4_OK && b->n_logit_rows > 0 && b->hidden_out)
+        be->ops->to_host(be, b->hidden_out, s->hsel, (size_t)b->n_logit_rows * tc->hidden_size * sizeof(float));
     if (st == G4_OK && b->n_logit_rows > 0 && b->logits)
         be->ops->to_host(be, b->logits, s->logits, (size_t)b->n_logit_rows * tc->vocab_size * sizeof(float));
     if (st == G4_OK && b->n_logit_rows > 0 && b->n_candidates > 0) {

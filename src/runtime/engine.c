@@ -45,6 +45,14 @@ typedef struct {
     int n_cached;               /* prompt positions whose KV came from the cache */
     int registered;             /* leading blocks registered in the cache */
     int branch;                 /* block depth where the prompt leaves a cached chain (0: none) */
+    /* speculative decoding */
+    int drafting;               /* may draft (a drafter, not opted out, unconstrained; see g4_engine_options) */
+    float *hidden;              /* [hidden]: the final-normed state of the row that chose last_token */
+    int have_hidden;
+    int32_t verify[G4_DRAFT_MAX + 1]; /* this step's decode row: last_token, then n_drafts drafts */
+    int n_drafts;
+    g4_draft_length draft_len;
+    int n_rounds, n_drafted, n_accepted;
 } sequence;
 
 struct g4_engine {
@@ -56,11 +64,22 @@ struct g4_engine {
     g4_text_scratch *scratch;
     g4_batch_builder batch; /* max_batch_tokens rows of max_seqs sequences */
     float *logits;          /* host [max_seqs][vocab] */
+    float *row_logits;      /* host [vocab]: one row fetched at a time (steps with more logit rows than max_seqs) */
     /* the largest logits of each logit row, where its sampler can choose from them */
     int32_t *cand_ids;
     float *cand_values;
     double *cand_lse;
     int *cand_needed; /* per logit row: g4_sampler_candidates_needed, 0 = the full row, -k: a masked row's k */
+    /* speculative decoding (opt.drafter) */
+    g4_drafter_scratch *draft_scratch;
+    float *draft_logits;      /* host [vocab]: a drafter step's logits (for draft_min_p) */
+    float *hidden;            /* host [logit_rows][hidden]: the step's final-normed states */
+    int32_t *keep_ids;        /* host [vocab]: g4_draft_keep's scratch */
+    double *keep_probs;       /* host [vocab] */
+    int32_t *draft_cands;     /* host [top_k * K]: a centroid head's candidates (for draft_min_p) */
+    /* this step's drafting counters, added to the stats under the lock */
+    uint64_t step_rounds, step_proposed, step_kept, step_drafted_at[G4_DRAFT_MAX], step_kept_at[G4_DRAFT_MAX];
+    double step_draft_seconds;
     sequence **batch_seqs;
     /* a step's cancelled and finished sequences, max_seqs each */
     sequence **step_done, **step_finished;
@@ -78,8 +97,8 @@ struct g4_engine {
      * so a grammar state that many sequences meet crosses once */
     uint32_t *mask_dev;      /* backend [mask_slots][mask_words], NULL: not made yet */
     int32_t *mask_slot_dev;  /* backend [max_seqs]: each logit row's slot, -1 none */
-    int32_t *mask_slot_host; /* [max_seqs] */
-    int32_t *mask_slot_sent; /* [max_seqs]: what mask_slot_dev holds, for mask_slot_sent_n rows (-1: unknown) */
+    int32_t *mask_slot_host; /* [logit_rows] */
+    int32_t *mask_slot_sent; /* [logit_rows]: what mask_slot_dev holds, for mask_slot_sent_n rows (-1: unknown) */
     int mask_slot_sent_n;
     g4_mask_key *slot_key;   /* [mask_slots] */
     uint64_t *slot_used;     /* [mask_slots]: the upload round of its last use, 0: empty */
@@ -102,6 +121,29 @@ struct g4_engine {
 
 static int is_vision(const g4_token_ids *tk, int32_t id) { return id == tk->image_id || id == tk->video_id; }
 
+/* The drafter options filled in and checked against the model. */
+static g4_status check_drafter(g4_engine *e) {
+    const g4_assistant *a = e->opt.drafter;
+    if (!a) return G4_OK;
+    if (e->opt.draft_max <= 0) e->opt.draft_max = 1;
+    if (e->opt.draft_max > G4_DRAFT_MAX)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "draft length %d outside 1..%d", e->opt.draft_max, G4_DRAFT_MAX);
+    if (!(e->opt.draft_min_p >= 0 && e->opt.draft_min_p <= 1))
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "draft min-p %g outside [0, 1]", (double)e->opt.draft_min_p);
+    if (e->opt.draft_max_batch <= 0) e->opt.draft_max_batch = G4_ENGINE_DRAFT_MAX_BATCH;
+    if (a->target_layer[0] < 0 || a->target_layer[1] < 0)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "drafter %s is not attached to a target", a->model->path);
+    if (a->model->backend != e->model->backend)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "the drafter and its target must run on one backend");
+    if (a->model->config.text.vocab_size != e->model->config.text.vocab_size)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "the drafter's vocabulary (%d) is not the model's (%d)",
+                       a->model->config.text.vocab_size, e->model->config.text.vocab_size);
+    if (e->opt.max_batch_tokens < e->opt.draft_max + 1)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "a batch of %d tokens is shorter than a verification of %d drafts",
+                       e->opt.max_batch_tokens, e->opt.draft_max);
+    return G4_OK;
+}
+
 g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_engine **out) {
     *out = NULL;
     const g4_text_config *tc = &m->config.text;
@@ -120,29 +162,60 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     int per_seq = (e->opt.n_ctx + bs - 1) / bs;
     if (e->opt.kv_blocks <= 0) e->opt.kv_blocks = e->opt.max_seqs * per_seq;
     e->bidir_mode = g4_batch_bidir_mode(m, e->opt.vision_mask);
-    int ring = g4_kv_ring_blocks(tc->sliding_window, e->opt.max_batch_tokens, bs);
+    g4_status st = check_drafter(e);
+    if (st != G4_OK) {
+        free(e);
+        return st;
+    }
+    /* the ring also holds what the drafter's sliding layers see (its window
+     * and the position drafted at) beside a chunk: a verification never
+     * overwrites a slot still visible after it is rolled back */
+    int window = tc->sliding_window;
+    if (e->opt.drafter && e->opt.drafter->model->config.text.sliding_window + 1 > window)
+        window = e->opt.drafter->model->config.text.sliding_window + 1;
+    int ring = g4_kv_ring_blocks(window, e->opt.max_batch_tokens, bs);
     /* without the cache's snapshots, a context shorter than window + chunk
      * fits its ring whole: no slot is reused */
     if (e->opt.no_prefix_cache && ring > per_seq) ring = per_seq;
     const int N = e->opt.max_batch_tokens, S = e->opt.max_seqs;
     if (e->opt.logit_rows < S) e->opt.logit_rows = S;
+    /* a verification brings back the rows of the token and its drafts (at
+     * most draft_max_batch sequences draft in a step) */
+    if (e->opt.drafter) {
+        const int drafting = e->opt.draft_max_batch < S ? e->opt.draft_max_batch : S;
+        if (e->opt.logit_rows < S + drafting * e->opt.draft_max) e->opt.logit_rows = S + drafting * e->opt.draft_max;
+    }
     if (e->opt.logit_rows > N) e->opt.logit_rows = N;
     /* sliding blocks beyond the rings hold the prefix cache's window snapshots */
     int snap = e->opt.no_prefix_cache ? 0 : g4_prefix_snapshot_blocks(m, bs);
     if (e->opt.cache_snapshots <= 0) e->opt.cache_snapshots = 2 * S;
     const int64_t sliding_blocks = (int64_t)ring * S + (int64_t)snap * e->opt.cache_snapshots;
-    g4_status st = g4_memory_check_kv(m, e->opt.kv_type, bs, e->opt.kv_blocks, sliding_blocks, e->opt.n_ctx);
+    st = g4_memory_check_kv(m, e->opt.kv_type, bs, e->opt.kv_blocks, sliding_blocks, e->opt.n_ctx);
     if (st == G4_OK) st = g4_kv_pool_create(m, bs, e->opt.kv_blocks, (int)sliding_blocks, ring, e->opt.kv_type, &e->kv);
     if (st == G4_OK && !e->opt.no_prefix_cache) st = g4_prefix_cache_create(m, e->kv, &e->cache);
     if (st == G4_OK && e->cache) st = g4_prefix_cache_set_host_ram(e->cache, e->opt.cache_ram_bytes);
     if (st == G4_OK) st = g4_text_scratch_create(m, N, e->opt.logit_rows, &e->scratch);
     if (st == G4_OK) st = g4_batch_builder_init(&e->batch, m, e->bidir_mode, N, S, e->opt.logit_rows, ring, per_seq);
+    if (st == G4_OK && e->opt.drafter) {
+        const size_t V = (size_t)tc->vocab_size;
+        st = g4_drafter_scratch_create(e->opt.drafter, &e->draft_scratch);
+        e->draft_logits = malloc(V * sizeof *e->draft_logits);
+        e->hidden = malloc((size_t)e->opt.logit_rows * tc->hidden_size * sizeof *e->hidden);
+        e->keep_ids = malloc(V * sizeof *e->keep_ids);
+        e->keep_probs = malloc(V * sizeof *e->keep_probs);
+        const g4_assistant *a = e->opt.drafter;
+        e->draft_cands = malloc((size_t)(a->ordered ? a->centroid_top_k * a->tokens_per_centroid : 1) * sizeof *e->draft_cands);
+        if (st == G4_OK && (!e->draft_logits || !e->hidden || !e->keep_ids || !e->keep_probs || !e->draft_cands))
+            st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for speculative decoding");
+    }
     if (st == G4_OK) {
+        const size_t R = (size_t)e->opt.logit_rows;
         e->logits = malloc((size_t)S * tc->vocab_size * sizeof *e->logits);
-        e->cand_ids = malloc((size_t)S * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_ids);
-        e->cand_values = malloc((size_t)S * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_values);
-        e->cand_lse = malloc((size_t)S * sizeof *e->cand_lse);
-        e->cand_needed = malloc((size_t)S * sizeof *e->cand_needed);
+        e->row_logits = malloc((size_t)tc->vocab_size * sizeof *e->row_logits);
+        e->cand_ids = malloc(R * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_ids);
+        e->cand_values = malloc(R * G4_SAMPLER_MAX_CANDIDATES * sizeof *e->cand_values);
+        e->cand_lse = malloc(R * sizeof *e->cand_lse);
+        e->cand_needed = malloc(R * sizeof *e->cand_needed);
         e->batch_seqs = malloc((size_t)S * sizeof *e->batch_seqs);
         e->step_done = malloc((size_t)S * sizeof *e->step_done);
         e->step_finished = malloc((size_t)S * sizeof *e->step_finished);
@@ -150,7 +223,7 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
         e->mask_jobs = malloc((size_t)S * sizeof *e->mask_jobs);
         e->waiting = malloc((size_t)e->opt.max_queue * sizeof *e->waiting);
         e->running = malloc((size_t)S * sizeof *e->running);
-        if (!e->logits || !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed ||
+        if (!e->logits || !e->row_logits || !e->cand_ids || !e->cand_values || !e->cand_lse || !e->cand_needed ||
             !e->batch_seqs || !e->step_done || !e->step_finished || !e->step_reasons || !e->mask_jobs || !e->waiting || !e->running)
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for the engine");
     }
@@ -171,6 +244,7 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
                "(%.1f MiB)", e->opt.cache_snapshots, snap * bs,
                (double)g4_prefix_snapshot_bytes(e->cache) * e->opt.cache_snapshots / (1024.0 * 1024.0));
     e->stats.kv_block_size = bs;
+    e->stats.draft_max = e->opt.drafter ? e->opt.draft_max : 0;
     e->stats.kv_type = e->kv->type;
     e->stats.kv_bytes = g4_kv_pool_bytes(e->kv, m);
     e->stats.kv_full_bytes_per_token = g4_kv_bytes_per_position(m, e->kv->type, G4_LAYER_FULL);
@@ -192,6 +266,7 @@ static void free_sequence(g4_engine *e, sequence *s) {
     free(s->generated);
     free(s->hashes);
     free(s->media_keys);
+    free(s->hidden);
     if (s->media.embeds) be->ops->release(be, s->media.embeds);
     free(s->media.rows);
     g4_sampler_free(s->sampler);
@@ -230,6 +305,7 @@ static void finish(g4_engine *e, sequence *s, g4_finish_reason why, const char *
     if (e->cache && s->kv.ring && (why == G4_FINISH_STOP || why == G4_FINISH_LENGTH)) remember_reply(e, s);
     g4_token_event ev = {.request_id = s->id, .n_prompt = s->n_prompt, .n_generated = s->n_generated,
                          .n_cached = s->n_cached, .prompt_seconds = s->prompt_seconds, .finish = why,
+                         .n_drafted = s->n_drafted, .n_accepted = s->n_accepted, .n_rounds = s->n_rounds,
                          .message = message};
     if (s->on_token) s->on_token(s->user, &ev);
     free_sequence(e, s);
@@ -297,9 +373,10 @@ static int device_masks(g4_engine *e) {
     e->mask_slots = 2 * S;
     e->mask_words = (int)g4_mask_words(e->model->config.text.vocab_size);
     e->mask_dev = be->ops->alloc(be, (size_t)e->mask_slots * e->mask_words * sizeof(uint32_t));
-    e->mask_slot_dev = be->ops->alloc(be, (size_t)S * sizeof(int32_t));
-    e->mask_slot_host = malloc((size_t)S * sizeof *e->mask_slot_host);
-    e->mask_slot_sent = malloc((size_t)S * sizeof *e->mask_slot_sent);
+    const int R = e->opt.logit_rows;
+    e->mask_slot_dev = be->ops->alloc(be, (size_t)R * sizeof(int32_t));
+    e->mask_slot_host = malloc((size_t)R * sizeof *e->mask_slot_host);
+    e->mask_slot_sent = malloc((size_t)R * sizeof *e->mask_slot_sent);
     e->mask_slot_sent_n = -1;
     e->slot_key = calloc((size_t)e->mask_slots, sizeof *e->slot_key);
     e->slot_used = calloc((size_t)e->mask_slots, sizeof *e->slot_used);
@@ -443,7 +520,9 @@ void g4_engine_destroy(g4_engine *e) {
     g4_prefix_cache_free(e->cache);
     g4_kv_pool_free(e->kv);
     g4_batch_builder_free(&e->batch);
-    free(e->logits);
+    free(e->logits), free(e->row_logits);
+    g4_drafter_scratch_free(e->draft_scratch);
+    free(e->draft_logits), free(e->hidden), free(e->keep_ids), free(e->keep_probs), free(e->draft_cands);
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
     g4_backend *be = e->model->backend;
     if (e->mask_dev) be->ops->release(be, e->mask_dev);
@@ -503,6 +582,18 @@ g4_status g4_engine_submit(g4_engine *e, const g4_request *req, uint64_t *reques
     s->n_stop = req->n_stop;
     s->max_tokens = req->max_tokens;
     s->top_logprobs = req->sampling.top_logprobs;
+    /* drafting: unconstrained requests that do not opt out; sampled ones
+     * only without log-probabilities (a kept draft's are not computed) */
+    s->drafting = e->opt.drafter && !req->no_speculative && !req->constraint &&
+                  (g4_sampler_is_greedy(s->sampler) || !g4_sampler_wants_logprobs(s->sampler));
+    if (s->drafting) {
+        s->hidden = malloc((size_t)tc->hidden_size * sizeof *s->hidden);
+        if (!s->hidden) {
+            free_sequence(e, s);
+            return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        g4_draft_length_init(&s->draft_len, e->opt.draft_max);
+    }
     s->on_token = req->on_token;
     s->user = req->user;
     pthread_mutex_lock(&e->lock);
@@ -539,6 +630,22 @@ void g4_engine_get_stats(g4_engine *e, g4_engine_stats *out) {
     *out = e->stats;
     if (!e->cache) out->kv_blocks_used = e->opt.kv_blocks - e->kv->n_free_full;
     pthread_mutex_unlock(&e->lock);
+}
+
+/* The step's drafting counters into the stats (lock held). */
+static void publish_draft_stats(g4_engine *e) {
+    g4_engine_stats *st = &e->stats;
+    st->draft_rounds += e->step_rounds;
+    st->drafts_proposed += e->step_proposed;
+    st->drafts_accepted += e->step_kept;
+    for (int i = 0; i < G4_DRAFT_MAX; i++) {
+        st->drafted_at[i] += e->step_drafted_at[i];
+        st->accepted_at[i] += e->step_kept_at[i];
+        e->step_drafted_at[i] = e->step_kept_at[i] = 0;
+    }
+    st->draft_seconds += e->step_draft_seconds;
+    e->step_rounds = e->step_proposed = e->step_kept = 0;
+    e->step_draft_seconds = 0;
 }
 
 /* The cache's counters into the stats (lock held; the cache itself is the
@@ -733,9 +840,144 @@ static g4_status choose_token(g4_engine *e, sequence *s, int row, int k_max, flo
     return ss;
 }
 
+static int is_eos(const g4_model *m, int32_t id) {
+    for (int i = 0; i < m->config.tokens.n_eos; i++)
+        if (id == m->config.tokens.eos_ids[i]) return 1;
+    return 0;
+}
+
+/* The drafter's confidence in its last step: the softmax's top probability
+ * over the tokens it scored (the centroid head scores only its candidates;
+ * the others carry a filler value that is no probability). */
+static double draft_confidence(const g4_engine *e, const g4_drafter_result *res) {
+    const g4_assistant *a = e->opt.drafter;
+    if (!a->ordered) return g4_draft_top_probability(res->logits, e->model->config.text.vocab_size);
+    const int n = a->centroid_top_k * a->tokens_per_centroid;
+    float top = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (res->logits[res->candidates[i]] > top) top = res->logits[res->candidates[i]];
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)res->logits[res->candidates[i]] - top);
+    return sum > 0 ? 1.0 / sum : 0;
+}
+
+/* Up to `room` drafts for s, a decoding sequence, after its last token, into
+ * s->verify[1..]: its adaptive length, within its max_tokens and the
+ * context, fewer where the drafter's confidence falls below draft_min_p,
+ * and none after an end-of-sequence id. Every step of a round sees the
+ * target keys 0..p-1 and sits at p, the last token's position (the clean
+ * algorithm, as g4_speculative_step). */
+static void draft_sequence(g4_engine *e, sequence *s, int room) {
+    const g4_assistant *a = e->opt.drafter;
+    const int p = s->n_prompt + s->n_generated - 1;
+    int k = s->draft_len.len;
+    const int budget = s->max_tokens - s->n_generated - 1; /* a round emits up to k + 1 tokens */
+    const int ctx = e->opt.n_ctx - s->n_prompt - s->n_generated; /* positions p + 1..p + k exist */
+    if (k > budget) k = budget;
+    if (k > ctx) k = ctx;
+    if (k > room) k = room;
+    s->n_drafts = 0;
+    if (k <= 0 || p <= 0) return;
+    g4_drafter_kv kv = {.kv = e->kv, .full_table = s->kv.full_blocks, .full_table_stride = s->kv.cap_full,
+                        .ring = s->kv.ring};
+    g4_drafter_kv_window(a, p, &kv);
+    int32_t tok = s->last_token;
+    for (int i = 0; i < k; i++) {
+        g4_status st = g4_drafter_set_token(e->draft_scratch, e->model, tok, i == 0 ? s->hidden : NULL);
+        g4_drafter_result res = {0};
+        if (e->opt.draft_min_p > 0) {
+            res.logits = e->draft_logits;
+            if (a->ordered) res.candidates = e->draft_cands;
+        }
+        if (st == G4_OK) st = g4_drafter_forward(a, e->draft_scratch, p, &kv, &res);
+        if (st != G4_OK) { /* the reply goes on without drafts */
+            g4_log(G4_LOG_WARN, "engine: request %llu stops drafting: %s", (unsigned long long)s->id,
+                   g4_error_message());
+            s->drafting = 0;
+            s->n_drafts = 0;
+            return;
+        }
+        if (res.logits && draft_confidence(e, &res) < e->opt.draft_min_p) break;
+        s->verify[1 + s->n_drafts++] = tok = res.token;
+        if (is_eos(e->model, tok)) break;
+    }
+}
+
+/* Accepts s's chosen token and reports it: the finish reason it brings
+ * (NONE: more follow; ERROR: the sampler or the matcher refused it). */
+static g4_finish_reason emit_token(g4_engine *e, sequence *s, const g4_sample *sample) {
+    g4_status ss = g4_sampler_accept(s->sampler, sample->token);
+    if (ss == G4_OK && s->matcher) ss = g4_token_matcher_accept(s->matcher, sample->token);
+    if (ss != G4_OK) return G4_FINISH_ERROR;
+    if (s->n_generated == 0) s->prompt_seconds = g4_now_seconds() - s->t_admitted;
+    if (s->generated) s->generated[s->n_generated] = sample->token;
+    s->n_generated++;
+    s->last_token = sample->token;
+    int stop = is_stop(s, sample->token);
+    int full = s->n_generated >= s->max_tokens || s->n_prompt + s->n_generated >= e->opt.n_ctx;
+    g4_token_event ev = {.request_id = s->id, .has_token = 1, .sample = *sample, .is_stop_token = stop,
+                         .n_prompt = s->n_prompt, .n_generated = s->n_generated, .n_cached = s->n_cached,
+                         .prompt_seconds = s->prompt_seconds, .n_drafted = s->n_drafted,
+                         .n_accepted = s->n_accepted, .n_rounds = s->n_rounds,
+                         .finish = stop ? G4_FINISH_STOP : full ? G4_FINISH_LENGTH : G4_FINISH_NONE};
+    if (s->on_token) s->on_token(s->user, &ev);
+    if (ev.finish != G4_FINISH_NONE) s->on_token = NULL; /* its final event was just sent */
+    return ev.finish;
+}
+
+/* s's decode row carried k drafts: logit rows row0..row0+k, verified in
+ * order, each with the history plain decoding would have given it (kept
+ * drafts accepted by the sampler first): a draft is kept by the shared rule
+ * (g4_draft_keep; greedy: it is the row's choice), the first one rejected
+ * gives the row's own token instead, and after k kept drafts the last row
+ * gives one more. The rejected positions need no rollback: the next step
+ * writes from the last emitted token's position on, and nothing reads
+ * beyond it (the prefix cache registers only positions before the last
+ * token). *last_row: the row that chose the last token emitted. */
+static g4_finish_reason verify_drafts(g4_engine *e, sequence *s, int row0, int k_max, int *last_row) {
+    const int V = e->model->config.text.vocab_size, k = s->n_drafts;
+    const int forced = e->opt.draft_force;
+    int kept = 0;
+    g4_finish_reason why = G4_FINISH_NONE;
+    s->n_rounds++;
+    s->n_drafted += k;
+    e->step_rounds++;
+    e->step_proposed += (uint64_t)k;
+    for (int i = 0; i < k; i++) e->step_drafted_at[i]++;
+    for (int i = 0; i <= k; i++) {
+        const int row = row0 + i;
+        float *logits = k_max > 0 ? e->row_logits : e->logits + (size_t)row * V;
+        const int32_t d = i < k ? s->verify[i + 1] : -1;
+        g4_sample sample = {.token = -1};
+        int keep = 0;
+        g4_status ss = G4_OK;
+        *last_row = row;
+        if (i < k && forced && i < e->opt.draft_forced_accept) {
+            keep = 1, sample.token = d;
+        } else if (i < k && !forced && !g4_sampler_is_greedy(s->sampler)) {
+            if (k_max > 0) ss = g4_text_scratch_logits(e->scratch, row, logits);
+            if (ss == G4_OK) ss = g4_draft_keep(s->sampler, logits, d, e->keep_ids, e->keep_probs, &keep, &sample.token);
+        } else {
+            int complete = 0;
+            ss = choose_token(e, s, row, k_max, logits, &sample, &complete);
+            keep = i < k && !forced && sample.token == d;
+        }
+        if (ss != G4_OK) return G4_FINISH_ERROR;
+        if (keep) {
+            s->n_accepted++;
+            e->step_kept_at[kept++]++;
+        }
+        why = emit_token(e, s, &sample);
+        if (why != G4_FINISH_NONE || !keep) break;
+    }
+    e->step_kept += (uint64_t)kept;
+    g4_draft_length_update(&s->draft_len, k, kept);
+    return why;
+}
+
 int g4_engine_step(g4_engine *e) {
     const g4_model *m = e->model;
-    const int V = m->config.text.vocab_size;
+    const int V = m->config.text.vocab_size, d = m->config.text.hidden_size;
     sequence **done = e->step_done;
 
     pthread_mutex_lock(&e->lock);
@@ -745,11 +987,31 @@ int g4_engine_step(g4_engine *e) {
     pthread_mutex_unlock(&e->lock);
     for (int i = 0; i < n_done; i++) finish(e, done[i], G4_FINISH_CANCELLED, NULL);
 
-    /* build one batch: decode tokens first, then prefill chunks (an image
-     * that does not fit the room left waits for the next step; submit
-     * refused images that can never fit one) */
+    /* drafting: while few enough sequences decode, each that may draft
+     * proposes its round, within the batch's tokens and logit rows */
+    int n_dec = 0;
+    for (int i = 0; i < n_run; i++) n_dec += e->running[i]->prefilled == e->running[i]->n_prompt;
+    const int may_draft = e->opt.drafter && n_dec <= e->opt.draft_max_batch;
+    int room = e->opt.max_batch_tokens - n_dec;
+    if (e->opt.logit_rows - n_run < room) room = e->opt.logit_rows - n_run;
+    const double t_draft = g4_now_seconds();
+    int any_drafts = 0;
+    for (int i = 0; i < n_run; i++) {
+        sequence *s = e->running[i];
+        s->n_drafts = 0;
+        if (!may_draft || !s->drafting || !s->have_hidden || s->prefilled < s->n_prompt || room <= 0) continue;
+        draft_sequence(e, s, room);
+        room -= s->n_drafts;
+        any_drafts = 1;
+    }
+    if (any_drafts) e->step_draft_seconds += g4_now_seconds() - t_draft;
+
+    /* build one batch: decode tokens first (with their drafts), then prefill
+     * chunks (an image that does not fit the room left waits for the next
+     * step; submit refused images that can never fit one) */
     g4_batch_builder *bb = &e->batch;
     g4_batch_builder_reset(bb);
+    int want_hidden = 0; /* the final-normed states of drafting sequences' rows, for their next round */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < n_run; i++) {
             sequence *s = e->running[i];
@@ -757,9 +1019,11 @@ int g4_engine_step(g4_engine *e) {
             if (decoding != (pass == 0)) continue;
             g4_batch_piece piece = {.kv = &s->kv, .logits = G4_BATCH_LAST_LOGITS};
             if (decoding) {
-                piece.ids = &s->last_token;
-                piece.len = 1;
+                s->verify[0] = s->last_token;
+                piece.ids = s->verify;
+                piece.len = 1 + s->n_drafts;
                 piece.pos = s->n_prompt + s->n_generated - 1;
+                if (s->n_drafts > 0) piece.logits = G4_BATCH_ALL_LOGITS;
             } else {
                 piece.len = g4_batch_chunk_len(m, e->bidir_mode, s->prompt, s->n_prompt, s->prefilled,
                                                e->opt.max_batch_tokens - bb->n_tokens);
@@ -772,6 +1036,7 @@ int g4_engine_step(g4_engine *e) {
                 if (s->prefilled + piece.len < s->n_prompt) piece.logits = G4_BATCH_NO_LOGITS;
             }
             if (piece.len <= 0) continue;
+            want_hidden |= may_draft && s->drafting && piece.logits != G4_BATCH_NO_LOGITS;
             e->batch_seqs[g4_batch_add(bb, &piece)] = s;
         }
     }
@@ -785,19 +1050,28 @@ int g4_engine_step(g4_engine *e) {
     g4_text_batch batch;
     g4_batch_finish(bb, &batch);
     batch.logits = e->logits;
+    if (want_hidden) batch.hidden_out = e->hidden;
     /* Rows whose sampler can choose from the row's largest logits bring
      * back only those (the most any of them needs); the others, and rows the
-     * candidates cannot decide, fetch their full row after the step. */
+     * candidates cannot decide, fetch their full row after the step. A
+     * sampled sequence's rows that verify drafts take the full row (the
+     * acceptance rule weighs the draft under the whole distribution). */
     int k_max = 0, any_masked = 0;
     e->n_mask_jobs = 0;
-    for (int r = 0; r < n_logits; r++) {
+    for (int r = 0, first = 0; r < n_logits; r++) {
         sequence *s = e->batch_seqs[bb->logit_owner[r]];
+        if (r > 0 && bb->logit_owner[r] != bb->logit_owner[r - 1]) first = r;
         int left = s->max_tokens - s->n_generated, ctx_left = e->opt.n_ctx - s->n_prompt - s->n_generated;
-        e->cand_needed[r] = plan_row(e, s, left < ctx_left ? left : ctx_left);
+        if (r - first < s->n_drafts && !e->opt.draft_force && !g4_sampler_is_greedy(s->sampler))
+            e->cand_needed[r] = 0;
+        else
+            e->cand_needed[r] = plan_row(e, s, left < ctx_left ? left : ctx_left);
         int k = e->cand_needed[r] < 0 ? -e->cand_needed[r] : e->cand_needed[r];
         if (k > k_max) k_max = k;
         any_masked |= e->cand_needed[r] < 0;
     }
+    /* more rows than the host's logits hold: candidates, and full rows one at a time */
+    if (n_logits > e->opt.max_seqs && k_max == 0) k_max = 1;
     if (k_max > 0) {
         batch.logits = NULL;
         batch.n_candidates = k_max;
@@ -837,45 +1111,37 @@ int g4_engine_step(g4_engine *e) {
             if (e->cache && st == G4_OK) cache_prefilled(e, s, before);
         }
         if (next_logit >= n_logits || bb->logit_owner[next_logit] != b) continue;
-        const int row = next_logit++;
-        float *logits = e->logits + (size_t)row * V;
+        const int row = next_logit;
+        while (next_logit < n_logits && bb->logit_owner[next_logit] == b) next_logit++;
+        float *logits = k_max > 0 ? e->row_logits : e->logits + (size_t)row * V;
         if (st != G4_OK) {
             finished[n_finished] = s, reasons[n_finished++] = G4_FINISH_ERROR;
             continue;
         }
-        g4_sample sample;
-        int complete = 0;
-        g4_status ss = choose_token(e, s, row, k_max, logits, &sample, &complete);
-        if (ss == G4_OK && complete) {
-            /* the grammar is complete and no stop token may follow (ignore_eos, or none given) */
-            finished[n_finished] = s;
-            reasons[n_finished++] = g4_token_matcher_can_end(s->matcher) ? G4_FINISH_STOP : G4_FINISH_ERROR;
-            if (!g4_token_matcher_can_end(s->matcher))
-                g4_fail(G4_ERR_INVALID_ARGUMENT, "constraint: no token of the vocabulary can continue the reply");
-            continue;
+        const int generated_before = s->n_generated;
+        int hidden_row = row;
+        g4_finish_reason why = G4_FINISH_NONE;
+        if (s->n_drafts > 0) {
+            why = verify_drafts(e, s, row, k_max, &hidden_row);
+        } else {
+            g4_sample sample;
+            int complete = 0;
+            g4_status ss = choose_token(e, s, row, k_max, logits, &sample, &complete);
+            if (ss == G4_OK && complete) {
+                /* the grammar is complete and no stop token may follow (ignore_eos, or none given) */
+                why = g4_token_matcher_can_end(s->matcher) ? G4_FINISH_STOP : G4_FINISH_ERROR;
+                if (!g4_token_matcher_can_end(s->matcher))
+                    g4_fail(G4_ERR_INVALID_ARGUMENT, "constraint: no token of the vocabulary can continue the reply");
+            } else {
+                why = ss == G4_OK ? emit_token(e, s, &sample) : G4_FINISH_ERROR;
+            }
         }
-        if (ss == G4_OK) ss = g4_sampler_accept(s->sampler, sample.token);
-        if (ss == G4_OK && s->matcher) ss = g4_token_matcher_accept(s->matcher, sample.token);
-        if (ss != G4_OK) {
-            finished[n_finished] = s, reasons[n_finished++] = G4_FINISH_ERROR;
-            continue;
+        n_generated += s->n_generated - generated_before;
+        if (s->drafting) {
+            s->have_hidden = want_hidden && why == G4_FINISH_NONE;
+            if (s->have_hidden) memcpy(s->hidden, e->hidden + (size_t)hidden_row * d, (size_t)d * sizeof *s->hidden);
         }
-        if (s->n_generated == 0) s->prompt_seconds = g4_now_seconds() - s->t_admitted;
-        if (s->generated) s->generated[s->n_generated] = sample.token;
-        s->n_generated++;
-        n_generated++;
-        s->last_token = sample.token;
-        int stop = is_stop(s, sample.token);
-        int full = s->n_generated >= s->max_tokens || s->n_prompt + s->n_generated >= e->opt.n_ctx;
-        g4_token_event ev = {.request_id = s->id, .has_token = 1, .sample = sample, .is_stop_token = stop,
-                             .n_prompt = s->n_prompt, .n_generated = s->n_generated, .n_cached = s->n_cached,
-                             .prompt_seconds = s->prompt_seconds,
-                             .finish = stop ? G4_FINISH_STOP : full ? G4_FINISH_LENGTH : G4_FINISH_NONE};
-        if (s->on_token) s->on_token(s->user, &ev);
-        if (ev.finish != G4_FINISH_NONE) {
-            finished[n_finished] = s, reasons[n_finished++] = ev.finish;
-            s->on_token = NULL; /* its final event was just sent */
-        }
+        if (why != G4_FINISH_NONE) finished[n_finished] = s, reasons[n_finished++] = why;
     }
     /* sequences whose batch failed without reaching the sampler */
     if (st != G4_OK)
@@ -901,6 +1167,7 @@ int g4_engine_step(g4_engine *e) {
     e->stats.mask_seconds += e->step_mask_seconds, e->stats.mask_wait_seconds += e->step_mask_wait;
     e->step_masked = e->step_uploads = e->step_on_host = 0;
     e->step_mask_seconds = e->step_mask_wait = 0;
+    publish_draft_stats(e);
     e->stats.sample_seconds += sample_seconds;
     e->stats.running = e->n_running;
     pthread_mutex_unlock(&e->lock);

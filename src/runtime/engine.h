@@ -20,10 +20,12 @@
 #include <stdint.h>
 
 #include "constrain/token_mask.h"
+#include "model/assistant.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/text_decoder.h"
 #include "runtime/batch.h"
+#include "runtime/draft_rule.h"
 #include "runtime/sampler.h"
 
 typedef enum {
@@ -42,6 +44,8 @@ typedef struct {
     int n_prompt, n_generated;
     int n_cached;            /* prompt tokens whose KV came from the prefix cache (0: all prefilled) */
     double prompt_seconds;   /* time from admission to the first token */
+    int n_drafted, n_accepted; /* speculative decoding: the request's drafts so far, and those kept */
+    int n_rounds;              /* its verification passes (mean accepted length: (n_accepted + n_rounds) / n_rounds) */
     g4_finish_reason finish; /* set on the last event of a request */
     const char *message;     /* with G4_FINISH_ERROR */
 } g4_token_event;
@@ -73,6 +77,8 @@ typedef struct {
      * grammar may end; the reply stops when the grammar is complete and no
      * stop id is allowed). Ownership passes to the engine on success. */
     g4_token_matcher *constraint;
+    /* 1: never drafted, even on an engine with a drafter ("speculative": false) */
+    int no_speculative;
 } g4_request;
 
 typedef struct {
@@ -92,7 +98,32 @@ typedef struct {
                              G4_LOGITS_ALL needs max_batch_tokens */
     uint64_t cache_ram_bytes; /* the prefix cache's host-RAM tier: KV the pool gives back is kept
                                  there for reuse (0: none) */
+    /* Speculative decoding (issue 29): an MTP drafter attached to the model
+     * (g4_assistant_attach; the caller's, kept while the engine lives).
+     * Each step every decoding sequence that may draft proposes up to
+     * draft_max tokens (fewer as its acceptance falls: g4_draft_length),
+     * verified in the step's one forward pass beside the other sequences'
+     * rows. Not drafted: constrained requests (token masks), sampled ones
+     * that want log-probabilities, no_speculative ones, and every sequence
+     * of a step where more than draft_max_batch decode. Greedy replies are
+     * the ids of plain decoding; sampled ones keep the sampler's
+     * distribution (g4_draft_keep). */
+    const g4_assistant *drafter; /* NULL: no drafting */
+    int draft_max;               /* drafts a round, 1..G4_DRAFT_MAX (0: 1) */
+    float draft_min_p;           /* a round stops drafting at a draft the drafter gives less than this (0: off) */
+    int draft_max_batch;         /* draft only while at most this many sequences decode (0: G4_ENGINE_DRAFT_MAX_BATCH) */
+    /* benchmarks on random weights: every verification keeps exactly
+     * min(draft_forced_accept, drafts) drafts whatever the target says
+     * (the tokens are then not the model's); used when draft_force is 1 */
+    int draft_force, draft_forced_accept;
 } g4_engine_options;
+
+/* The batch above which the engine stops drafting by default: on the CPU
+ * the drafted/plain ratio is best at 1-2 decoding sequences and falls from
+ * 4 on (plain decoding shares each weight read among the batch, while every
+ * drafting sequence adds k verified rows and k drafter steps of its own);
+ * bench/RESULTS.md, "Speculative decoding in the engine". */
+#define G4_ENGINE_DRAFT_MAX_BATCH 2
 
 typedef struct {
     int running, waiting;
@@ -126,6 +157,13 @@ typedef struct {
      * (from candidates or full rows), masks applied on the host, grammar
      * steps, token callbacks */
     double sample_seconds;
+    /* speculative decoding (all 0 without a drafter): verification rounds
+     * (decode rows that carried drafts), drafts proposed and kept, by
+     * position in their round, and the seconds the drafter took */
+    int draft_max;
+    uint64_t draft_rounds, drafts_proposed, drafts_accepted;
+    uint64_t drafted_at[G4_DRAFT_MAX], accepted_at[G4_DRAFT_MAX];
+    double draft_seconds;
 } g4_engine_stats;
 
 typedef struct g4_engine g4_engine;

@@ -86,43 +86,10 @@ void g4_speculative_force_acceptance(g4_speculative *sp, int n) { sp->forced_acc
 
 void g4_speculative_reset_stats(g4_speculative *sp) { memset(&sp->stats, 0, sizeof sp->stats); }
 
-/* Whether the target keeps draft d at a verified row, and if not the token
- * it takes instead (*next). Greedy: d must be the sampler's choice. Sampling
- * (the drafter proposes one token, a point mass q = [d]): d is kept with
- * probability p(d), else the token is drawn from p without d, renormalised;
- * so every emitted token has exactly the sampler's distribution p (the
- * speculative sampling rule with min(1, p/q) and max(0, p - q)). */
+/* The shared rule (runtime/draft_rule.h) with this loop's scratch. */
 static g4_status keep_draft(g4_speculative *sp, g4_sampler *sampler, const float *logits, int32_t d, int *keep,
                             int32_t *next) {
-    if (g4_sampler_is_greedy(sampler)) {
-        g4_sample sample;
-        g4_status st = g4_sampler_sample(sampler, logits, &sample);
-        if (st != G4_OK) return st;
-        *keep = sample.token == d;
-        *next = sample.token;
-        return G4_OK;
-    }
-    size_t n = 0;
-    g4_status st = g4_sampler_candidates(sampler, logits, sp->cand_ids, sp->cand_probs, &n);
-    if (st != G4_OK) return st;
-    double p_d = 0;
-    for (size_t i = 0; i < n; i++)
-        if (sp->cand_ids[i] == d) p_d = sp->cand_probs[i];
-    *keep = g4_sampler_next_double(sampler) < p_d;
-    *next = d;
-    if (*keep) return G4_OK;
-    /* the residual: p without d, drawn in ascending id order */
-    double u = g4_sampler_next_double(sampler) * (1.0 - p_d), acc = 0;
-    int32_t last = -1;
-    for (size_t i = 0; i < n; i++) {
-        if (sp->cand_ids[i] == d || sp->cand_probs[i] <= 0) continue;
-        last = sp->cand_ids[i];
-        acc += sp->cand_probs[i];
-        if (u < acc) break;
-    }
-    if (last < 0) return g4_fail(G4_ERR_INTERNAL, "speculative sampling: no token left besides the rejected draft");
-    *next = last;
-    return G4_OK;
+    return g4_draft_keep(sampler, logits, d, sp->cand_ids, sp->cand_probs, keep, next);
 }
 
 g4_status g4_speculative_prefill(g4_speculative *sp, const int32_t *ids, int n, const g4_soft_tokens *soft,

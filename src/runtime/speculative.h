@@ -24,10 +24,9 @@
 #include <stdint.h>
 
 #include "model/assistant.h"
+#include "runtime/draft_rule.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
-
-#define G4_DRAFT_MAX 16
 
 typedef struct {
     long rounds;                  /* target verification passes */

@@ -480,7 +480,7 @@ static cJSON *translate(cJSON *root, int count_only, messages *st, g4_oai_error 
         int64_t top_k = 0;
         if (!rc) rc = g4_oai_get_int(root, "top_k", 0, 1e9, &top_k, err);
         static const char *const same[] = {"stream", "temperature", "top_p", "top_k", "min_p", "seed",
-                                           "repetition_penalty", "ignore_eos", "return_token_ids"};
+                                           "repetition_penalty", "ignore_eos", "return_token_ids", "speculative"};
         for (size_t k = 0; !rc && k < sizeof same / sizeof same[0]; k++) g4_api_move(chat, same[k], root, same[k]);
     }
     if (!rc) g4_api_move(chat, "model", root, "model");

@@ -42,6 +42,7 @@ typedef struct {
     const int32_t *prompt_ids; /* for return_token_ids */
     const int32_t *out_ids;
     int n_out;
+    int n_drafted, n_accepted, n_rounds; /* speculative decoding (all 0: not drafted) */
 } g4_gen_summary;
 
 /* The stream being written: events go to it as "event: NAME\ndata: JSON\n\n". */

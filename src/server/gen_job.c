@@ -80,6 +80,9 @@ static void on_token(void *user, const g4_token_event *ev) {
         q->n_prompt = ev->n_prompt;
         q->n_generated = ev->n_generated;
         q->n_cached = ev->n_cached;
+        q->n_drafted = ev->n_drafted;
+        q->n_accepted = ev->n_accepted;
+        q->n_rounds = ev->n_rounds;
         q->time = now;
     } else {
         j->overflow = 1;

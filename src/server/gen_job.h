@@ -18,6 +18,7 @@ typedef struct {
     char message[256];       /* with G4_FINISH_ERROR */
     int n_prompt, n_generated;
     int n_cached; /* prompt tokens the prefix cache supplied */
+    int n_drafted, n_accepted, n_rounds; /* speculative decoding so far (g4_token_event) */
     double time; /* g4_now_seconds() when the engine produced it */
 } g4_job_event;
 

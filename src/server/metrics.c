@@ -124,6 +124,38 @@ static int gauge(g4_strbuf *b, const char *name, const char *help, double v) {
     return out(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.9g\n", name, help, name, name, v);
 }
 
+/* Speculative decoding (serve --draft): rounds, drafts proposed and kept,
+ * by position in their round, and the mean accepted length (tokens a
+ * verification pass emits: kept drafts + the target's own). */
+static int render_speculative(g4_strbuf *b, const g4_engine_stats *e) {
+    int ok = gauge(b, "gemma4_spec_decode_draft_max", "Drafts a round at most (serve --draft-max).", e->draft_max);
+    ok &= counter(b, "gemma4_spec_decode_rounds_total", "Decode rows that carried drafts (verification passes).",
+                  e->draft_rounds);
+    ok &= counter(b, "gemma4_spec_decode_draft_tokens_total", "Draft tokens proposed.", e->drafts_proposed);
+    ok &= counter(b, "gemma4_spec_decode_accepted_tokens_total", "Draft tokens kept by verification.",
+                  e->drafts_accepted);
+    ok &= out(b, "# HELP gemma4_spec_decode_draft_tokens_by_position_total Drafts proposed at each position of a round.\n"
+                 "# TYPE gemma4_spec_decode_draft_tokens_by_position_total counter\n");
+    for (int i = 0; i < e->draft_max && i < G4_DRAFT_MAX; i++)
+        ok &= out(b, "gemma4_spec_decode_draft_tokens_by_position_total{position=\"%d\"} %llu\n", i,
+                  (unsigned long long)e->drafted_at[i]);
+    ok &= out(b, "# HELP gemma4_spec_decode_accepted_tokens_by_position_total Drafts kept at each position of a round.\n"
+                 "# TYPE gemma4_spec_decode_accepted_tokens_by_position_total counter\n");
+    for (int i = 0; i < e->draft_max && i < G4_DRAFT_MAX; i++)
+        ok &= out(b, "gemma4_spec_decode_accepted_tokens_by_position_total{position=\"%d\"} %llu\n", i,
+                  (unsigned long long)e->accepted_at[i]);
+    ok &= out(b, "# HELP gemma4_spec_decode_acceptance_rate Kept / proposed drafts at each position of a round.\n"
+                 "# TYPE gemma4_spec_decode_acceptance_rate gauge\n");
+    for (int i = 0; i < e->draft_max && i < G4_DRAFT_MAX; i++)
+        ok &= out(b, "gemma4_spec_decode_acceptance_rate{position=\"%d\"} %.9g\n", i,
+                  e->drafted_at[i] ? (double)e->accepted_at[i] / (double)e->drafted_at[i] : 0.0);
+    ok &= gauge(b, "gemma4_spec_decode_mean_accepted_length",
+                "Tokens a verification pass emits on average: (kept drafts + rounds) / rounds.",
+                e->draft_rounds ? (double)(e->drafts_accepted + e->draft_rounds) / (double)e->draft_rounds : 0.0);
+    ok &= gauge(b, "gemma4_spec_decode_draft_seconds_total", "Seconds the drafter ran.", e->draft_seconds);
+    return ok;
+}
+
 char *g4_metrics_render(g4_metrics *m, const g4_engine_stats *e, size_t *len) {
     g4_strbuf b = {0};
     pthread_mutex_lock(&m->lock);
@@ -196,6 +228,7 @@ char *g4_metrics_render(g4_metrics *m, const g4_engine_stats *e, size_t *len) {
         ok &= counter(&b, "gemma4_prefix_cache_host_evicted_total", "Host RAM entries dropped for room.",
                       e->prefix_host_evicted);
     }
+    if (e && e->draft_max > 0) ok &= render_speculative(&b, e);
     if (!ok) {
         g4_strbuf_free(&b);
         return NULL;

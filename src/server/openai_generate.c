@@ -60,6 +60,7 @@ struct generation {
     int oom;
     /* how the reply ended, for API writers */
     int n_cached, n_reasoning;
+    int n_drafted, n_accepted, n_rounds;
     g4_gen_end end;
     int stop_index;
 };
@@ -97,7 +98,10 @@ static g4_gen_summary summary(generation *g) {
                           .has_reasoning = g->reply ? g4_reply_stream_has_reasoning(g->reply) : 0,
                           .prompt_ids = g->req.return_token_ids ? g->prompt_ids : NULL,
                           .out_ids = g->out_ids,
-                          .n_out = g->n_out};
+                          .n_out = g->n_out,
+                          .n_drafted = g->n_drafted,
+                          .n_accepted = g->n_accepted,
+                          .n_rounds = g->n_rounds};
     if (g->reply) sum.calls = g4_reply_stream_tool_calls(g->reply, &sum.n_calls);
     return sum;
 }
@@ -241,7 +245,9 @@ static void finalize(generation *g) {
         chunk = new_chunk(g, &choice);
         cJSON_DeleteItemFromObject(chunk, "choices");
         cJSON_AddArrayToObject(chunk, "choices");
-        cJSON_ReplaceItemInObject(chunk, "usage", g4_oai_usage(g->n_prompt, g->n_completion, g->n_cached));
+        cJSON *u = g4_oai_usage(g->n_prompt, g->n_completion, g->n_cached);
+        g4_oai_usage_speculative(u, g->n_drafted, g->n_accepted, g->n_rounds);
+        cJSON_ReplaceItemInObject(chunk, "usage", u);
         sse(g, chunk);
     }
     if (!g4_strbuf_append(&g->out, "data: [DONE]\n\n", 14)) g->oom = 1;
@@ -256,6 +262,8 @@ static void on_events(generation *g) {
     for (int i = 0; i < n && !g->done; i++) {
         const g4_job_event *e = &ev[i];
         if (e->n_cached > g->n_cached) g->n_cached = e->n_cached;
+        if (e->n_rounds >= g->n_rounds)
+            g->n_drafted = e->n_drafted, g->n_accepted = e->n_accepted, g->n_rounds = e->n_rounds;
         if (e->has_token) {
             if (g->n_completion == 0) g4_metrics_first_token(g->srv->metrics, e->time - g->t_arrival);
             else g4_metrics_token_gap(g->srv->metrics, e->time - g->t_prev);
@@ -520,7 +528,9 @@ static void answer(generation *g, g4_http_reply *r) {
         cJSON_AddItemToObject(choice, "token_ids", cJSON_CreateIntArray(g->out_ids ? g->out_ids : (int32_t[]){0},
                                                                          g->n_out));
     }
-    cJSON_AddItemToObject(root, "usage", g4_oai_usage(g->n_prompt, g->n_completion, g->n_cached));
+    cJSON *u = g4_oai_usage(g->n_prompt, g->n_completion, g->n_cached);
+    g4_oai_usage_speculative(u, g->n_drafted, g->n_accepted, g->n_rounds);
+    cJSON_AddItemToObject(root, "usage", u);
     g4_reply_json(r, 200, root);
 }
 
@@ -642,7 +652,8 @@ static void run_generation(const g4_http_request *q, generation *g, int rc, g4_o
                          .max_tokens = max_tokens,
                          .stop_ids = g->req.ignore_eos ? NULL : ctx->stop_ids,
                          .n_stop = g->req.ignore_eos ? 0 : ctx->n_stop,
-                         .constraint = matcher};
+                         .constraint = matcher,
+                         .no_speculative = !g->req.speculative};
         g4_server_track(s, g->job);
         st = g4_job_submit(g->job, &er);
         if (st == G4_ERR_LIMIT) {

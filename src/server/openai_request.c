@@ -188,6 +188,8 @@ static int parse_common(const cJSON *root, const g4_oai_limits *lim, g4_oai_requ
     if (parse_logit_bias(root, lim, r, err)) return -1;
     if (g4_oai_get_bool(root, "ignore_eos", &r->ignore_eos, err)) return -1;
     if (g4_oai_get_bool(root, "return_token_ids", &r->return_token_ids, err)) return -1;
+    r->speculative = 1;
+    if (g4_oai_get_bool(root, "speculative", &r->speculative, err)) return -1;
     return 0;
 }
 

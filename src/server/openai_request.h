@@ -9,7 +9,7 @@
  *           presence_penalty / frequency_penalty [-2, 2], repetition_penalty
  *           (0, 2], seed (any 64-bit integer), stop (string or up to 16
  *           strings), n (1 only), logit_bias {"id": -100..100},
- *           ignore_eos, return_token_ids (vLLM extensions)
+ *           ignore_eos, return_token_ids (vLLM extensions), speculative (false: no drafting)
  *   chat:   messages, tools, tool_choice ("auto", "none", "required" or
  *           {"type": "function", "function": {"name"}}),
  *           max_completion_tokens (wins over max_tokens), logprobs (bool),
@@ -88,6 +88,7 @@ typedef struct {
     int stream, include_usage;
     int logprobs, top_logprobs;
     int ignore_eos, return_token_ids;
+    int speculative; /* 0: "speculative": false, never drafted (default 1: where the server drafts) */
     /* what the reply must obey (kind NONE: free text). The one field every
      * API layer fills (chat completions here, the Responses API's
      * text.format, ...); compiled against the tokenizer when generating. */

@@ -38,6 +38,15 @@ cJSON *g4_oai_usage(long prompt_tokens, long completion_tokens, long cached_toke
     return u;
 }
 
+void g4_oai_usage_speculative(cJSON *usage, int drafted, int accepted, int rounds) {
+    if (!usage || rounds <= 0) return;
+    cJSON *sp = cJSON_AddObjectToObject(usage, "speculative");
+    cJSON_AddNumberToObject(sp, "draft_tokens", drafted);
+    cJSON_AddNumberToObject(sp, "accepted_tokens", accepted);
+    cJSON_AddNumberToObject(sp, "rounds", rounds);
+    cJSON_AddNumberToObject(sp, "mean_accepted_length", (double)(accepted + rounds) / rounds);
+}
+
 char *g4_token_text(const g4_context *ctx, int32_t id) {
     char *text = NULL;
     size_t len;

@@ -15,6 +15,10 @@ void g4_oai_new_id(const char *prefix, char *out, size_t cap);
 
 /* With prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache supplied. */
 cJSON *g4_oai_usage(long prompt_tokens, long completion_tokens, long cached_tokens);
+/* usage.speculative (an extension, only where the request drafted): draft
+ * tokens proposed and accepted, verification rounds and the mean accepted
+ * length (tokens a round emitted: (accepted + rounds) / rounds). */
+void g4_oai_usage_speculative(cJSON *usage, int drafted, int accepted, int rounds);
 
 /* Chat: {"token", "logprob", "bytes", "top_logprobs": [...]} for one token. */
 cJSON *g4_oai_chat_logprob(const g4_context *ctx, const g4_sample *s, int top);

@@ -439,7 +439,7 @@ static cJSON *translate(g4_server *srv, cJSON *root, responses *st, g4_oai_error
     /* sampling and the extensions the chat parser knows keep their names */
     static const char *const same[] = {"model", "stream", "temperature", "top_p", "top_k", "min_p", "seed",
                                        "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-                                       "ignore_eos", "return_token_ids"};
+                                       "ignore_eos", "return_token_ids", "speculative"};
     for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) g4_api_move(chat, same[k], root, same[k]);
     return chat;
 }
@@ -459,6 +459,7 @@ static cJSON *usage(const g4_gen_summary *s) {
     cJSON_AddNumberToObject(u, "output_tokens", s->n_completion);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", s->n_reasoning);
     cJSON_AddNumberToObject(u, "total_tokens", s->n_prompt + s->n_completion);
+    g4_oai_usage_speculative(u, s->n_drafted, s->n_accepted, s->n_rounds);
     return u;
 }
 

@@ -1,0 +1,42 @@
+/* The parts of speculative decoding that one sequence's loop
+ * (runtime/speculative.c) and the batched engine (runtime/engine.c) share:
+ * the acceptance rule of a verified row and the adaptive draft length.
+ * Kept apart from both so the engine needs no session. */
+#ifndef G4_RUNTIME_DRAFT_RULE_H
+#define G4_RUNTIME_DRAFT_RULE_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "runtime/sampler.h"
+
+#define G4_DRAFT_MAX 16
+
+/* Whether the target keeps draft d at a verified row whose logits are
+ * `logits` (host [vocab]), and if not the token it takes instead (*next;
+ * *next = d when kept). Greedy sampler: d must be the sampler's choice.
+ * Sampling (the drafter proposes one token, a point mass q = [d]): d is
+ * kept with probability p(d) under the sampler's distribution p, else the
+ * token is drawn from p without d, renormalised; so every emitted token has
+ * exactly the sampler's distribution (the speculative sampling rule with
+ * min(1, p/q) and max(0, p - q)). cand_ids / cand_probs: host [vocab]
+ * scratch. The sampler does not accept the token here. */
+g4_status g4_draft_keep(g4_sampler *sampler, const float *logits, int32_t d, int32_t *cand_ids, double *cand_probs,
+                        int *keep, int32_t *next);
+
+/* The adaptive draft length of one sequence: `len` drafts next round, in
+ * 1..max. A round that kept every draft tries one more; one that kept fewer
+ * than half of them drafts one fewer next time (recent acceptance falls, so
+ * fewer drafts are wasted on verification). */
+typedef struct {
+    int len, max;
+} g4_draft_length;
+
+void g4_draft_length_init(g4_draft_length *d, int max);
+void g4_draft_length_update(g4_draft_length *d, int drafted, int kept);
+
+/* The probability of the most likely token under logits[0..n) (a softmax):
+ * the drafter's confidence, compared with a --draft-min-p floor. */
+double g4_draft_top_probability(const float *logits, int n);
+
+#endif
