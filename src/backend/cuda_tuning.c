@@ -30,7 +30,7 @@ g4_cuda_tuning g4_cuda_tuning_defaults(const g4_cuda_caps *caps) {
 static const char *const gemv_names[] = {"auto", "float32", "fp16", NULL};
 static const char *const attn_names[] = {"auto", "cores", "tc", NULL};
 static const char *const moe_names[] = {"auto", "mma", NULL};
-static const char *const dequant_names[] = {"auto", "narrow", NULL};
+static const char *const dequant_names[] = {"auto", "wide", NULL};
 
 typedef struct {
     const char *key;

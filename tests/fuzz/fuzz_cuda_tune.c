@@ -20,7 +20,7 @@ static void check_ranges(const g4_cuda_tuning *t) {
     if (t->q_chunk < 1 || t->q_chunk > 1024 || t->q_pipeline < 0 || t->q_pipeline > 2) __builtin_trap();
     if (t->gemv < G4_CUDA_GEMV_AUTO || t->gemv > G4_CUDA_GEMV_FP16 || t->attn < G4_CUDA_ATTN_AUTO ||
         t->attn > G4_CUDA_ATTN_TC || t->moe < G4_CUDA_MOE_AUTO || t->moe > G4_CUDA_MOE_MMA || t->dequant < G4_CUDA_DEQUANT_AUTO ||
-        t->dequant > G4_CUDA_DEQUANT_NARROW)
+        t->dequant > G4_CUDA_DEQUANT_WIDE)
         __builtin_trap();
 }
 

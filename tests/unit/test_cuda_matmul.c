@@ -503,8 +503,7 @@ static void test_fast_prefill(void) {
  * dequantised on the side stream while cuBLAS multiplies this one
  * (q_pipeline=1: two buffers, reused from the third chunk on), the same
  * serially (q_pipeline=0, the default), with the side stream at the highest
- * priority (q_pipeline=2), and on the one-load-per-thread kernel
- * (dequant=narrow);
+ * priority (q_pipeline=2), and on the grid-stride kernel (dequant=wide);
  * exact (split) and fast (one bf16 product) precisions; then the pipeline
  * inside a recorded step (run_step: eager, captured, replayed). */
 typedef struct {
@@ -523,7 +522,7 @@ static g4_status issue_matmul(void *ctx) {
 
 static void test_prefill_chunks(void) {
     const char *knobs[] = {"q_chunk=1,q_pipeline=1", "q_chunk=1,q_pipeline=0", "q_chunk=1,q_pipeline=2",
-                           "q_chunk=1,dequant=narrow"};
+                           "q_chunk=1,dequant=wide"};
     enum { N_KNOBS = sizeof knobs / sizeof knobs[0] };
     g4_backend *be[N_KNOBS];
     for (int v = 0; v < N_KNOBS; v++) be[v] = knob_backend(knobs[v]);

@@ -33,13 +33,13 @@ static void test_keys(void) {
     CHECK(g4_cuda_tuning_parse(&t,
                                "graphs=0,pdl=0,i8_min8=0,gemv_copies=64,gemv_split=1,attn_min_split=128,"
                                "attn_tc_split=256,moe_cublas=0,q_chunk=1,q_pipeline=2,gemv=float32,attn=cores,"
-                               "moe=mma,dequant=narrow",
+                               "moe=mma,dequant=wide",
                                err, sizeof err),
           "every key: %s", err);
     CHECK(t.graphs == 0 && t.pdl == 0 && t.i8_min8 == 0 && t.gemv_copies == 64 && t.gemv_split == 1,
           "switches and GEMV thresholds set");
     CHECK(t.attn_min_split == 128 && t.attn_tc_split == 256 && t.moe_cublas == 0, "attention and MoE thresholds set");
-    CHECK(t.q_chunk == 1 && t.q_pipeline == 2 && t.dequant == G4_CUDA_DEQUANT_NARROW, "quantised prefill set");
+    CHECK(t.q_chunk == 1 && t.q_pipeline == 2 && t.dequant == G4_CUDA_DEQUANT_WIDE, "quantised prefill set");
     CHECK(t.gemv == G4_CUDA_GEMV_FLOAT32 && t.attn == G4_CUDA_ATTN_CORES && t.moe == G4_CUDA_MOE_MMA, "hooks set");
     CHECK(g4_cuda_tuning_parse(&t, "gemv=fp16,attn=tc,gemv_split=-1,attn_tc_split=-1", err, sizeof err), "%s", err);
     CHECK(t.gemv == G4_CUDA_GEMV_FP16 && t.attn == G4_CUDA_ATTN_TC && t.gemv_split == -1 && t.attn_tc_split == -1,

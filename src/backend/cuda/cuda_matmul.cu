@@ -737,7 +737,10 @@ __global__ void dequant_bf16_generic_kernel(dev_matrix m, int64_t r0, int64_t nr
  * ran at about 60% of the bandwidth (bench/RESULTS.md, issue 25); this keeps
  * the blocks resident (a grid-stride loop) and eight loads in flight each.
  * A warp's loads and 16-byte stores stay coalesced: its lanes take adjacent
- * runs. The arithmetic is dequant_bf16_kernel's, so both give the same bits. */
+ * runs. The arithmetic is dequant_bf16_kernel's, so both give the same bits.
+ * Measured on the H200 (pp512, same call): 31b mlx4 4,580 t/s against 5,063
+ * with dequant_bf16_kernel, e2b mlx4 32,770 against 37,152 — slower, so it is
+ * only the `dequant=wide` test hook until a profile says why. */
 enum { DQ_THREADS = 256, DQ_UNROLL = 8 };
 
 template <int F>
@@ -836,7 +839,7 @@ static void dequant_rows_bf16(cuda_ctx *c, cudaStream_t stream, const g4_matrix 
     if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
         fast = w->group_size > 0 && w->group_size % 8 == 0 && (f != FF_MXFP4 || w->group_size == 32);
     const size_t work = (size_t)nr * (size_t)w->cols;
-    const int wide = fast && c->tune.dequant == G4_CUDA_DEQUANT_AUTO && work / 8 <= (size_t)INT32_MAX &&
+    const int wide = fast && c->tune.dequant == G4_CUDA_DEQUANT_WIDE && work / 8 <= (size_t)INT32_MAX &&
                      (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4);
     if (wide) {
         const uint32_t runs = (uint32_t)(work / 8), per_row = (uint32_t)(w->cols / 8);
