@@ -325,6 +325,9 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
             for (int64_t c0 = 0; c0 < cols; c0 += TILE_COLS) {
                 const int64_t nc = cols - c0 < TILE_COLS ? cols - c0 : TILE_COLS;
                 for (int64_t i = 0; i < n_rows; i++) k->dequant_row(w, r0 + i, c0, nc, tile + i * TILE_COLS);
+                if (c0 + TILE_COLS < cols)
+                    cpu_prefetch_tile(w, r0, n_rows, c0 + TILE_COLS,
+                                      cols - c0 - TILE_COLS < TILE_COLS ? cols - c0 - TILE_COLS : TILE_COLS);
                 if (precise) {
                     tile_f64(k, tile, dtile, n_rows, nc, xp, cols, c0, b0, nb, n_tokens, dacc, ldc);
                     continue;
