@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4_CUDA_GENCODE="$(scripts/cuda-gencode.sh)" >/dev/null
 cmake --build build -j "$(nproc)"
 if [ $# -eq 0 ]; then
   set -- run -m build/models/tiny --raw -p "And it came to pass, when the king heard" -n 64

@@ -3,7 +3,7 @@
  * The grammar describes a subset of the instances the schema accepts, never
  * more: optional properties keep the schema's order, additional properties
  * beside listed ones are never produced, integers have at most 16 digits,
- * date-time days stop at 28. Keywords outside the subset are refused with
+ * date-time days stop at 28 and years start at 0001. Keywords outside the subset are refused with
  * their JSON pointer rather than ignored, so a reply never silently misses
  * a constraint. */
 #include <cjson/cJSON.h>
@@ -386,7 +386,9 @@ static int get_count(sc *c, const cJSON *node, const char *key, int def, const c
 }
 
 static const char *format_regex(const char *format) {
-    static const char date[] = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])";
+    /* years from 0001: 0000 is no year to the validators built on Python's
+     * datetime (rfc3339-validator rejects it), though RFC 3339's grammar allows it */
+    static const char date[] = "(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])";
     static const char time[] = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
     static char buf[256];
     if (strcmp(format, "date") == 0) snprintf(buf, sizeof buf, "^%s$", date);

@@ -86,7 +86,7 @@ def from_pattern(pattern):
 
 
 def from_format(fmt):
-    date = "%04d-%02d-%02d" % (rng.randint(0, 9999), rng.randint(1, 12), rng.randint(1, 28))
+    date = "%04d-%02d-%02d" % (rng.randint(1, 9999), rng.randint(1, 12), rng.randint(1, 28))
     time = "%02d:%02d:%02d%s%s" % (rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59),
                                    rng.choice(["", ".5", ".123456"]), rng.choice(["Z", "+05:30", "-11:00"]))
     if fmt == "date":
@@ -280,6 +280,19 @@ def test_gbnf():
             check((v == "accept") == py, "gbnf %r agrees with re on %r" % (grammar, c), v)
 
 
+def test_formats_years():
+    """Year 0000: RFC 3339's grammar has it, Python's datetime (and so rfc3339-validator) does not; the grammar
+    takes years from 0001 (an H200 acceptance run sampled '0000-08-10T02:03:21+22:31' before it did)."""
+    for fmt, good, bad in (("date-time", "0001-08-10T02:03:21+22:31", "0000-08-10T02:03:21+22:31"),
+                           ("date", "0010-01-28", "0000-01-28")):
+        schema = {"type": "string", "format": fmt}
+        texts = [json.dumps(good).encode(), json.dumps(bad).encode()]
+        out = run_check(["--json-schema", schema_file(schema, "year_" + fmt)], texts)
+        check(valid(schema, texts[0]) and out[0] == "accept", "%s: year %s accepted" % (fmt, good[:4]), str(out))
+        check(not valid(schema, texts[1]) and out[1] == "reject", "%s: year 0000 refused as the validator does" % fmt,
+              str(out))
+
+
 def test_errors():
     cases = [
         ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "'minimum' at #/properties/a/minimum"),
@@ -310,6 +323,7 @@ def main():
     test_json_object()
     test_regexes()
     test_gbnf()
+    test_formats_years()
     test_errors()
     return summary()
 
