@@ -20,7 +20,7 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum { PARAM_SEGMENT = 256, MAX_R = 4 };
+enum { PARAM_SEGMENT = 256, MAX_R = 4, PREFETCH_8BIT = 3072 };
 
 /* 32 4-bit codes from the 16 bytes at p as bytes, in order. */
 ALWAYS_INLINE __m256i nibbles_to_bytes(const unsigned char *p) {
@@ -78,9 +78,13 @@ ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bi
     const g4_dtype dt = w->scale_dtype;
     const int64_t gs = w->group_size, n_groups = w->cols / gs;
     const unsigned char *row[MAX_R], *srow[MAX_R], *brow[MAX_R];
-    /* the same bytes of the next R rows: rows are short (1-3 KB), too short
-     * for the hardware prefetchers to learn R streams at once */
-    const int64_t ahead = (int64_t)R * (int64_t)w->row_bytes;
+    /* Software prefetch: rows are short (1-3 KB), too short for the hardware
+     * prefetchers to learn R streams at once. 4-bit: the same bytes of the
+     * next R rows; 8-bit (one row at a time): PREFETCH_8BIT bytes ahead.
+     * Against none, from memory on one thread (E2B mlp up and down,
+     * bench/RESULTS.md, issue 26): 8-bit 1.2-1.7x; 4-bit one row at a time
+     * (two or more tokens) 1.02-1.35x. */
+    const int64_t ahead = bits == 8 ? PREFETCH_8BIT : (int64_t)R * (int64_t)w->row_bytes;
     float sd[4][PARAM_SEGMENT], bias_tail[4];
     __m256 total[4], bias_total[4];
 #pragma GCC unroll 4
@@ -126,7 +130,7 @@ ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bi
                 for (int64_t c = g * gs; c < (g + 1) * gs; c += 64) {
 #pragma GCC unroll 4
                     for (int i = 0; i < R; i++)
-                        if (R > 1) _mm_prefetch((const char *)row[i] + c / 2 + ahead, _MM_HINT_T0);
+                        _mm_prefetch((const char *)row[i] + c / 2 + ahead, _MM_HINT_T0);
 #pragma GCC unroll 4
                     for (int t = 0; t < T; t++) {
                         const int8_t *xt = a->x.q + t * a->x.cols + c;
@@ -143,7 +147,7 @@ ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bi
 #pragma GCC unroll 4
                     for (int i = 0; i < R; i++) {
                         wv[i] = load_codes(row[i], c, bits);
-                        if (R > 1) _mm_prefetch((const char *)row[i] + c * bits / 8 + ahead, _MM_HINT_T0);
+                        _mm_prefetch((const char *)row[i] + c * bits / 8 + ahead, _MM_HINT_T0);
                     }
 #pragma GCC unroll 4
                     for (int t = 0; t < T; t++) {

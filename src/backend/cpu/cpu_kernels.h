@@ -96,6 +96,20 @@ void cpu_interleave_x(float *dst, const float *x, int64_t cols, int64_t wide_col
  * freed when the thread ends), or NULL. Valid until the thread's next call. */
 float *cpu_scratch_floats(size_t n);
 
+/* Asks for columns [c0, c0 + nc) of rows [r0, r0 + n_rows) of w to be
+ * brought into L2 (prefetcht1), for prefill to call one W tile ahead: a tile's
+ * rows are short segments (512 bytes of bf16, 128 of 4-bit codes) at a large
+ * stride, which the hardware prefetchers do not follow, so without it the
+ * first conversion of each tile waits on memory. */
+static inline void cpu_prefetch_tile(const g4_matrix *w, int64_t r0, int64_t n_rows, int64_t c0, int64_t nc) {
+    int bits = w->format == G4_WEIGHT_F32 ? 32 : w->format == G4_WEIGHT_BF16 || w->format == G4_WEIGHT_F16 ? 16 : w->bits;
+    const size_t first = (size_t)(c0 * bits / 8), last = (size_t)((c0 + nc) * bits / 8);
+    for (int64_t i = 0; i < n_rows; i++) {
+        const char *row = (const char *)w->data + (size_t)(r0 + i) * w->row_bytes;
+        for (size_t b = first; b < last; b += 64) __builtin_prefetch(row + b, 0, 2);
+    }
+}
+
 /* Scalar parameter loads shared by every level. */
 static inline float cpu_load_param(const void *p, g4_dtype dt, int64_t i) {
     /* memcpy: tensors in a safetensors file need not be aligned */

@@ -247,6 +247,9 @@ static int bf16_prefill(const cpu_fast_table *f, float *out, const float *x, int
                     memcpy(tile + i * s.tile_cols, (const unsigned char *)w->data + (size_t)(r0 + i) * w->row_bytes + c0 * 2,
                            (size_t)nc * 2);
                 for (int64_t i = n_rows; i < padded; i++) memset(tile + i * s.tile_cols, 0, (size_t)nc * 2);
+                if (c0 + s.tile_cols < s.cols)
+                    cpu_prefetch_tile(w, r0, n_rows, c0 + s.tile_cols,
+                                      s.cols - c0 - s.tile_cols < s.tile_cols ? s.cols - c0 - s.tile_cols : s.tile_cols);
                 for (int64_t b = 0; b < nb; b++) {
                     const int wb = block_width(b0 + b, n_tokens, s.nr);
                     const uint16_t *xb = xp + (b0 + b) * s.cols * s.nr + c0 * wb;
@@ -336,6 +339,9 @@ static int q8_prefill(const cpu_fast_table *f, float *out, const float *x, int64
                         bias[i * tile_groups + g] = cpu_load_param(brow, w->scale_dtype, g0 + g);
                     }
                 }
+                if (c0 + tile_cols < s.cols)
+                    cpu_prefetch_tile(w, r0, n_rows, c0 + tile_cols,
+                                      s.cols - c0 - tile_cols < tile_cols ? s.cols - c0 - tile_cols : tile_cols);
                 for (int64_t i = n_rows; i < padded; i++) {
                     memset(codes + i * tile_cols, 0, (size_t)nc);
                     for (int64_t g = 0; g < nc / gs; g++) scale[i * tile_groups + g] = bias[i * tile_groups + g] = 0.0f;
