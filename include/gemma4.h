@@ -68,7 +68,7 @@ typedef struct {
     const char *draft;
     int draft_max;      /* drafts a round at most, 1..16 (0: 1); fewer while a request's acceptance is low */
     float draft_min_p;  /* a round stops drafting at a draft the drafter gives less than this (0: off) */
-    int draft_max_batch; /* draft only while at most this many requests decode (0: 2) */
+    int draft_max_batch; /* draft only while at most this many requests decode (0: 2 on the CPU, 4 on CUDA) */
 } g4_open_options;
 
 /* `model`: a model folder (config.json, weights, tokenizer.json) or an

@@ -84,10 +84,10 @@ static void usage(FILE *f) {
             "                          <model>-assistant beside the model; synthetic: random, for --synthetic)\n"
             "  --draft-max N           drafts a round at most, 1..%d (default %d; fewer while acceptance is low)\n"
             "  --draft-min-p P         stop a round's drafting at a draft the drafter gives less than P (default 0)\n"
-            "  --draft-max-batch N     draft only while at most N sequences decode (default %d)\n"
+            "  --draft-max-batch N     draft only while at most N sequences decode (default %d on the CPU, %d on CUDA)\n"
             "  --draft-force-accept N  benchmarks on random weights: verification keeps exactly N drafts a round\n"
             "                          (the tokens are then not the model's)\n",
-            G4_DRAFT_MAX, CLI_DRAFT_MAX_DEFAULT, G4_ENGINE_DRAFT_MAX_BATCH);
+            G4_DRAFT_MAX, CLI_DRAFT_MAX_DEFAULT, G4_ENGINE_DRAFT_MAX_BATCH, G4_ENGINE_DRAFT_MAX_BATCH_CUDA);
 }
 
 /* The pool from the memory budget (CUDA, --kv-blocks not given): every
@@ -391,7 +391,7 @@ int cmd_serve(int argc, char **argv) {
     print_kv_line(engine, &plan, mem_budget);
     if (drafter)
         printf("gemma4 serve: speculative decoding with %s: up to %d drafts a round while at most %d sequences decode%s\n",
-               draft.dir, draft.draft_max, draft_max_batch > 0 ? (int)draft_max_batch : G4_ENGINE_DRAFT_MAX_BATCH,
+               draft.dir, draft.draft_max, g4_engine_draft_max_batch(engine),
                forced_accept >= 0 ? " (forced acceptance: benchmark tokens, not the model's)" : "");
     fflush(stdout);
 

@@ -130,7 +130,10 @@ static g4_status check_drafter(g4_engine *e) {
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "draft length %d outside 1..%d", e->opt.draft_max, G4_DRAFT_MAX);
     if (!(e->opt.draft_min_p >= 0 && e->opt.draft_min_p <= 1))
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "draft min-p %g outside [0, 1]", (double)e->opt.draft_min_p);
-    if (e->opt.draft_max_batch <= 0) e->opt.draft_max_batch = G4_ENGINE_DRAFT_MAX_BATCH;
+    if (e->opt.draft_max_batch <= 0) {
+        const char *be = e->model->backend->ops->name;
+        e->opt.draft_max_batch = be && !strcmp(be, "cuda") ? G4_ENGINE_DRAFT_MAX_BATCH_CUDA : G4_ENGINE_DRAFT_MAX_BATCH;
+    }
     if (a->target_layer[0] < 0 || a->target_layer[1] < 0)
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "drafter %s is not attached to a target", a->model->path);
     if (a->model->backend != e->model->backend)
@@ -624,6 +627,8 @@ void g4_engine_cancel(g4_engine *e, uint64_t request_id) {
 }
 
 int g4_engine_n_ctx(const g4_engine *e) { return e->opt.n_ctx; }
+
+int g4_engine_draft_max_batch(const g4_engine *e) { return e->opt.draft_max_batch; }
 
 void g4_engine_get_stats(g4_engine *e, g4_engine_stats *out) {
     pthread_mutex_lock(&e->lock);

@@ -111,7 +111,8 @@ typedef struct {
     const g4_assistant *drafter; /* NULL: no drafting */
     int draft_max;               /* drafts a round, 1..G4_DRAFT_MAX (0: 1) */
     float draft_min_p;           /* a round stops drafting at a draft the drafter gives less than this (0: off) */
-    int draft_max_batch;         /* draft only while at most this many sequences decode (0: G4_ENGINE_DRAFT_MAX_BATCH) */
+    int draft_max_batch;         /* draft only while at most this many sequences decode (0: G4_ENGINE_DRAFT_MAX_BATCH,
+                                    _CUDA on the CUDA backend) */
     /* benchmarks on random weights: every verification keeps exactly
      * min(draft_forced_accept, drafts) drafts whatever the target says
      * (the tokens are then not the model's); used when draft_force is 1 */
@@ -122,8 +123,12 @@ typedef struct {
  * the drafted/plain ratio is best at 1-2 decoding sequences and falls from
  * 4 on (plain decoding shares each weight read among the batch, while every
  * drafting sequence adds k verified rows and k drafter steps of its own);
- * bench/RESULTS.md, "Speculative decoding in the engine". */
+ * bench/RESULTS.md, "Speculative decoding in the engine". On CUDA a step's
+ * cost grows little with its rows: the H200 measured drafted/plain 1.97x at
+ * 1 sequence, 1.56x at 4, 0.66x at 16 (e2b, 3 of 3 drafts kept; bench/
+ * RESULTS.md, "Session of 2026-12-01 20:30 UTC"). */
 #define G4_ENGINE_DRAFT_MAX_BATCH 2
+#define G4_ENGINE_DRAFT_MAX_BATCH_CUDA 4
 
 typedef struct {
     int running, waiting;
@@ -194,6 +199,8 @@ void g4_engine_get_stats(g4_engine *e, g4_engine_stats *out);
 
 /* Positions per sequence (the context every request must fit in). */
 int g4_engine_n_ctx(const g4_engine *e);
+/* The batch above which it stops drafting (the option, or its default for the backend). */
+int g4_engine_draft_max_batch(const g4_engine *e);
 
 /* ---- Sequences the caller drives (what g4_session wraps) ----
  *
