@@ -55,3 +55,44 @@ double g4_draft_top_probability(const float *logits, int n) {
     for (int i = 0; i < n; i++) sum += exp((double)logits[i] - top);
     return 1.0 / sum;
 }
+
+static int is_eos(const g4_model *m, int32_t id) {
+    for (int i = 0; i < m->config.tokens.n_eos; i++)
+        if (id == m->config.tokens.eos_ids[i]) return 1;
+    return 0;
+}
+
+/* The drafter's probability of its own choice, a softmax over the tokens it
+ * scored (the centroid head scores only its candidates; the others carry a
+ * filler value that is no probability). */
+static double draft_confidence(const g4_assistant *a, const g4_model *target, const g4_drafter_result *res) {
+    if (!a->ordered) return g4_draft_top_probability(res->logits, target->config.text.vocab_size);
+    const int n = a->centroid_top_k * a->tokens_per_centroid;
+    float top = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (res->logits[res->candidates[i]] > top) top = res->logits[res->candidates[i]];
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)res->logits[res->candidates[i]] - top);
+    return sum > 0 ? 1.0 / sum : 0;
+}
+
+g4_status g4_draft_round(const g4_assistant *a, g4_drafter_scratch *scratch, const g4_model *target,
+                         const g4_drafter_kv *kv, int p, int32_t token, const float *hidden, int k, float min_p,
+                         float *logits, int32_t *cands, int32_t *drafts, int *n) {
+    int32_t tok = token;
+    *n = 0;
+    for (int i = 0; i < k; i++) {
+        g4_status st = g4_drafter_set_token(scratch, target, tok, i == 0 ? hidden : NULL);
+        g4_drafter_result res = {0};
+        if (min_p > 0) {
+            res.logits = logits;
+            if (a->ordered) res.candidates = cands;
+        }
+        if (st == G4_OK) st = g4_drafter_forward(a, scratch, p, kv, &res);
+        if (st != G4_OK) return st;
+        if (res.logits && draft_confidence(a, target, &res) < min_p) break;
+        drafts[(*n)++] = tok = res.token;
+        if (is_eos(target, tok)) break;
+    }
+    return G4_OK;
+}

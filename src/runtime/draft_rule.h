@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "model/assistant.h"
 #include "runtime/sampler.h"
 
 #define G4_DRAFT_MAX 16
@@ -38,5 +39,15 @@ void g4_draft_length_update(g4_draft_length *d, int drafted, int kept);
 /* The probability of the most likely token under logits[0..n) (a softmax):
  * the drafter's confidence, compared with a --draft-min-p floor. */
 double g4_draft_top_probability(const float *logits, int n);
+
+/* One drafting round at position p (every step sees the target keys in kv
+ * and sits at p, the clean algorithm): up to k drafts after `token` into
+ * drafts[0..*n), the first step fed the target's hidden state `hidden`,
+ * stopping after an end-of-sequence id of `target` and, with min_p > 0,
+ * before a draft the drafter gives less than min_p (logits: host [vocab],
+ * cands: host [top_k * tokens per centroid], its scratch for that). */
+g4_status g4_draft_round(const g4_assistant *a, g4_drafter_scratch *scratch, const g4_model *target,
+                         const g4_drafter_kv *kv, int p, int32_t token, const float *hidden, int k, float min_p,
+                         float *logits, int32_t *cands, int32_t *drafts, int *n);
 
 #endif

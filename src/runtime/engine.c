@@ -845,27 +845,6 @@ static g4_status choose_token(g4_engine *e, sequence *s, int row, int k_max, flo
     return ss;
 }
 
-static int is_eos(const g4_model *m, int32_t id) {
-    for (int i = 0; i < m->config.tokens.n_eos; i++)
-        if (id == m->config.tokens.eos_ids[i]) return 1;
-    return 0;
-}
-
-/* The drafter's confidence in its last step: the softmax's top probability
- * over the tokens it scored (the centroid head scores only its candidates;
- * the others carry a filler value that is no probability). */
-static double draft_confidence(const g4_engine *e, const g4_drafter_result *res) {
-    const g4_assistant *a = e->opt.drafter;
-    if (!a->ordered) return g4_draft_top_probability(res->logits, e->model->config.text.vocab_size);
-    const int n = a->centroid_top_k * a->tokens_per_centroid;
-    float top = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (res->logits[res->candidates[i]] > top) top = res->logits[res->candidates[i]];
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += exp((double)res->logits[res->candidates[i]] - top);
-    return sum > 0 ? 1.0 / sum : 0;
-}
-
 /* Up to `room` drafts for s, a decoding sequence, after its last token, into
  * s->verify[1..]: its adaptive length, within its max_tokens and the
  * context, fewer where the drafter's confidence falls below draft_min_p,
@@ -886,26 +865,15 @@ static void draft_sequence(g4_engine *e, sequence *s, int room) {
     g4_drafter_kv kv = {.kv = e->kv, .full_table = s->kv.full_blocks, .full_table_stride = s->kv.cap_full,
                         .ring = s->kv.ring};
     g4_drafter_kv_window(a, p, &kv);
-    int32_t tok = s->last_token;
-    for (int i = 0; i < k; i++) {
-        g4_status st = g4_drafter_set_token(e->draft_scratch, e->model, tok, i == 0 ? s->hidden : NULL);
-        g4_drafter_result res = {0};
-        if (e->opt.draft_min_p > 0) {
-            res.logits = e->draft_logits;
-            if (a->ordered) res.candidates = e->draft_cands;
-        }
-        if (st == G4_OK) st = g4_drafter_forward(a, e->draft_scratch, p, &kv, &res);
-        if (st != G4_OK) { /* the reply goes on without drafts */
-            g4_log(G4_LOG_WARN, "engine: request %llu stops drafting: %s", (unsigned long long)s->id,
-                   g4_error_message());
-            s->drafting = 0;
-            s->n_drafts = 0;
-            return;
-        }
-        if (res.logits && draft_confidence(e, &res) < e->opt.draft_min_p) break;
-        s->verify[1 + s->n_drafts++] = tok = res.token;
-        if (is_eos(e->model, tok)) break;
+    int n = 0;
+    const g4_status st = g4_draft_round(a, e->draft_scratch, e->model, &kv, p, s->last_token, s->hidden, k,
+                                        e->opt.draft_min_p, e->draft_logits, e->draft_cands, s->verify + 1, &n);
+    if (st != G4_OK) { /* the reply goes on without drafts */
+        g4_log(G4_LOG_WARN, "engine: request %llu stops drafting: %s", (unsigned long long)s->id, g4_error_message());
+        s->drafting = 0;
+        n = 0;
     }
+    s->n_drafts = n;
 }
 
 /* Accepts s's chosen token and reports it: the finish reason it brings

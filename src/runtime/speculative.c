@@ -104,12 +104,6 @@ g4_status g4_speculative_prefill(g4_speculative *sp, const int32_t *ids, int n, 
     return G4_OK;
 }
 
-static int is_eos(const g4_model *m, int32_t id) {
-    for (int i = 0; i < m->config.tokens.n_eos; i++)
-        if (id == m->config.tokens.eos_ids[i]) return 1;
-    return 0;
-}
-
 /* Drafts up to k tokens after `token` at position p = the session length,
  * stopping after an end-of-sequence id (nothing follows it worth drafting);
  * returns how many in *n. */
@@ -125,17 +119,7 @@ static g4_status draft(g4_speculative *sp, int32_t token, int k, int32_t *drafts
     };
     /* every step of a round sees the same target keys, 0..p-1, and sits at p */
     g4_drafter_kv_window(a, p, &kv);
-    int32_t tok = token;
-    *n = 0;
-    for (int i = 0; i < k; i++) {
-        g4_status st = g4_drafter_set_token(sp->scratch, s->model, tok, i == 0 ? sp->next_hidden : NULL);
-        g4_drafter_result res = {0};
-        if (st == G4_OK) st = g4_drafter_forward(a, sp->scratch, p, &kv, &res);
-        if (st != G4_OK) return st;
-        drafts[(*n)++] = tok = res.token;
-        if (is_eos(s->model, tok)) break;
-    }
-    return G4_OK;
+    return g4_draft_round(a, sp->scratch, s->model, &kv, p, token, sp->next_hidden, k, 0.0f, NULL, NULL, drafts, n);
 }
 
 g4_status g4_speculative_verify(g4_speculative *sp, int32_t token, const int32_t *drafts, int k,
