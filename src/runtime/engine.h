@@ -169,6 +169,7 @@ typedef struct {
     uint64_t draft_rounds, drafts_proposed, drafts_accepted;
     uint64_t drafted_at[G4_DRAFT_MAX], accepted_at[G4_DRAFT_MAX];
     double draft_seconds;
+    uint64_t draft_forwards; /* drafter forwards: one per draft position of a step, for all its drafting sequences */
 } g4_engine_stats;
 
 typedef struct g4_engine g4_engine;

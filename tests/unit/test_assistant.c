@@ -4,7 +4,8 @@
  *  - attach picks the target layers transformers shares (kv_donor_layers);
  *  - every drafter call inside transformers' own assisted generate (hf.cNN),
  *    replayed on the K/V transformers gave it (hf.rNN.kv), reproduces its
- *    logits and projected state;
+ *    logits and projected state, one call at a time and a round's calls as
+ *    the rows of one batched forward (on the CPU bit for bit the same);
  *  - the canonical first round (draft.fixed) from the engine's own target
  *    session: hidden state, drafted tokens, logits, projected states; the
  *    centroid head equals the dense head on its candidates;
@@ -102,10 +103,17 @@ static void replay_transformers_calls(const char *name, const g4_model *target, 
     const g4_text_config *tc = &target->config.text;
     const int V = tc->vocab_size, dt = tc->hidden_size, W = a->model->config.text.sliding_window;
     const cJSON *rounds = jget(jget(ref->json, "hf"), "rounds");
-    g4_drafter_scratch *s = NULL;
+    enum { ROWS = 8 };
+    g4_drafter_scratch *s = NULL, *sb = NULL;
     CHECK(g4_drafter_scratch_create(a, &s) == G4_OK, "%s: scratch: %s", name, g4_error_message());
+    CHECK(g4_drafter_scratch_create_rows(a, ROWS, &sb) == G4_OK, "%s: batch scratch: %s", name, g4_error_message());
     float *logits = malloc((size_t)V * sizeof *logits), *proj = malloc((size_t)dt * sizeof *proj);
-    int n_calls = 0, r = 0;
+    /* one round's calls alone, then as rows of one forward */
+    float *one_l = malloc((size_t)ROWS * V * sizeof *one_l), *one_p = malloc((size_t)ROWS * dt * sizeof *one_p);
+    float *row_l = malloc((size_t)ROWS * V * sizeof *row_l), *row_p = malloc((size_t)ROWS * dt * sizeof *row_p);
+    int32_t one_tok[ROWS];
+    int n_calls = 0, r = 0, n_batched = 0, batch_bits_same = 1;
+    double worst_batch = 0;
     double worst_logits = 0, worst_proj = 0;
     const cJSON *round;
     cJSON_ArrayForEach(round, rounds) {
@@ -159,6 +167,12 @@ static void replay_transformers_calls(const char *name, const g4_model *target, 
             g4_drafter_set_input(s, inputs);
             g4_drafter_result res = {.logits = logits, .projected = proj};
             g4_status st = g4_drafter_forward(a, s, jint(call, "position"), &kv, &res);
+            if (j - 1 < ROWS) { /* kept for the batched forward below */
+                memcpy(one_l + (size_t)(j - 1) * V, logits, (size_t)V * sizeof *logits);
+                memcpy(one_p + (size_t)(j - 1) * dt, proj, (size_t)dt * sizeof *proj);
+                one_tok[j - 1] = res.token;
+                g4_drafter_set_input_row(sb, j - 1, inputs);
+            }
             CHECK(st == G4_OK, "%s call %d: %s", name, c, g4_error_message());
             double el = test_rel_rms(logits, want_l, (size_t)V), ep = test_rel_rms(proj, want_p, (size_t)dt);
             CHECK(el < TOL, "%s call %d: logits rel RMS %.3g", name, c, el);
@@ -169,6 +183,33 @@ static void replay_transformers_calls(const char *name, const g4_model *target, 
             if (ep > worst_proj) worst_proj = ep;
             n_calls++;
         }
+        /* the round's calls (each its own input and position) as one forward */
+        const int nb = j < ROWS ? j : ROWS;
+        if (sb && nb > 0) {
+            g4_drafter_kv kvs[ROWS];
+            g4_drafter_result rs[ROWS];
+            int pos[ROWS];
+            for (int b = 0; b < nb; b++) {
+                kvs[b] = kv;
+                pos[b] = jint(cJSON_GetArrayItem(calls, b), "position");
+                rs[b] = (g4_drafter_result){.logits = row_l + (size_t)b * V, .projected = row_p + (size_t)b * dt};
+            }
+            g4_status st = g4_drafter_forward_rows(a, sb, nb, pos, kvs, rs);
+            CHECK(st == G4_OK, "%s round %d: batched forward of %d rows: %s", name, r, nb, g4_error_message());
+            for (int b = 0; st == G4_OK && b < nb; b++) {
+                char ln[64];
+                snprintf(ln, sizeof ln, "hf.c%02d.logits", c0 + b);
+                const float *want_l = tensor(ref, ln, (size_t)V);
+                const double el = want_l ? test_rel_rms(row_l + (size_t)b * V, want_l, (size_t)V) : 1;
+                CHECK(el < TOL, "%s call %d as row %d of %d: logits rel RMS %.3g", name, c0 + b, b, nb, el);
+                CHECK(rs[b].token == one_tok[b], "%s call %d as row %d: drafted %d, alone %d", name, c0 + b, b,
+                      rs[b].token, one_tok[b]);
+                batch_bits_same &= !memcmp(row_l + (size_t)b * V, one_l + (size_t)b * V, (size_t)V * sizeof *row_l) &&
+                                   !memcmp(row_p + (size_t)b * dt, one_p + (size_t)b * dt, (size_t)dt * sizeof *row_p);
+                if (el > worst_batch) worst_batch = el;
+                n_batched++;
+            }
+        }
         g4_kv_seq_release(pool, &seq);
         g4_kv_pool_free(pool);
         r++;
@@ -177,8 +218,16 @@ static void replay_transformers_calls(const char *name, const g4_model *target, 
           jint(jget(ref->json, "hf"), "num_calls"));
     printf("%s: %d transformers drafter calls, worst rel RMS logits %.2e, projected %.2e\n", name, n_calls,
            worst_logits, worst_proj);
+    CHECK(n_batched == n_calls, "%s: %d of %d calls replayed as batch rows", name, n_batched, n_calls);
+    /* the CPU's exact path is batch-invariant; a GPU's rows may round otherwise (TOL above holds them) */
+    if (!strcmp(be->ops->name, "cpu"))
+        CHECK(batch_bits_same, "%s: a batched row differs from the same call alone", name);
+    printf("%s: the same calls as rows of one forward per round: worst rel RMS logits %.2e, %s to the calls alone\n",
+           name, worst_batch, batch_bits_same ? "bit-identical" : "not bit-identical");
     free(logits);
     free(proj);
+    free(one_l), free(one_p), free(row_l), free(row_p);
+    g4_drafter_scratch_free(sb);
     g4_drafter_scratch_free(s);
 }
 
