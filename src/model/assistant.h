@@ -32,7 +32,9 @@ typedef struct {
     int target_layer[2];
 } g4_assistant;
 
-/* Loads a drafter directory (Hugging Face layout) on `be`: config.json and
+/* Loads a drafter directory on `be` (Hugging Face layout, or an MLX
+ * conversion: the same names, modules quantised 4/8-bit affine or mxfp4 as
+ * config.json's quantization block says): config.json and
  * every tensor checked, all problems listed in one error. */
 g4_status g4_assistant_load_dir(const char *dir, g4_backend *be, g4_assistant **out);
 void g4_assistant_release(g4_assistant *a);
