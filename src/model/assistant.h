@@ -32,7 +32,9 @@ typedef struct {
     int target_layer[2];
 } g4_assistant;
 
-/* Loads a drafter directory (Hugging Face layout) on `be`: config.json and
+/* Loads a drafter directory on `be` (Hugging Face layout, or an MLX
+ * conversion: the same names, modules quantised 4/8-bit affine or mxfp4 as
+ * config.json's quantization block says): config.json and
  * every tensor checked, all problems listed in one error. */
 g4_status g4_assistant_load_dir(const char *dir, g4_backend *be, g4_assistant **out);
 void g4_assistant_release(g4_assistant *a);
@@ -76,14 +78,25 @@ void g4_drafter_kv_window(const g4_assistant *a, int ctx, g4_drafter_kv *kv);
 
 typedef struct g4_drafter_scratch g4_drafter_scratch;
 
+/* A scratch for forwards of up to max_rows rows (one row per sequence that
+ * drafts; g4_drafter_scratch_create: one row). */
 g4_status g4_drafter_scratch_create(const g4_assistant *a, g4_drafter_scratch **out);
+g4_status g4_drafter_scratch_create_rows(const g4_assistant *a, int max_rows, g4_drafter_scratch **out);
+int g4_drafter_scratch_rows(const g4_drafter_scratch *s);
 void g4_drafter_scratch_free(g4_drafter_scratch *s);
 
 /* The next step's input: raw [2 d_t] host floats (tests), or the target's
  * scaled embedding of `token` beside a hidden state: host [d_t] floats, or
  * NULL for the projected state the previous step left. */
 void g4_drafter_set_input(g4_drafter_scratch *s, const float *inputs);
+void g4_drafter_set_input_row(g4_drafter_scratch *s, int row, const float *inputs);
 g4_status g4_drafter_set_token(g4_drafter_scratch *s, const g4_model *target, int32_t token, const float *hidden);
+/* Rows 0..n of the next forward: tokens[r]'s scaled target embedding beside
+ * hidden[r] (host [d_t]), or where hidden or hidden[r] is NULL the projected
+ * state the previous forward left at its row from[r] (from NULL: row r), so
+ * a round can drop rows that stopped drafting. */
+g4_status g4_drafter_set_tokens(g4_drafter_scratch *s, const g4_model *target, int n, const int32_t *tokens,
+                                const float *const *hidden, const int *from);
 
 typedef struct {
     int32_t token;     /* argmax of the logits (ties: lowest id) */
@@ -99,5 +112,11 @@ typedef struct {
 /* One drafter call at RoPE position `pos` on the input set before. */
 g4_status g4_drafter_forward(const g4_assistant *a, g4_drafter_scratch *s, int pos, const g4_drafter_kv *kv,
                              g4_drafter_result *res);
+/* One drafter call of n rows (each its own sequence): row r at position
+ * pos[r] onto the target K/V kv[r] (one pool for all), results into res[r].
+ * On the CPU's exact path row r computes bit for bit as it would alone (its
+ * batch-invariant kernels). */
+g4_status g4_drafter_forward_rows(const g4_assistant *a, g4_drafter_scratch *s, int n, const int *pos,
+                                  const g4_drafter_kv *kv, g4_drafter_result *res);
 
 #endif

@@ -176,11 +176,12 @@ g4_status g4_assistant_load_dir(const char *dir, g4_backend *be, g4_assistant **
     if (st == G4_OK) st = g4_config_load(dir, &m->config);
     if (st == G4_OK) st = read_assistant_config(a);
     if (st == G4_OK) st = g4_st_open(dir, &m->tensors);
-    if (st == G4_OK && m->config.quant.present) st = g4_fail(G4_ERR_UNSUPPORTED, "%s: quantised (MLX) drafters are not supported yet", dir);
+    /* MLX conversions keep the Hugging Face names (mlx-vlm's drafter mirrors
+     * transformers' modules) and store quantised modules as packed codes +
+     * .scales (+ .biases), which the loader reads module by module */
+    if (st == G4_OK && m->config.quant.present) m->layout = G4_LAYOUT_MLX;
     for (size_t t = 0; st == G4_OK && t < g4_st_count(m->tensors); t++)
-        if (has_suffix(g4_st_at(m->tensors, t)->name, ".scales"))
-            st = g4_fail(G4_ERR_UNSUPPORTED, "%s: quantised (MLX) drafters are not supported yet (%s)", dir,
-                         g4_st_at(m->tensors, t)->name);
+        if (has_suffix(g4_st_at(m->tensors, t)->name, ".scales")) m->layout = G4_LAYOUT_MLX;
     if (st == G4_OK) st = load_weights(a);
     if (st == G4_OK)
         for (size_t t = 0; t < g4_st_count(m->tensors); t++) m->n_unused_tensors += !m->tensor_used[t];
@@ -312,6 +313,13 @@ char *g4_assistant_describe(const g4_assistant *a) {
                  a->n_centroids, a->tokens_per_centroid, a->centroid_top_k, a->centroid_top_k * a->tokens_per_centroid);
     else
         snprintf(head, sizeof head, "dense tied head over %d tokens", tc->vocab_size);
+    char weights[160] = "";
+    const g4_quant_params *q = &m->config.quant.defaults;
+    if (m->layout == G4_LAYOUT_MLX && m->config.quant.present)
+        snprintf(weights, sizeof weights, "  weights: MLX layout, %s %d-bit, group %d\n",
+                 q->mode == G4_QUANT_MXFP4 ? "mxfp4" : "affine", q->bits, q->group_size);
+    else if (m->layout == G4_LAYOUT_MLX)
+        snprintf(weights, sizeof weights, "  weights: MLX layout, quantised modules\n");
     size_t cap = 1024;
     char *s = malloc(cap);
     if (!s) return NULL;
@@ -320,10 +328,11 @@ char *g4_assistant_describe(const g4_assistant *a) {
              "  layers: %d [%s], width %d, %d query heads, head %d (sliding) / %d (full), MLP %d, window %d\n"
              "  reads the target's K/V (no cache of its own); target width %d, vocabulary %d\n"
              "  %s\n"
+             "%s"
              "  parameters: %.2f M%s\n",
              m->path, m->config.model_type, tc->n_layers, plan, tc->hidden_size, tc->n_heads,
              head_s, head_f, tc->intermediate_size, tc->sliding_window,
-             a->backbone_hidden, tc->vocab_size, head, (double)m->n_params / 1e6,
+             a->backbone_hidden, tc->vocab_size, head, weights, (double)m->n_params / 1e6,
              m->n_unused_tensors ? " (some stored tensors unused)" : "");
     return s;
 }

@@ -50,4 +50,26 @@ g4_status g4_draft_round(const g4_assistant *a, g4_drafter_scratch *scratch, con
                          const g4_drafter_kv *kv, int p, int32_t token, const float *hidden, int k, float min_p,
                          float *logits, int32_t *cands, int32_t *drafts, int *n);
 
+/* One sequence's part in a batched drafting round (g4_draft_rounds). */
+typedef struct {
+    g4_drafter_kv kv;     /* the target keys its steps see */
+    int pos;              /* p: every step of its round sits there */
+    int32_t token;        /* its last token, fed to the first step */
+    const float *hidden;  /* host [d_t]: the target's final-normed state of the row that chose it */
+    int k;                /* drafts wanted (0: none) */
+    int32_t *drafts;      /* out: [k] */
+    int n;                /* out: drafts made */
+} g4_draft_row;
+
+/* g4_draft_round for n sequences at once: drafter step j of every row still
+ * drafting is one forward of those rows (a row leaves after its k drafts,
+ * an end-of-sequence id or a draft under min_p), so a round of up to k
+ * drafts costs k drafter forwards, not k per sequence. Rows beyond the
+ * scratch's capacity go in further groups. logits: host [rows][vocab] and
+ * cands host [rows][top_k * K] (a row each of the scratch), read only with
+ * min_p > 0. *forwards (may be NULL): the drafter forwards it ran. */
+g4_status g4_draft_rounds(const g4_assistant *a, g4_drafter_scratch *scratch, const g4_model *target,
+                          g4_draft_row *rows, int n_rows, float min_p, float *logits, int32_t *cands,
+                          int *forwards);
+
 #endif

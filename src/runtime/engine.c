@@ -71,14 +71,17 @@ struct g4_engine {
     double *cand_lse;
     int *cand_needed; /* per logit row: g4_sampler_candidates_needed, 0 = the full row, -k: a masked row's k */
     /* speculative decoding (opt.drafter) */
-    g4_drafter_scratch *draft_scratch;
-    float *draft_logits;      /* host [vocab]: a drafter step's logits (for draft_min_p) */
+    g4_drafter_scratch *draft_scratch; /* draft_rows rows: one drafter forward for every drafting sequence */
+    int draft_rows;
+    g4_draft_row *draft_row;  /* [draft_rows]: this step's drafting sequences */
+    sequence **draft_seqs;    /* [draft_rows] */
+    float *draft_logits;      /* host [draft_rows][vocab]: a drafter step's logits (for draft_min_p) */
     float *hidden;            /* host [logit_rows][hidden]: the step's final-normed states */
     int32_t *keep_ids;        /* host [vocab]: g4_draft_keep's scratch */
     double *keep_probs;       /* host [vocab] */
-    int32_t *draft_cands;     /* host [top_k * K]: a centroid head's candidates (for draft_min_p) */
+    int32_t *draft_cands;     /* host [draft_rows][top_k * K]: a centroid head's candidates (for draft_min_p) */
     /* this step's drafting counters, added to the stats under the lock */
-    uint64_t step_rounds, step_proposed, step_kept, step_drafted_at[G4_DRAFT_MAX], step_kept_at[G4_DRAFT_MAX];
+    uint64_t step_forwards, step_rounds, step_proposed, step_kept, step_drafted_at[G4_DRAFT_MAX], step_kept_at[G4_DRAFT_MAX];
     double step_draft_seconds;
     sequence **batch_seqs;
     /* a step's cancelled and finished sequences, max_seqs each */
@@ -201,14 +204,20 @@ g4_status g4_engine_create(const g4_model *m, const g4_engine_options *opt, g4_e
     if (st == G4_OK) st = g4_batch_builder_init(&e->batch, m, e->bidir_mode, N, S, e->opt.logit_rows, ring, per_seq);
     if (st == G4_OK && e->opt.drafter) {
         const size_t V = (size_t)tc->vocab_size;
-        st = g4_drafter_scratch_create(e->opt.drafter, &e->draft_scratch);
-        e->draft_logits = malloc(V * sizeof *e->draft_logits);
+        e->draft_rows = e->opt.draft_max_batch < S ? e->opt.draft_max_batch : S;
+        const size_t R = (size_t)e->draft_rows;
+        st = g4_drafter_scratch_create_rows(e->opt.drafter, e->draft_rows, &e->draft_scratch);
+        e->draft_row = calloc(R, sizeof *e->draft_row);
+        e->draft_seqs = calloc(R, sizeof *e->draft_seqs);
+        e->draft_logits = malloc((e->opt.draft_min_p > 0 ? R : 1) * V * sizeof *e->draft_logits);
         e->hidden = malloc((size_t)e->opt.logit_rows * tc->hidden_size * sizeof *e->hidden);
         e->keep_ids = malloc(V * sizeof *e->keep_ids);
         e->keep_probs = malloc(V * sizeof *e->keep_probs);
         const g4_assistant *a = e->opt.drafter;
-        e->draft_cands = malloc((size_t)(a->ordered ? a->centroid_top_k * a->tokens_per_centroid : 1) * sizeof *e->draft_cands);
-        if (st == G4_OK && (!e->draft_logits || !e->hidden || !e->keep_ids || !e->keep_probs || !e->draft_cands))
+        e->draft_cands = malloc(R * (size_t)(a->ordered ? a->centroid_top_k * a->tokens_per_centroid : 1) *
+                                sizeof *e->draft_cands);
+        if (st == G4_OK && (!e->draft_logits || !e->hidden || !e->keep_ids || !e->keep_probs || !e->draft_cands ||
+                            !e->draft_row || !e->draft_seqs))
             st = g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory for speculative decoding");
     }
     if (st == G4_OK) {
@@ -526,6 +535,7 @@ void g4_engine_destroy(g4_engine *e) {
     free(e->logits), free(e->row_logits);
     g4_drafter_scratch_free(e->draft_scratch);
     free(e->draft_logits), free(e->hidden), free(e->keep_ids), free(e->keep_probs), free(e->draft_cands);
+    free(e->draft_row), free(e->draft_seqs);
     free(e->cand_ids), free(e->cand_values), free(e->cand_lse), free(e->cand_needed);
     g4_backend *be = e->model->backend;
     if (e->mask_dev) be->ops->release(be, e->mask_dev);
@@ -649,7 +659,8 @@ static void publish_draft_stats(g4_engine *e) {
         e->step_drafted_at[i] = e->step_kept_at[i] = 0;
     }
     st->draft_seconds += e->step_draft_seconds;
-    e->step_rounds = e->step_proposed = e->step_kept = 0;
+    st->draft_forwards += e->step_forwards;
+    e->step_forwards = e->step_rounds = e->step_proposed = e->step_kept = 0;
     e->step_draft_seconds = 0;
 }
 
@@ -845,14 +856,12 @@ static g4_status choose_token(g4_engine *e, sequence *s, int row, int k_max, flo
     return ss;
 }
 
-/* Up to `room` drafts for s, a decoding sequence, after its last token, into
- * s->verify[1..]: its adaptive length, within its max_tokens and the
- * context, fewer where the drafter's confidence falls below draft_min_p,
- * and none after an end-of-sequence id. Every step of a round sees the
- * target keys 0..p-1 and sits at p, the last token's position (the clean
- * algorithm, as g4_speculative_step). */
-static void draft_sequence(g4_engine *e, sequence *s, int room) {
-    const g4_assistant *a = e->opt.drafter;
+/* How many drafts s, a decoding sequence, asks for after its last token
+ * (at most `room`): its adaptive length, within its max_tokens and the
+ * context; 0 when it cannot draft. Its row of the batched round: every step
+ * sees the target keys 0..p-1 and sits at p, the last token's position (the
+ * clean algorithm, as g4_speculative_step). */
+static int plan_drafts(g4_engine *e, sequence *s, int room, g4_draft_row *row) {
     const int p = s->n_prompt + s->n_generated - 1;
     int k = s->draft_len.len;
     const int budget = s->max_tokens - s->n_generated - 1; /* a round emits up to k + 1 tokens */
@@ -860,20 +869,31 @@ static void draft_sequence(g4_engine *e, sequence *s, int room) {
     if (k > budget) k = budget;
     if (k > ctx) k = ctx;
     if (k > room) k = room;
-    s->n_drafts = 0;
-    if (k <= 0 || p <= 0) return;
-    g4_drafter_kv kv = {.kv = e->kv, .full_table = s->kv.full_blocks, .full_table_stride = s->kv.cap_full,
-                        .ring = s->kv.ring};
-    g4_drafter_kv_window(a, p, &kv);
-    int n = 0;
-    const g4_status st = g4_draft_round(a, e->draft_scratch, e->model, &kv, p, s->last_token, s->hidden, k,
-                                        e->opt.draft_min_p, e->draft_logits, e->draft_cands, s->verify + 1, &n);
-    if (st != G4_OK) { /* the reply goes on without drafts */
-        g4_log(G4_LOG_WARN, "engine: request %llu stops drafting: %s", (unsigned long long)s->id, g4_error_message());
-        s->drafting = 0;
-        n = 0;
+    if (k <= 0 || p <= 0) return 0;
+    *row = (g4_draft_row){.kv = {.kv = e->kv, .full_table = s->kv.full_blocks, .full_table_stride = s->kv.cap_full,
+                                 .ring = s->kv.ring},
+                          .pos = p, .token = s->last_token, .hidden = s->hidden, .k = k, .drafts = s->verify + 1};
+    g4_drafter_kv_window(e->opt.drafter, p, &row->kv);
+    return k;
+}
+
+/* The planned rows' drafts, one drafter forward per draft position for all
+ * of them (fewer where the drafter's confidence falls below draft_min_p, none
+ * after an end-of-sequence id), into each sequence's verify[1..]. */
+static void draft_planned(g4_engine *e, int n) {
+    int forwards = 0;
+    const g4_status st = g4_draft_rounds(e->opt.drafter, e->draft_scratch, e->model, e->draft_row, n,
+                                         e->opt.draft_min_p, e->draft_logits, e->draft_cands, &forwards);
+    e->step_forwards += (uint64_t)forwards;
+    for (int i = 0; i < n; i++) {
+        sequence *s = e->draft_seqs[i];
+        s->n_drafts = st == G4_OK ? e->draft_row[i].n : 0;
+        if (st != G4_OK) { /* the replies go on without drafts */
+            g4_log(G4_LOG_WARN, "engine: request %llu stops drafting: %s", (unsigned long long)s->id,
+                   g4_error_message());
+            s->drafting = 0;
+        }
     }
-    s->n_drafts = n;
 }
 
 /* Accepts s's chosen token and reports it: the finish reason it brings
@@ -968,16 +988,21 @@ int g4_engine_step(g4_engine *e) {
     int room = e->opt.max_batch_tokens - n_dec;
     if (e->opt.logit_rows - n_run < room) room = e->opt.logit_rows - n_run;
     const double t_draft = g4_now_seconds();
-    int any_drafts = 0;
+    int n_drafting = 0;
     for (int i = 0; i < n_run; i++) {
         sequence *s = e->running[i];
         s->n_drafts = 0;
         if (!may_draft || !s->drafting || !s->have_hidden || s->prefilled < s->n_prompt || room <= 0) continue;
-        draft_sequence(e, s, room);
-        room -= s->n_drafts;
-        any_drafts = 1;
+        if (n_drafting >= e->draft_rows) continue;
+        const int k = plan_drafts(e, s, room, &e->draft_row[n_drafting]);
+        if (k <= 0) continue;
+        e->draft_seqs[n_drafting++] = s;
+        room -= k;
     }
-    if (any_drafts) e->step_draft_seconds += g4_now_seconds() - t_draft;
+    if (n_drafting > 0) {
+        draft_planned(e, n_drafting);
+        e->step_draft_seconds += g4_now_seconds() - t_draft;
+    }
 
     /* build one batch: decode tokens first (with their drafts), then prefill
      * chunks (an image that does not fit the room left waits for the next

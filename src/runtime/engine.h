@@ -103,7 +103,9 @@ typedef struct {
      * Each step every decoding sequence that may draft proposes up to
      * draft_max tokens (fewer as its acceptance falls: g4_draft_length),
      * verified in the step's one forward pass beside the other sequences'
-     * rows. Not drafted: constrained requests (token masks), sampled ones
+     * rows. The drafter runs batched: draft position j of every drafting
+     * sequence is one drafter forward of their rows (g4_draft_rounds), so
+     * a step costs at most draft_max drafter forwards. Not drafted: constrained requests (token masks), sampled ones
      * that want log-probabilities, no_speculative ones, and every sequence
      * of a step where more than draft_max_batch decode. Greedy replies are
      * the ids of plain decoding; sampled ones keep the sampler's
@@ -122,11 +124,13 @@ typedef struct {
 /* The batch above which the engine stops drafting by default: on the CPU
  * the drafted/plain ratio is best at 1-2 decoding sequences and falls from
  * 4 on (plain decoding shares each weight read among the batch, while every
- * drafting sequence adds k verified rows and k drafter steps of its own);
+ * drafting sequence adds k verified rows; measured with the drafter still
+ * run one sequence after another, before it was batched);
  * bench/RESULTS.md, "Speculative decoding in the engine". On CUDA a step's
  * cost grows little with its rows: the H200 measured drafted/plain 1.97x at
  * 1 sequence, 1.56x at 4, 0.66x at 16 (e2b, 3 of 3 drafts kept; bench/
- * RESULTS.md, "Session of 2026-12-01 20:30 UTC"). */
+ * RESULTS.md, "Session of 2026-12-01 20:30 UTC"; also before the drafter
+ * was batched: re-measure at 4/8/16 streams). */
 #define G4_ENGINE_DRAFT_MAX_BATCH 2
 #define G4_ENGINE_DRAFT_MAX_BATCH_CUDA 4
 
@@ -169,6 +173,7 @@ typedef struct {
     uint64_t draft_rounds, drafts_proposed, drafts_accepted;
     uint64_t drafted_at[G4_DRAFT_MAX], accepted_at[G4_DRAFT_MAX];
     double draft_seconds;
+    uint64_t draft_forwards; /* drafter forwards: one per draft position of a step, for all its drafting sequences */
 } g4_engine_stats;
 
 typedef struct g4_engine g4_engine;

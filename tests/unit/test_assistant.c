@@ -4,7 +4,8 @@
  *  - attach picks the target layers transformers shares (kv_donor_layers);
  *  - every drafter call inside transformers' own assisted generate (hf.cNN),
  *    replayed on the K/V transformers gave it (hf.rNN.kv), reproduces its
- *    logits and projected state;
+ *    logits and projected state, one call at a time and a round's calls as
+ *    the rows of one batched forward (on the CPU bit for bit the same);
  *  - the canonical first round (draft.fixed) from the engine's own target
  *    session: hidden state, drafted tokens, logits, projected states; the
  *    centroid head equals the dense head on its candidates;
@@ -94,18 +95,65 @@ static void store_kv(g4_backend *be, g4_kv_pool *pool, g4_kv_seq *seq, int layer
     free(sq);
 }
 
+/* The K/V transformers gave drafter round r (hf.rNN.kv) in a new pool: full
+ * layers see every key given, sliding ones the last W+1 (B3). NULL on
+ * failure (a CHECK failed). */
+static g4_kv_pool *round_kv(const char *name, const g4_model *target, const g4_assistant *a, const fixture_ref *ref,
+                            int r, g4_kv_seq *seq_out, g4_drafter_kv *kv_out) {
+    g4_backend *be = target->backend;
+    const g4_text_config *tc = &target->config.text;
+    const int W = a->model->config.text.sliding_window;
+    g4_kv_pool *pool = NULL;
+    g4_kv_seq seq;
+    CHECK(g4_kv_pool_create(target, 16, 8, 8, 8, G4_KV_F32, &pool) == G4_OK, "%s: pool: %s", name, g4_error_message());
+    if (!pool) return NULL;
+    g4_kv_seq_init(pool, &seq);
+    g4_kv_seq_reserve(pool, &seq, 128);
+    int len[2] = {0, 0};
+    for (int kind = 0; kind < 2; kind++) {
+        const char *kname = kind == G4_LAYER_SLIDING ? "sliding_attention" : "full_attention";
+        const int layer = a->target_layer[kind];
+        const g4_layer_config *lc = &tc->layers[layer];
+        char kn[128], vn[128];
+        snprintf(kn, sizeof kn, "hf.r%02d.kv.%s.k", r, kname);
+        snprintf(vn, sizeof vn, "hf.r%02d.kv.%s.v", r, kname);
+        const g4_st_tensor *kt = g4_st_find(ref->tensors, kn);
+        len[kind] = kt && kt->ndim == 3 ? (int)kt->shape[1] : 0;
+        const size_t n = (size_t)lc->n_kv_heads * len[kind] * lc->head_dim;
+        const float *k = tensor(ref, kn, n), *v = tensor(ref, vn, n);
+        if (k && v && len[kind] <= 128)
+            store_kv(be, pool, &seq, layer, k, v, lc->n_kv_heads, len[kind], lc->head_dim, kind == G4_LAYER_SLIDING);
+    }
+    g4_drafter_kv kv = {.kv = pool, .full_table = seq.full_blocks, .full_table_stride = seq.cap_full,
+                        .ring = seq.ring};
+    kv.lo[G4_LAYER_FULL] = 0;
+    kv.hi[G4_LAYER_FULL] = len[G4_LAYER_FULL] - 1;
+    kv.lo[G4_LAYER_SLIDING] = len[G4_LAYER_SLIDING] > W + 1 ? len[G4_LAYER_SLIDING] - (W + 1) : 0;
+    kv.hi[G4_LAYER_SLIDING] = len[G4_LAYER_SLIDING] - 1;
+    *seq_out = seq;
+    *kv_out = kv;
+    return pool;
+}
+
 /* hf.cNN: each drafter call of transformers' assisted generate, on the K/V
  * that round gave it (5.17 quirks included: they are in the K/V). */
 static void replay_transformers_calls(const char *name, const g4_model *target, const g4_assistant *a,
                                       const fixture_ref *ref) {
     g4_backend *be = target->backend;
     const g4_text_config *tc = &target->config.text;
-    const int V = tc->vocab_size, dt = tc->hidden_size, W = a->model->config.text.sliding_window;
+    const int V = tc->vocab_size, dt = tc->hidden_size;
     const cJSON *rounds = jget(jget(ref->json, "hf"), "rounds");
-    g4_drafter_scratch *s = NULL;
+    enum { ROWS = 8 };
+    g4_drafter_scratch *s = NULL, *sb = NULL;
     CHECK(g4_drafter_scratch_create(a, &s) == G4_OK, "%s: scratch: %s", name, g4_error_message());
+    CHECK(g4_drafter_scratch_create_rows(a, ROWS, &sb) == G4_OK, "%s: batch scratch: %s", name, g4_error_message());
     float *logits = malloc((size_t)V * sizeof *logits), *proj = malloc((size_t)dt * sizeof *proj);
-    int n_calls = 0, r = 0;
+    /* one round's calls alone, then as rows of one forward */
+    float *one_l = malloc((size_t)ROWS * V * sizeof *one_l), *one_p = malloc((size_t)ROWS * dt * sizeof *one_p);
+    float *row_l = malloc((size_t)ROWS * V * sizeof *row_l), *row_p = malloc((size_t)ROWS * dt * sizeof *row_p);
+    int32_t one_tok[ROWS];
+    int n_calls = 0, r = 0, n_batched = 0, batch_bits_same = 1;
+    double worst_batch = 0;
     double worst_logits = 0, worst_proj = 0;
     const cJSON *round;
     cJSON_ArrayForEach(round, rounds) {
@@ -116,35 +164,10 @@ static void replay_transformers_calls(const char *name, const g4_model *target, 
             r++;
             continue;
         }
-        g4_kv_pool *pool = NULL;
         g4_kv_seq seq;
-        CHECK(g4_kv_pool_create(target, 16, 8, 8, 8, G4_KV_F32, &pool) == G4_OK, "%s: pool: %s", name, g4_error_message());
+        g4_drafter_kv kv;
+        g4_kv_pool *pool = round_kv(name, target, a, ref, r, &seq, &kv);
         if (!pool) break;
-        g4_kv_seq_init(pool, &seq);
-        g4_kv_seq_reserve(pool, &seq, 128);
-        int len[2] = {0, 0};
-        for (int kind = 0; kind < 2; kind++) {
-            const char *kname = kind == G4_LAYER_SLIDING ? "sliding_attention" : "full_attention";
-            const int layer = a->target_layer[kind];
-            const g4_layer_config *lc = &tc->layers[layer];
-            char kn[128], vn[128];
-            snprintf(kn, sizeof kn, "hf.r%02d.kv.%s.k", r, kname);
-            snprintf(vn, sizeof vn, "hf.r%02d.kv.%s.v", r, kname);
-            const g4_st_tensor *kt = g4_st_find(ref->tensors, kn);
-            len[kind] = kt && kt->ndim == 3 ? (int)kt->shape[1] : 0;
-            const size_t n = (size_t)lc->n_kv_heads * len[kind] * lc->head_dim;
-            const float *k = tensor(ref, kn, n), *v = tensor(ref, vn, n);
-            if (k && v && len[kind] <= 128)
-                store_kv(be, pool, &seq, layer, k, v, lc->n_kv_heads, len[kind], lc->head_dim,
-                         kind == G4_LAYER_SLIDING);
-        }
-        /* full layers see every key given; sliding ones the last W+1 (B3) */
-        g4_drafter_kv kv = {.kv = pool, .full_table = seq.full_blocks, .full_table_stride = seq.cap_full,
-                            .ring = seq.ring};
-        kv.lo[G4_LAYER_FULL] = 0;
-        kv.hi[G4_LAYER_FULL] = len[G4_LAYER_FULL] - 1;
-        kv.lo[G4_LAYER_SLIDING] = len[G4_LAYER_SLIDING] > W + 1 ? len[G4_LAYER_SLIDING] - (W + 1) : 0;
-        kv.hi[G4_LAYER_SLIDING] = len[G4_LAYER_SLIDING] - 1;
         int j = 0;
         const cJSON *call;
         cJSON_ArrayForEach(call, calls) {
@@ -159,6 +182,12 @@ static void replay_transformers_calls(const char *name, const g4_model *target, 
             g4_drafter_set_input(s, inputs);
             g4_drafter_result res = {.logits = logits, .projected = proj};
             g4_status st = g4_drafter_forward(a, s, jint(call, "position"), &kv, &res);
+            if (j - 1 < ROWS) { /* kept for the batched forward below */
+                memcpy(one_l + (size_t)(j - 1) * V, logits, (size_t)V * sizeof *logits);
+                memcpy(one_p + (size_t)(j - 1) * dt, proj, (size_t)dt * sizeof *proj);
+                one_tok[j - 1] = res.token;
+                g4_drafter_set_input_row(sb, j - 1, inputs);
+            }
             CHECK(st == G4_OK, "%s call %d: %s", name, c, g4_error_message());
             double el = test_rel_rms(logits, want_l, (size_t)V), ep = test_rel_rms(proj, want_p, (size_t)dt);
             CHECK(el < TOL, "%s call %d: logits rel RMS %.3g", name, c, el);
@@ -169,6 +198,33 @@ static void replay_transformers_calls(const char *name, const g4_model *target, 
             if (ep > worst_proj) worst_proj = ep;
             n_calls++;
         }
+        /* the round's calls (each its own input and position) as one forward */
+        const int nb = j < ROWS ? j : ROWS;
+        if (sb && nb > 0) {
+            g4_drafter_kv kvs[ROWS];
+            g4_drafter_result rs[ROWS];
+            int pos[ROWS];
+            for (int b = 0; b < nb; b++) {
+                kvs[b] = kv;
+                pos[b] = jint(cJSON_GetArrayItem(calls, b), "position");
+                rs[b] = (g4_drafter_result){.logits = row_l + (size_t)b * V, .projected = row_p + (size_t)b * dt};
+            }
+            g4_status st = g4_drafter_forward_rows(a, sb, nb, pos, kvs, rs);
+            CHECK(st == G4_OK, "%s round %d: batched forward of %d rows: %s", name, r, nb, g4_error_message());
+            for (int b = 0; st == G4_OK && b < nb; b++) {
+                char ln[64];
+                snprintf(ln, sizeof ln, "hf.c%02d.logits", c0 + b);
+                const float *want_l = tensor(ref, ln, (size_t)V);
+                const double el = want_l ? test_rel_rms(row_l + (size_t)b * V, want_l, (size_t)V) : 1;
+                CHECK(el < TOL, "%s call %d as row %d of %d: logits rel RMS %.3g", name, c0 + b, b, nb, el);
+                CHECK(rs[b].token == one_tok[b], "%s call %d as row %d: drafted %d, alone %d", name, c0 + b, b,
+                      rs[b].token, one_tok[b]);
+                batch_bits_same &= !memcmp(row_l + (size_t)b * V, one_l + (size_t)b * V, (size_t)V * sizeof *row_l) &&
+                                   !memcmp(row_p + (size_t)b * dt, one_p + (size_t)b * dt, (size_t)dt * sizeof *row_p);
+                if (el > worst_batch) worst_batch = el;
+                n_batched++;
+            }
+        }
         g4_kv_seq_release(pool, &seq);
         g4_kv_pool_free(pool);
         r++;
@@ -177,8 +233,16 @@ static void replay_transformers_calls(const char *name, const g4_model *target, 
           jint(jget(ref->json, "hf"), "num_calls"));
     printf("%s: %d transformers drafter calls, worst rel RMS logits %.2e, projected %.2e\n", name, n_calls,
            worst_logits, worst_proj);
+    CHECK(n_batched == n_calls, "%s: %d of %d calls replayed as batch rows", name, n_batched, n_calls);
+    /* the CPU's exact path is batch-invariant; a GPU's rows may round otherwise (TOL above holds them) */
+    if (!strcmp(be->ops->name, "cpu"))
+        CHECK(batch_bits_same, "%s: a batched row differs from the same call alone", name);
+    printf("%s: the same calls as rows of one forward per round: worst rel RMS logits %.2e, %s to the calls alone\n",
+           name, worst_batch, batch_bits_same ? "bit-identical" : "not bit-identical");
     free(logits);
     free(proj);
+    free(one_l), free(one_p), free(row_l), free(row_p);
+    g4_drafter_scratch_free(sb);
     g4_drafter_scratch_free(s);
 }
 
@@ -671,6 +735,136 @@ static void forced_acceptance(g4_backend *be) {
     fixture_ref_close(&tref);
 }
 
+/* MLX-layout drafters (tests/tools/make_mlx_assistant.py: MLX's own
+ * mx.quantize of the fixture drafters, affine group 64): they load with
+ * every module quantised and no tensor unused, every transformers drafter
+ * call (hf.cNN inputs on hf.rNN.kv) gives what the Hugging Face loader gives
+ * on the same weights as MLX dequantises them (NAME-dequant, float32) to
+ * float32 rounding (on the CPU: bit for bit), and near the unquantised
+ * drafter; assisted greedy
+ * decoding with them equals transformers' plain greedy ids. */
+static void mlx_drafters(g4_backend *be) {
+    static const struct {
+        const char *target, *source, *mlx;
+        /* against the unquantised drafter, the projected state's rel RMS: the quantisation error, which these
+         * random drafters amplify layer by layer (measured 1.17, 0.23, 1.05) */
+        double tol_hf;
+    } cases[] = {
+        {"e2b", "e2b-assistant", "e2b-assistant-mlx4", 2.0},
+        {"e2b", "e2b-assistant", "e2b-assistant-mlx8", 0.4},
+        {"dense", "dense-assistant", "dense-assistant-mlx4", 2.0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        fixture_ref tref, ref;
+        g4_model *target = NULL;
+        if (!fixture_model_open(cases[c].target, be, &tref, &target)) continue;
+        char mlx_dir[512], deq_dir[600];
+        snprintf(mlx_dir, sizeof mlx_dir, "mlx-assistant/%s", cases[c].mlx);
+        snprintf(mlx_dir, sizeof mlx_dir, "%s", test_fixture(mlx_dir));
+        snprintf(deq_dir, sizeof deq_dir, "%s-dequant", mlx_dir);
+        g4_assistant *am = NULL, *ad = NULL, *ah = NULL;
+        g4_status st = g4_assistant_load_dir(mlx_dir, be, &am);
+        CHECK(st == G4_OK, "%s: load: %s", cases[c].mlx, g4_error_message());
+        if (st == G4_OK) st = g4_assistant_load_dir(deq_dir, be, &ad);
+        if (st == G4_OK) st = g4_assistant_load_dir(test_fixture(cases[c].source), be, &ah);
+        if (st == G4_OK) st = g4_assistant_attach(am, target);
+        if (st == G4_OK) st = g4_assistant_attach(ad, target);
+        if (st == G4_OK) st = g4_assistant_attach(ah, target);
+        CHECK(st == G4_OK, "%s: %s", cases[c].mlx, g4_error_message());
+        if (st != G4_OK || fixture_ref_open(test_fixture(cases[c].source), &ref) != 0) {
+            g4_assistant_release(am), g4_assistant_release(ad), g4_assistant_release(ah);
+            g4_model_release(target);
+            fixture_ref_close(&tref);
+            continue;
+        }
+        CHECK(am->model->layout == G4_LAYOUT_MLX && am->model->n_unused_tensors == 0,
+              "%s: layout %d, %zu tensors unused", cases[c].mlx, am->model->layout, am->model->n_unused_tensors);
+        const g4_matrix *quantised[] = {&am->model->text.embed, &am->pre_projection, &am->post_projection,
+                                        &am->model->text.layers[0].q, &am->model->text.layers[0].down,
+                                        am->ordered ? &am->centroids : &am->model->text.layers[1].gate};
+        for (size_t q = 0; q < sizeof quantised / sizeof quantised[0]; q++)
+            CHECK(quantised[q]->format == G4_WEIGHT_AFFINE, "%s: matrix %zu is format %d, not affine", cases[c].mlx,
+                  q, quantised[q]->format);
+
+        const int V = target->config.text.vocab_size, dt = target->config.text.hidden_size;
+        float *lm = malloc((size_t)V * sizeof *lm), *ld = malloc((size_t)V * sizeof *ld), *lh = malloc((size_t)V * 4);
+        float *pm = malloc((size_t)dt * sizeof *pm), *pd = malloc((size_t)dt * sizeof *pd), *ph = malloc((size_t)dt * 4);
+        g4_drafter_scratch *sm = NULL, *sd = NULL, *sh = NULL;
+        g4_drafter_scratch_create(am, &sm), g4_drafter_scratch_create(ad, &sd), g4_drafter_scratch_create(ah, &sh);
+        double worst_deq = 0, worst_proj = 0, worst_hf = 0;
+        int n_calls = 0, same_hf = 0, r = 0;
+        const cJSON *round;
+        cJSON_ArrayForEach(round, jget(jget(ref.json, "hf"), "rounds")) {
+            const cJSON *calls = jget(round, "drafter_calls");
+            const cJSON *range = jget(round, "calls");
+            const int c0 = cJSON_GetArraySize(range) == 2 ? (int)cJSON_GetArrayItem(range, 0)->valuedouble : 0;
+            if (!cJSON_IsArray(calls) || cJSON_GetArraySize(calls) == 0 || !sm || !sd || !sh) {
+                r++;
+                continue;
+            }
+            g4_kv_seq seq;
+            g4_drafter_kv kv;
+            g4_kv_pool *pool = round_kv(cases[c].mlx, target, am, &ref, r, &seq, &kv);
+            if (!pool) break;
+            int j = 0;
+            const cJSON *call;
+            cJSON_ArrayForEach(call, calls) {
+                char in[64];
+                snprintf(in, sizeof in, "hf.c%02d.inputs", c0 + j++);
+                const float *inputs = tensor(&ref, in, (size_t)2 * dt);
+                if (!inputs) continue;
+                const int pos = jint(call, "position");
+                g4_drafter_result rm = {.logits = lm, .projected = pm}, rd = {.logits = ld, .projected = pd},
+                                  rh = {.logits = lh, .projected = ph};
+                g4_drafter_set_input(sm, inputs), g4_drafter_set_input(sd, inputs), g4_drafter_set_input(sh, inputs);
+                st = g4_drafter_forward(am, sm, pos, &kv, &rm);
+                if (st == G4_OK) st = g4_drafter_forward(ad, sd, pos, &kv, &rd);
+                if (st == G4_OK) st = g4_drafter_forward(ah, sh, pos, &kv, &rh);
+                CHECK(st == G4_OK, "%s call %d: %s", cases[c].mlx, c0 + j - 1, g4_error_message());
+                if (st != G4_OK) break;
+                const double ed = test_rel_rms(lm, ld, (size_t)V), ep = test_rel_rms(pm, pd, (size_t)dt);
+                /* the projected state: the centroid head's logits hold fillers outside its candidates */
+                const double eh = test_rel_rms(pm, ph, (size_t)dt);
+                CHECK(ed < 1e-5 && ep < 1e-5 && rm.token == rd.token,
+                      "%s call %d: against MLX's dequantised weights logits %.3g, projected %.3g, token %d vs %d",
+                      cases[c].mlx, c0 + j - 1, ed, ep, rm.token, rd.token);
+                CHECK(eh < cases[c].tol_hf, "%s call %d: against the unquantised drafter projected %.3g", cases[c].mlx,
+                      c0 + j - 1, eh);
+                if (ed > worst_deq) worst_deq = ed;
+                if (ep > worst_proj) worst_proj = ep;
+                if (eh > worst_hf) worst_hf = eh;
+                same_hf += rm.token == rh.token;
+                n_calls++;
+            }
+            g4_kv_seq_release(pool, &seq);
+            g4_kv_pool_free(pool);
+            r++;
+        }
+        CHECK(n_calls == jint(jget(ref.json, "hf"), "num_calls"), "%s: %d calls replayed", cases[c].mlx, n_calls);
+        /* assisted greedy: the target still decides every token */
+        int32_t prompt[256], greedy[64], got[64];
+        const int P = jids(jget(ref.json, "prompt_ids"), prompt, 256), n = jids(jget(ref.json, "greedy_ids"), greedy, 64);
+        g4_session *s = NULL;
+        g4_speculative_stats stats = {0};
+        if (g4_session_create(target, NULL, &s) == G4_OK) {
+            CHECK(assisted_greedy(s, am, 4, prompt, P, n, got, &stats) && !memcmp(got, greedy, (size_t)n * sizeof *got),
+                  "%s: assisted greedy differs from transformers' greedy", cases[c].mlx);
+            g4_session_destroy(s);
+        }
+        printf("%s: %d drafter calls, vs MLX-dequantised HF weights: logits %.2e, projected %.2e; vs the unquantised "
+               "drafter: projected %.3f, %d/%d same drafts; assisted greedy == transformers over %d tokens (%ld of %ld "
+               "drafts kept)\n",
+               cases[c].mlx, n_calls, worst_deq, worst_proj, worst_hf, same_hf, n_calls, n, stats.accepted,
+               stats.drafted);
+        g4_drafter_scratch_free(sm), g4_drafter_scratch_free(sd), g4_drafter_scratch_free(sh);
+        free(lm), free(ld), free(lh), free(pm), free(pd), free(ph);
+        fixture_ref_close(&ref);
+        g4_assistant_release(am), g4_assistant_release(ad), g4_assistant_release(ah);
+        g4_model_release(target);
+        fixture_ref_close(&tref);
+    }
+}
+
 int main(void) {
     g4_backend *be = NULL;
     g4_status st = g4_backend_cpu_create(0, &be);
@@ -681,6 +875,7 @@ int main(void) {
     fixture_pair(be, "unified", "unified-assistant");
     bundled_pair(be);
     forced_acceptance(be);
+    mlx_drafters(be);
     synthetic_drafters_fit();
     g4_backend_destroy(be);
     /* the same on a GPU where there is one (the CUDA build without a GPU, and

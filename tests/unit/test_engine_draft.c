@@ -8,8 +8,9 @@
  * give the same ids); the next turns, reusing prompt + reply blocks from the
  * prefix cache, must still match a cold run (no rejected position was
  * registered). Also: the adaptive draft length, the min-p floor and forced
- * acceptance; the public API's draft options. G4_TEST_DEVICE=cuda runs it
- * on a GPU. */
+ * acceptance; the drafter batched across sequences (a step's drafting
+ * sequences share each drafter forward); the public API's draft options.
+ * G4_TEST_DEVICE=cuda runs it on a GPU. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,6 +315,56 @@ static void check_adaptive(const g4_model *m, const g4_assistant *a, g4_tokenize
     }
 }
 
+/* The drafter runs once per draft position for all of a step's drafting
+ * sequences: 4 requests decoding in lockstep (one prompt length, forced
+ * acceptance of every draft, so every round drafts 3 but the last, which
+ * drafts 2) make 6 rounds of 17 drafts each, in 17 drafter forwards, not 68.
+ * The emitted ids are then the drafter's own (forced), and must equal each
+ * request's alone on a one-sequence engine (its drafter forwards of 1 row). */
+static void check_drafter_batched(const g4_model *m, const g4_assistant *a, g4_tokenizer *tok) {
+    enum { N = 4, P = 12 };
+    static request q[N];
+    static collected got[N], alone[N];
+    for (int r = 0; r < N; r++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        memset(&q[r], 0, sizeof q[r]);
+        CHECK(g4_tokenizer_encode(tok, texts[r], strlen(texts[r]), 0, &ids, &n) == G4_OK && n >= P, "prompt %d", r);
+        q[r].ids[0] = m->config.tokens.bos_id;
+        if (ids && n >= P) memcpy(q[r].ids + 1, ids, (size_t)(P - 1) * sizeof *ids);
+        q[r].n = P;
+        free(ids);
+    }
+    g4_engine_options opt = {.max_seqs = N, .n_ctx = MAX_PROMPT + 2 * MAX_NEW + 8, .drafter = a, .draft_max = 3,
+                             .draft_max_batch = N, .draft_force = 1, .draft_forced_accept = 3};
+    int order[N] = {0, 1, 2, 3};
+    g4_engine_stats stats, one;
+    g4_status st = run_batch(m, &opt, q, N, order, got, &stats);
+    CHECK(st == G4_OK, "batched drafter: %s", g4_error_message());
+    /* 24 tokens: 1 from the prefill, rounds of 3 kept + 1 while the budget allows, the last of 2 + 1 */
+    const uint64_t per_seq = 5 * 3 + 2;
+    CHECK(stats.drafts_proposed == N * per_seq && stats.draft_rounds == N * 6,
+          "lockstep: %llu drafts in %llu rounds (want %llu in %d)", (unsigned long long)stats.drafts_proposed,
+          (unsigned long long)stats.draft_rounds, (unsigned long long)(N * per_seq), N * 6);
+    CHECK(stats.draft_forwards == per_seq, "4 drafting sequences: %llu drafter forwards for %llu drafts (want %llu)",
+          (unsigned long long)stats.draft_forwards, (unsigned long long)stats.drafts_proposed,
+          (unsigned long long)per_seq);
+    opt.max_seqs = 1;
+    opt.draft_max_batch = 1;
+    int same = 0;
+    for (int r = 0; r < N; r++) {
+        int o = 0;
+        st = run_batch(m, &opt, &q[r], 1, &o, &alone[r], &one);
+        CHECK(st == G4_OK && one.draft_forwards == per_seq, "request %d alone: %llu forwards: %s", r,
+              (unsigned long long)one.draft_forwards, g4_error_message());
+        same += same_ids(&got[r], &alone[r]);
+        CHECK(same_ids(&got[r], &alone[r]), "request %d: the batched drafter's drafts differ from its drafts alone", r);
+    }
+    printf("batched drafter: 4 sequences, %llu drafts in %llu drafter forwards (%llu a sequence alone); "
+           "%d/4 forced replies identical to alone\n", (unsigned long long)stats.drafts_proposed,
+           (unsigned long long)stats.draft_forwards, (unsigned long long)per_seq, same);
+}
+
 /* Bad drafter options are refused with a message. */
 static void check_options(const g4_model *m, const g4_assistant *a) {
     g4_engine *e = NULL;
@@ -424,6 +475,7 @@ int main(void) {
         check_batched(m, a, tok);
         check_min_p(m, a, tok);
         check_adaptive(m, a, tok);
+        check_drafter_batched(m, a, tok);
         check_public_api(mdir, device ? device : "cpu");
     }
     g4_tokenizer_free(tok);
