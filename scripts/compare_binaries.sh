@@ -99,7 +99,13 @@ compare "generate bad id" generate -m "$FIX/dense" --ids 2,x -n 4
 compare "generate id past the vocabulary" generate -m "$FIX/dense" --ids 2,999999 -n 4 --device cpu
 compare "generate empty ids" generate -m "$FIX/dense" --ids , -n 4
 compare "generate bad --draft-max" generate -m "$FIX/dense" --ids 2,3 -n 4 --draft "$FIX/dense-assistant" --draft-max 17
-compare "generate missing model" generate -m /nonexistent --ids 2,3 -n 4 --device cpu
+# (the old binary said "gemma4: PATH: no such file..." without "cannot load model: ", which g4_open's callers print)
+"$NEW" generate -m /nonexistent --ids 2,3 -n 4 --device cpu 2>"$TMP/new.stderr"
+if [ $? -eq 1 ] && grep -q "^gemma4: cannot load model: /nonexistent: no such file" "$TMP/new.stderr"; then
+    same=$((same + 1)) && echo "changed generate missing model: exit 1, $(cat "$TMP/new.stderr")"
+else
+    differ=$((differ + 1)) && echo "DIFFER  generate missing model"
+fi
 
 compare "run greedy" run -m "$MODEL" -p "And God said" -n 40 --temp 0 --device cpu
 compare "run exact greedy" run -m "$MODEL" -p "Who is the king of glory?" -n 40 --temp 0 --device cpu --precision exact
@@ -124,7 +130,14 @@ compare "run --draft sampled" run -m "$MODEL" -p "And God said" -n 40 --seed 2 -
 compare "run --draft with --json" run -m "$MODEL" -p "And God said" -n 24 --json --temp 0 --device cpu \
     --draft "$MODEL-assistant"
 compare "run bad schema file" run -m "$MODEL" -p "x" --json-schema /nonexistent.json
-compare "run bad regex" run -m "$MODEL" -p "x" -n 4 --regex '[a-' --device cpu
+# (the old binary printed the compiler's message twice, "gemma4: ..." and "gemma4 run: ...")
+"$NEW" run -m "$MODEL" -p "x" -n 4 --regex '[a-' --device cpu >"$TMP/new.stdout" 2>"$TMP/new.stderr"
+if [ $? -eq 1 ] && [ ! -s "$TMP/new.stdout" ] &&
+    [ "$(cat "$TMP/new.stderr")" = "gemma4 run: regex: unterminated character class at offset 3" ]; then
+    same=$((same + 1)) && echo "changed run bad regex: exit 1, $(cat "$TMP/new.stderr")"
+else
+    differ=$((differ + 1)) && echo "DIFFER  run bad regex"
+fi
 compare "run no tokenizer" run -m "$FIX/dense" -p "x" -n 4 --device cpu
 compare "run bad --temp" run -m "$MODEL" -p "x" --temp hot
 printf 'And God said\nWho is the king of glory?\n/reset\nIn the beginning\nAnd then?\n' >"$TMP/chat.txt"

@@ -1,7 +1,8 @@
 /* The command line support that needs nothing but the public API
- * (gemma4.h): option values, id lists, errors, files, media files. The
- * commands built on gemma4.h alone (tokenize, logits, perplexity) include
- * only this and gemma4.h; cli_common.h adds the internal helpers. */
+ * (gemma4.h): option values, id lists, errors, files, media files, the
+ * --draft options. The commands built on gemma4.h alone (tokenize, logits,
+ * perplexity, generate; run and chat through cli_generate.h) include only
+ * this and gemma4.h; cli_common.h adds the internal helpers. */
 #ifndef G4_TOOLS_CLI_ARGS_H
 #define G4_TOOLS_CLI_ARGS_H
 
