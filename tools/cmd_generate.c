@@ -87,8 +87,9 @@ int cmd_generate(int argc, char **argv) {
     g4_sequence *s = NULL;
     g4_input *in = NULL;
     collected got = {.out = malloc((size_t)(n_new + 1) * sizeof *got.out), .info = &info, .ignore_eos = ignore_eos};
-    /* greedy (the first of equal logits), no processors; the eos ends it in collect(), not as a stop id */
-    g4_generate_options go = {.stop_ids = ids, .n_stop = 0};
+    /* greedy (the first of equal logits), no processors; no stop ids: the eos ends it in collect(), reported */
+    static const int32_t no_stop_ids[1] = {0};
+    g4_generate_options go = {.stop_ids = no_stop_ids, .n_stop = 0};
     g4_params_default(&go.params);
     go.params.max_tokens = (int)n_new;
     g4_generate_result res;
