@@ -8,8 +8,11 @@
 #include "model/assistant.h"
 #include "model/kv_cache.h"
 #include "runtime/context.h"
+#include <cjson/cJSON.h>
+
 #include "constrain/token_mask.h"
 #include "runtime/engine.h"
+#include "runtime/prompt.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
@@ -36,6 +39,14 @@ void g4_sampler_params_from_api(const g4_params *p, g4_sampler_params *out);
  * reply may open with a thought. */
 g4_status g4_params_constraint(const g4_handle *h, const g4_params *p, int thinking, int starts_in_reasoning,
                                g4_token_matcher **out);
+
+/* messages_json (and tools_json, may be NULL) read strictly (an escaped NUL
+ * is refused, not cut), checked as OpenAI chat messages, tool-call
+ * arguments normalized; *messages / *tools to cJSON_Delete, also on failure. */
+g4_status g4_chat_json_parse(const char *messages_json, const char *tools_json, cJSON **messages, cJSON **tools);
+/* The public media files as the prompt builder takes them (*out NULL for
+ * none; free it). */
+g4_status g4_media_inputs_from_files(const g4_media_file *media, int n_media, g4_media_input **out);
 
 /* The handle's context (backend, model, tokenizer): for the commands whose
  * work the public API does not cover yet (gemma4 info's memory plan). */

@@ -301,10 +301,8 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
     return G4_OK;
 }
 
-g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *tools_json, const g4_params *p,
-                         g4_event_callback cb, void *user, uint64_t *request_id) {
-    if (!h || !messages_json || !cb) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: missing argument");
-    if (!h->engine) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: the model was opened sequences_only");
+g4_status g4_chat_json_parse(const char *messages_json, const char *tools_json, cJSON **messages, cJSON **tools) {
+    *messages = *tools = NULL;
     /* the server's strict reading: cJSON alone would cut a string at an escaped NUL */
     size_t pos = 0;
     const char *why = NULL;
@@ -312,20 +310,27 @@ g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *to
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not valid JSON (%s at byte %zu)", why, pos);
     if (tools_json && g4_json_check(tools_json, strlen(tools_json), (size_t)-1, &pos, &why))
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not valid JSON (%s at byte %zu)", why, pos);
-    cJSON *messages = cJSON_Parse(messages_json);
-    cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
-    g4_status st = G4_OK;
+    *messages = cJSON_Parse(messages_json);
+    *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
     char where[48];
-    if (!cJSON_IsArray(messages)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not a JSON array");
-    else if (tools_json && !cJSON_IsArray(tools)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not a JSON array");
-    else if (g4_chat_check_messages(messages, where, sizeof where) != G4_OK)
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: %s", where, g4_error_message());
+    if (!cJSON_IsArray(*messages)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not a JSON array");
+    if (tools_json && !cJSON_IsArray(*tools)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not a JSON array");
+    if (g4_chat_check_messages(*messages, where, sizeof where) != G4_OK)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: %s", where, g4_error_message());
+    return g4_chat_normalize_tool_arguments(*messages);
+}
+
+g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *tools_json, const g4_params *p,
+                         g4_event_callback cb, void *user, uint64_t *request_id) {
+    if (!h || !messages_json || !cb) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: missing argument");
+    if (!h->engine) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: the model was opened sequences_only");
+    cJSON *messages = NULL, *tools = NULL;
+    g4_status st = g4_chat_json_parse(messages_json, tools_json, &messages, &tools);
     g4_media_list media = {0};
     if (st == G4_OK) {
         g4_media_limits ml = {.max_images = 64, .max_audio = 64, .max_bytes = (size_t)256 << 20};
         st = g4_chat_collect_media(messages, &ml, &media);
     }
-    if (st == G4_OK) st = g4_chat_normalize_tool_arguments(messages);
     g4_prompt pr = {0};
     if (st == G4_OK) {
         /* a prompt over the context is refused once tokenizing passes it */

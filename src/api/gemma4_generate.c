@@ -9,11 +9,9 @@
 #include "api/api_handle.h"
 #include "base/file.h"
 #include "base/status.h"
-#include "runtime/chat_messages.h"
 #include "runtime/prompt.h"
 #include "runtime/speculative.h"
 #include "text/chat.h"
-#include "text/json_strict.h"
 #include "text/reply_decode.h"
 
 struct g4_input {
@@ -21,23 +19,6 @@ struct g4_input {
     g4_prompt prompt;
     int thinking; /* rendered with the template's thinking mode: the reply may open with a thought */
 };
-
-/* The public media files as the prompt builder takes them (NULL for none). */
-static g4_status media_inputs(const g4_media_file *media, int n_media, g4_media_input **out) {
-    *out = NULL;
-    if (n_media < 0 || (n_media > 0 && !media)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "media: missing argument");
-    if (n_media == 0) return G4_OK;
-    g4_media_input *items = calloc((size_t)n_media, sizeof *items);
-    if (!items) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    for (int k = 0; k < n_media; k++)
-        items[k] = (g4_media_input){.kind = media[k].audio ? G4_MEDIA_AUDIO : G4_MEDIA_IMAGE,
-                                    .data = media[k].data,
-                                    .size = media[k].size,
-                                    .label = media[k].label,
-                                    .max_soft_tokens = media[k].max_soft_tokens};
-    *out = items;
-    return G4_OK;
-}
 
 static g4_status new_input(g4_handle *h, g4_input **out) {
     *out = calloc(1, sizeof **out);
@@ -60,24 +41,11 @@ g4_status g4_input_chat(g4_handle *h, const char *messages_json, const char *too
                         const g4_media_file *media, int n_media, g4_input **out) {
     if (!h || !messages_json || !out) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_input_chat: missing argument");
     *out = NULL;
-    size_t pos = 0;
-    const char *why = NULL;
-    if (g4_json_check(messages_json, strlen(messages_json), (size_t)-1, &pos, &why))
-        return g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not valid JSON (%s at byte %zu)", why, pos);
-    if (tools_json && g4_json_check(tools_json, strlen(tools_json), (size_t)-1, &pos, &why))
-        return g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not valid JSON (%s at byte %zu)", why, pos);
-    cJSON *messages = cJSON_Parse(messages_json);
-    cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
+    cJSON *messages = NULL, *tools = NULL;
     g4_media_input *items = NULL;
     g4_input *in = NULL;
-    char where[48];
-    g4_status st = G4_OK;
-    if (!cJSON_IsArray(messages)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not a JSON array");
-    else if (tools_json && !cJSON_IsArray(tools)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not a JSON array");
-    else if (g4_chat_check_messages(messages, where, sizeof where) != G4_OK)
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: %s", where, g4_error_message());
-    if (st == G4_OK) st = g4_chat_normalize_tool_arguments(messages);
-    if (st == G4_OK) st = media_inputs(media, n_media, &items);
+    g4_status st = g4_chat_json_parse(messages_json, tools_json, &messages, &tools);
+    if (st == G4_OK) st = g4_media_inputs_from_files(media, n_media, &items);
     if (st == G4_OK) st = new_input(h, &in);
     if (st == G4_OK) {
         g4_prompt_options po = {.chat = {.add_generation_prompt = 1, .enable_thinking = enable_thinking}};
@@ -96,7 +64,7 @@ g4_status g4_input_text(g4_handle *h, const char *text, size_t len, const g4_med
     *out = NULL;
     g4_media_input *items = NULL;
     g4_input *in = NULL;
-    g4_status st = media_inputs(media, n_media, &items);
+    g4_status st = g4_media_inputs_from_files(media, n_media, &items);
     if (st == G4_OK) st = new_input(h, &in);
     if (st == G4_OK) st = g4_prompt_from_text(h->ctx, text ? text : "", len, items, n_media, &in->prompt);
     free(items);
@@ -109,7 +77,7 @@ g4_status g4_input_ids(g4_handle *h, const int32_t *ids, int n, const g4_media_f
     *out = NULL;
     g4_media_input *items = NULL;
     g4_input *in = NULL;
-    g4_status st = media_inputs(media, n_media, &items);
+    g4_status st = g4_media_inputs_from_files(media, n_media, &items);
     if (st == G4_OK) st = new_input(h, &in);
     if (st == G4_OK) st = g4_prompt_from_ids(h->ctx, ids, n, items, n_media, &in->prompt);
     free(items);

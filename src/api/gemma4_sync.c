@@ -129,13 +129,10 @@ g4_status g4_sequence_append(g4_sequence *s, const int32_t *ids, int n, g4_rows 
     return g4_session_eval(s->session, ids, n, NULL, logits_mode(rows), logits);
 }
 
-g4_status g4_sequence_append_media(g4_sequence *s, const int32_t *ids, int n, const g4_media_file *media,
-                                   int n_media, g4_rows rows, float *logits) {
-    if (!s || !ids || (n_media > 0 && !media) || n_media < 0)
-        return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_sequence_append_media: missing argument");
-    g4_status st = check_rows(rows, logits, n);
-    if (st != G4_OK) return st;
-    if (n_media == 0) return g4_session_eval(s->session, ids, n, NULL, logits_mode(rows), logits);
+g4_status g4_media_inputs_from_files(const g4_media_file *media, int n_media, g4_media_input **out) {
+    *out = NULL;
+    if (n_media < 0 || (n_media > 0 && !media)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "media: missing argument");
+    if (n_media == 0) return G4_OK;
     g4_media_input *items = calloc((size_t)n_media, sizeof *items);
     if (!items) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     for (int k = 0; k < n_media; k++)
@@ -144,6 +141,20 @@ g4_status g4_sequence_append_media(g4_sequence *s, const int32_t *ids, int n, co
                                     .size = media[k].size,
                                     .label = media[k].label,
                                     .max_soft_tokens = media[k].max_soft_tokens};
+    *out = items;
+    return G4_OK;
+}
+
+g4_status g4_sequence_append_media(g4_sequence *s, const int32_t *ids, int n, const g4_media_file *media,
+                                   int n_media, g4_rows rows, float *logits) {
+    if (!s || !ids || (n_media > 0 && !media) || n_media < 0)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_sequence_append_media: missing argument");
+    g4_status st = check_rows(rows, logits, n);
+    if (st != G4_OK) return st;
+    if (n_media == 0) return g4_session_eval(s->session, ids, n, NULL, logits_mode(rows), logits);
+    g4_media_input *items = NULL;
+    st = g4_media_inputs_from_files(media, n_media, &items);
+    if (st != G4_OK) return st;
     g4_prompt prompt = {0};
     st = g4_prompt_from_ids(s->h->ctx, ids, n, items, n_media, &prompt);
     if (st == G4_OK) {
