@@ -140,6 +140,23 @@ else
 fi
 compare "run no tokenizer" run -m "$FIX/dense" -p "x" -n 4 --device cpu
 compare "run bad --temp" run -m "$MODEL" -p "x" --temp hot
+# a fixture with the tiny tokenizer and the model's chat template (as test_server_openai's model folders), for
+# images and audio through run and chat
+for f in dense e2b; do
+    mkdir -p "$TMP/$f-chat"
+    for x in config.json model.safetensors generation_config.json; do ln -s "$(realpath "$FIX/$f/$x")" "$TMP/$f-chat/$x"; done
+    cp "$DATA/tiny_tokenizer/tokenizer.json" "$TMP/$f-chat/"
+done
+cp "$DATA/chat/templates/gemma-4-31B-it.chat_template.jinja" "$TMP/dense-chat/chat_template.jinja"
+cp "$DATA/chat/templates/gemma-4-E2B-it.chat_template.jinja" "$TMP/e2b-chat/chat_template.jinja"
+compare "run dense --image" run -m "$TMP/dense-chat" -p "Describe it" --image "$FIX/dense/image.png" -n 8 --temp 0 \
+    --device cpu --precision exact
+compare "run e2b --image --image-tokens 70 --audio" run -m "$TMP/e2b-chat" -p "What is this?" --image "$FIX/e2b/image.png" \
+    --image-tokens 70 --audio "$FIX/e2b/audio.wav" -n 8 --temp 0 --device cpu
+compare "run e2b --raw with an image" run -m "$TMP/e2b-chat" --raw -p "<|image|> and" --image "$FIX/e2b/image.png" -n 6 \
+    --temp 0 --device cpu
+printf '/image %s\nDescribe it\nAnd again?\n' "$FIX/dense/image.png" >"$TMP/chat-image.txt"
+STDIN="$TMP/chat-image.txt" compare "chat dense /image, two turns" chat -m "$TMP/dense-chat" -n 6 --temp 0 --device cpu
 printf 'And God said\nWho is the king of glory?\n/reset\nIn the beginning\nAnd then?\n' >"$TMP/chat.txt"
 STDIN="$TMP/chat.txt" compare "chat greedy, 4 turns and /reset" chat -m "$MODEL" -n 24 --temp 0 --device cpu
 STDIN="$TMP/chat.txt" compare "chat sampled --think" chat -m "$MODEL" -n 24 --seed 4 --think --device cpu
