@@ -1,8 +1,12 @@
 #!/bin/bash
 # Runs two gemma4 binaries on the same inputs and compares their outputs byte
 # for byte: logits (prefill, --decode, --hidden, images, audio, fast/bf16),
+# generate (exact, fast, drafted, errors), run (greedy, seeds, --json,
+# --regex, --json-schema, --raw, drafted), chat (turns and /reset),
 # perplexity (text, --json, --save-logits, --kl-divergence), tokenize and
-# info's model summary on the vendored fixtures and the bundled model.
+# info's model summary on the vendored fixtures and the bundled model. The
+# speeds on run's and chat's timing lines are masked (they differ between
+# two runs of one binary).
 # Usage: scripts/compare_binaries.sh OLD_BIN NEW_BIN BUILD_DIR (BUILD_DIR holds fixtures/ and models/)
 set -u
 OLD=$1 NEW=$2 BUILD=$3
@@ -20,15 +24,17 @@ compare() {
     local a=() b=()
     for x in "$@"; do a+=("${x//@OUT@/$TMP/old.out}"); b+=("${x//@OUT@/$TMP/new.out}"); done
     rm -f "$TMP/old.out" "$TMP/new.out"
-    "$OLD" "${a[@]}" >"$TMP/old.stdout" 2>"$TMP/old.stderr"
+    "$OLD" "${a[@]}" <"${STDIN:-/dev/null}" >"$TMP/old.stdout" 2>"$TMP/old.stderr"
     local rc_old=$?
-    "$NEW" "${b[@]}" >"$TMP/new.stdout" 2>"$TMP/new.stderr"
+    "$NEW" "${b[@]}" <"${STDIN:-/dev/null}" >"$TMP/new.stdout" 2>"$TMP/new.stderr"
     local rc_new=$?
     sed -i "s|$TMP/old.out|OUT|g" "$TMP/old.stdout" "$TMP/old.stderr"
     sed -i "s|$TMP/new.out|OUT|g" "$TMP/new.stdout" "$TMP/new.stderr"
     # info's lines on this machine's memory now (the CPU's budget, the resident set) differ between two runs
     # of one binary
     sed -i -E '/^memory       peak RSS |^             within [0-9.]+ GiB: /d' "$TMP/old.stdout" "$TMP/new.stdout"
+    sed -i -E 's/[0-9.]+ tok\/s/N tok\/s/g; s/[0-9.]+ ms drafting, [0-9.]+ ms verifying/N ms drafting, N ms verifying/' \
+        "$TMP/old.stderr" "$TMP/new.stderr"
     if [ $rc_old -eq $rc_new ] && cmp -s "$TMP/old.stdout" "$TMP/new.stdout" && cmp -s "$TMP/old.stderr" "$TMP/new.stderr" &&
         { [ ! -e "$TMP/old.out" ] || cmp -s "$TMP/old.out" "$TMP/new.out"; }; then
         same=$((same + 1))
@@ -68,6 +74,96 @@ compare "logits id past the vocabulary" logits -m "$FIX/dense" --ids 2,999999 -o
 compare "logits bad --vision-mask" logits -m "$FIX/dense" --ids 2,3 --vision-mask sideways -o @OUT@
 compare "logits bad --kv-type" logits -m "$FIX/dense" --ids 2,3 --kv-type f16 -o @OUT@
 compare "logits missing model" logits -m /nonexistent --ids 2,3 -o @OUT@ --device cpu
+
+for f in dense moe e2b unified dense-mlx8 moe-mlx4 moe-mxfp4 e2b-mlx4; do
+    prompt=$(ids $f text prompt_ids)
+    compare "generate $f" generate -m "$FIX/$f" --ids "$prompt" -n 12 --device cpu
+    compare "generate $f fast" generate -m "$FIX/$f" --ids "$prompt" -n 12 --device cpu --precision fast
+done
+compare "generate dense --ignore-eos bf16" generate -m "$FIX/dense" --ids "$(ids dense text prompt_ids)" -n 24 \
+    --ignore-eos --device cpu --kv-type bf16
+for k in 1 4; do
+    compare "generate dense --draft-max $k" generate -m "$FIX/dense" --ids "$(ids dense text prompt_ids)" -n 16 \
+        --ignore-eos --device cpu --draft "$FIX/dense-assistant" --draft-max $k
+done
+compare "generate e2b --draft" generate -m "$FIX/e2b" --ids "$(ids e2b text prompt_ids)" -n 16 --device cpu \
+    --draft "$FIX/e2b-assistant" --draft-max 2
+compare "generate tiny" generate -m "$MODEL" --ids 2,818,506,4034,1091,1114 -n 48 --device cpu
+compare "generate tiny fast" generate -m "$MODEL" --ids 2,818,506,4034,1091,1114 -n 48 --device cpu --precision fast
+compare "generate tiny --draft auto" generate -m "$MODEL" --ids 2,818,506,4034,1091,1114 -n 48 --ignore-eos \
+    --device cpu --draft auto --draft-max 3
+compare "generate tiny fast --draft" generate -m "$MODEL" --ids 2,818,506,4034,1091,1114 -n 48 --ignore-eos \
+    --device cpu --precision fast --draft "$MODEL-assistant"
+compare "generate -n 0" generate -m "$FIX/dense" --ids 2,3 -n 0 --device cpu
+compare "generate bad id" generate -m "$FIX/dense" --ids 2,x -n 4
+compare "generate id past the vocabulary" generate -m "$FIX/dense" --ids 2,999999 -n 4 --device cpu
+compare "generate empty ids" generate -m "$FIX/dense" --ids , -n 4
+compare "generate bad --draft-max" generate -m "$FIX/dense" --ids 2,3 -n 4 --draft "$FIX/dense-assistant" --draft-max 17
+# (the old binary said "gemma4: PATH: no such file..." without "cannot load model: ", which g4_open's callers print)
+"$NEW" generate -m /nonexistent --ids 2,3 -n 4 --device cpu 2>"$TMP/new.stderr"
+if [ $? -eq 1 ] && grep -q "^gemma4: cannot load model: /nonexistent: no such file" "$TMP/new.stderr"; then
+    same=$((same + 1)) && echo "changed generate missing model: exit 1, $(cat "$TMP/new.stderr")"
+else
+    differ=$((differ + 1)) && echo "DIFFER  generate missing model"
+fi
+
+compare "run greedy" run -m "$MODEL" -p "And God said" -n 40 --temp 0 --device cpu
+compare "run exact greedy" run -m "$MODEL" -p "Who is the king of glory?" -n 40 --temp 0 --device cpu --precision exact
+for seed in 1 7; do
+    compare "run sampled seed $seed" run -m "$MODEL" -p "In the beginning" -n 40 --seed $seed --device cpu
+done
+compare "run top-k min-p penalties" run -m "$MODEL" -p "The Lord is my shepherd" -n 40 --seed 3 --top-k 20 \
+    --min-p 0.05 --repeat-penalty 1.3 --presence-penalty 0.5 --frequency-penalty 0.2 --device cpu
+compare "run --system --think" run -m "$MODEL" --system "Answer briefly." -p "Who was Moses?" --think -n 40 --temp 0 \
+    --device cpu
+compare "run --raw" run -m "$MODEL" --raw -p "And the earth was" -n 32 --temp 0 --device cpu
+compare "run --json" run -m "$MODEL" -p "Describe Abraham as JSON" -n 48 --json --temp 0 --device cpu
+compare "run --json sampled" run -m "$MODEL" -p "Describe Noah as JSON" -n 48 --json --seed 5 --device cpu
+compare "run --regex" run -m "$MODEL" -p "Name a book" -n 24 --regex '[A-Z][a-z]+ [0-9]+:[0-9]+' --temp 0 --device cpu
+printf '{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name","age"]}' \
+    >"$TMP/schema.json"
+compare "run --json-schema" run -m "$MODEL" -p "Who was Isaac?" -n 48 --json-schema "$TMP/schema.json" --temp 0 \
+    --device cpu
+compare "run --draft greedy" run -m "$MODEL" -p "And God said" -n 40 --temp 0 --device cpu --draft "$MODEL-assistant" \
+    --draft-max 3
+compare "run --draft sampled" run -m "$MODEL" -p "And God said" -n 40 --seed 2 --device cpu --draft "$MODEL-assistant"
+compare "run --draft with --json" run -m "$MODEL" -p "And God said" -n 24 --json --temp 0 --device cpu \
+    --draft "$MODEL-assistant"
+compare "run bad schema file" run -m "$MODEL" -p "x" --json-schema /nonexistent.json
+# (the old binary printed the compiler's message twice, "gemma4: ..." and "gemma4 run: ...")
+"$NEW" run -m "$MODEL" -p "x" -n 4 --regex '[a-' --device cpu >"$TMP/new.stdout" 2>"$TMP/new.stderr"
+if [ $? -eq 1 ] && [ ! -s "$TMP/new.stdout" ] &&
+    [ "$(cat "$TMP/new.stderr")" = "gemma4 run: regex: unterminated character class at offset 3" ]; then
+    same=$((same + 1)) && echo "changed run bad regex: exit 1, $(cat "$TMP/new.stderr")"
+else
+    differ=$((differ + 1)) && echo "DIFFER  run bad regex"
+fi
+compare "run no tokenizer" run -m "$FIX/dense" -p "x" -n 4 --device cpu
+compare "run bad --temp" run -m "$MODEL" -p "x" --temp hot
+# a fixture with the tiny tokenizer and the model's chat template (as test_server_openai's model folders), for
+# images and audio through run and chat
+for f in dense e2b; do
+    mkdir -p "$TMP/$f-chat"
+    for x in config.json model.safetensors generation_config.json; do ln -s "$(realpath "$FIX/$f/$x")" "$TMP/$f-chat/$x"; done
+    cp "$DATA/tiny_tokenizer/tokenizer.json" "$TMP/$f-chat/"
+done
+cp "$DATA/chat/templates/gemma-4-31B-it.chat_template.jinja" "$TMP/dense-chat/chat_template.jinja"
+cp "$DATA/chat/templates/gemma-4-E2B-it.chat_template.jinja" "$TMP/e2b-chat/chat_template.jinja"
+compare "run dense --image" run -m "$TMP/dense-chat" -p "Describe it" --image "$FIX/dense/image.png" -n 8 --temp 0 \
+    --device cpu --precision exact
+compare "run e2b --image --image-tokens 70 --audio" run -m "$TMP/e2b-chat" -p "What is this?" --image "$FIX/e2b/image.png" \
+    --image-tokens 70 --audio "$FIX/e2b/audio.wav" -n 8 --temp 0 --device cpu
+compare "run e2b --raw with an image" run -m "$TMP/e2b-chat" --raw -p "<|image|> and" --image "$FIX/e2b/image.png" -n 6 \
+    --temp 0 --device cpu
+printf '/image %s\nDescribe it\nAnd again?\n' "$FIX/dense/image.png" >"$TMP/chat-image.txt"
+STDIN="$TMP/chat-image.txt" compare "chat dense /image, two turns" chat -m "$TMP/dense-chat" -n 6 --temp 0 --device cpu
+printf 'And God said\nWho is the king of glory?\n/reset\nIn the beginning\nAnd then?\n' >"$TMP/chat.txt"
+STDIN="$TMP/chat.txt" compare "chat greedy, 4 turns and /reset" chat -m "$MODEL" -n 24 --temp 0 --device cpu
+STDIN="$TMP/chat.txt" compare "chat sampled --think" chat -m "$MODEL" -n 24 --seed 4 --think --device cpu
+STDIN="$TMP/chat.txt" compare "chat --draft" chat -m "$MODEL" -n 24 --temp 0 --device cpu --draft "$MODEL-assistant"
+printf 'And God said\n/think on\nWho was Moses?\n' >"$TMP/chat2.txt"
+STDIN="$TMP/chat2.txt" compare "chat /think on, --system" chat -m "$MODEL" -n 24 --temp 0 --system "Be brief." \
+    --device cpu --precision exact
 
 head -c 6000 "$DATA/kjv_heldout.txt" >"$TMP/text.txt"
 compare "perplexity --json" perplexity -m "$MODEL" -f "$TMP/text.txt" --device cpu --ctx 128 --json

@@ -108,9 +108,54 @@ int cli_kv_type_name_option(int argc, char **argv, int *i, const char **name) {
 }
 
 int cli_check_vision_mask(const char *text) {
-    if (!strcmp(text, "default") || !strcmp(text, "causal") || !strcmp(text, "all-layers")) return 0;
-    fprintf(stderr, "gemma4: --vision-mask must be default, all-layers or causal, got '%s'\n", text);
+    g4_vision_mask mask;
+    if (g4_vision_mask_parse(text, "--vision-mask", &mask) == G4_OK) return 0;
+    fprintf(stderr, "gemma4: %s\n", g4_error_message());
     return -1;
+}
+
+int cli_draft_option(int argc, char **argv, int *i, cli_draft_options *o) {
+    const char *value = NULL;
+    int r;
+    if ((r = cli_option(argc, argv, i, "--draft", &value))) {
+        if (r > 0) o->dir = value;
+        return r;
+    }
+    if ((r = cli_option(argc, argv, i, "--draft-max", &value))) {
+        if (r < 0) return r;
+        long n = cli_parse_count(value, "--draft-max");
+        if (n < 1 || n > G4_MAX_DRAFTS) {
+            if (n >= 0) fprintf(stderr, "gemma4: --draft-max %ld outside 1..%d\n", n, G4_MAX_DRAFTS);
+            return -1;
+        }
+        o->draft_max = (int)n;
+        return 1;
+    }
+    return 0;
+}
+
+void cli_draft_usage(FILE *f) {
+    fprintf(f,
+            "  --draft DIR       speculative decoding with this MTP drafter (gemma4_assistant; a folder or a\n"
+            "                    pulled ORG/NAME; auto: the <model>-assistant beside the model)\n"
+            "  --draft-max N     drafts a round, 1..%d (default %d)\n",
+            G4_MAX_DRAFTS, CLI_DRAFT_MAX_DEFAULT);
+}
+
+void cli_format_draft_stats(const g4_draft_stats *s, int draft_max, char *buf, size_t n) {
+    if (s->rounds == 0) {
+        snprintf(buf, n, " | draft %d: no rounds", draft_max);
+        return;
+    }
+    size_t k = (size_t)snprintf(buf, n, " | draft %d: %.2f accepted a round, %.2f tokens a target pass, by position",
+                                draft_max, (double)s->accepted / s->rounds,
+                                (double)(s->accepted + s->rounds) / s->rounds);
+    for (int i = 0; i < draft_max && i < G4_MAX_DRAFTS && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, " %.2f",
+                              s->drafted_at[i] ? (double)s->accepted_at[i] / s->drafted_at[i] : 0.0);
+    if (k < n)
+        snprintf(buf + k, n - k, "; %.1f ms drafting, %.1f ms verifying a round",
+                 1e3 * s->draft_seconds / s->rounds, 1e3 * s->verify_seconds / s->rounds);
 }
 
 int cli_read_file(const char *path, size_t max_bytes, char **data, size_t *len) {
@@ -161,4 +206,8 @@ int cli_media_files_option(int argc, char **argv, int *i, cli_media_files *m) {
 void cli_media_files_free(cli_media_files *m) {
     for (int k = 0; k < m->n; k++) free(m->buffers[k]);
     m->n = 0;
+}
+
+void cli_report_auto_drafter(const cli_draft_options *o, const g4_handle *h) {
+    if (o->dir && !strcmp(o->dir, "auto") && g4_draft_dir(h)) fprintf(stderr, "gemma4: drafter %s\n", g4_draft_dir(h));
 }

@@ -1,12 +1,14 @@
 /* The command line support that needs nothing but the public API
- * (gemma4.h): option values, id lists, errors, files, media files. The
- * commands built on gemma4.h alone (tokenize, logits, perplexity) include
- * only this and gemma4.h; cli_common.h adds the internal helpers. */
+ * (gemma4.h): option values, id lists, errors, files, media files, the
+ * --draft options. The commands built on gemma4.h alone (tokenize, logits,
+ * perplexity, generate; run and chat through cli_generate.h) include only
+ * this and gemma4.h; cli_common.h adds the internal helpers. */
 #ifndef G4_TOOLS_CLI_ARGS_H
 #define G4_TOOLS_CLI_ARGS_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gemma4.h"
 
@@ -28,8 +30,31 @@ extern const char *const cli_precision_help;
  * cli_exact_option. */
 int cli_kv_type_name_option(int argc, char **argv, int *i, const char **name);
 extern const char *const cli_kv_type_help;
-/* --vision-mask default|all-layers|causal: 0, or -1 after an error message. */
+/* --vision-mask default|all-layers|causal (g4_vision_mask_parse): 0, or -1
+ * after an error message. */
 int cli_check_vision_mask(const char *text);
+
+/* Drafts a round when --draft-max is not given: the best tokens/s of 1..4 (1)
+ * on the bundled model and its drafter (bench/RESULTS.md, "Speculative
+ * decoding (issue 29)"). */
+#define CLI_DRAFT_MAX_DEFAULT 1
+
+/* --draft DIR (an MTP drafter, gemma4_assistant: a folder, a pulled
+ * ORG/NAME or auto) and --draft-max N, shared by run, chat, generate,
+ * info, bench and serve. */
+typedef struct {
+    const char *dir; /* NULL: no drafting */
+    int draft_max;
+} cli_draft_options;
+
+/* Parses --draft / --draft-max at argv[*i]: 1 if consumed, 0 if not, -1 on a bad value. */
+int cli_draft_option(int argc, char **argv, int *i, cli_draft_options *o);
+void cli_draft_usage(FILE *f);
+/* "gemma4: drafter DIR" to stderr when --draft auto found one (g4_draft_dir). */
+void cli_report_auto_drafter(const cli_draft_options *o, const g4_handle *h);
+/* " | draft 2: 1.43 accepted a round, 2.43 tokens a target pass, by position 0.81 0.62"
+ * into buf. */
+void cli_format_draft_stats(const g4_draft_stats *s, int draft_max, char *buf, size_t n);
 
 /* A whole file (at most max_bytes, malloc'd, NUL-terminated): 0, or -1
  * with the library's message printed. */

@@ -5,7 +5,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 int cli_create_backend(const char *device, int threads, g4_backend **be) {
     g4_status st = g4_backend_open(device, threads, be);
@@ -62,12 +61,4 @@ int cli_kv_type_option(int argc, char **argv, int *i, g4_kv_type *type) {
     const int r = cli_kv_type_name_option(argc, argv, i, &name);
     if (r > 0) *type = (g4_kv_type)g4_kv_type_parse(name);
     return r;
-}
-
-int cli_parse_vision_mask(const char *text, g4_vision_mask *mask) {
-    if (cli_check_vision_mask(text) != 0) return -1;
-    *mask = !strcmp(text, "causal")       ? G4_VISION_MASK_CAUSAL
-            : !strcmp(text, "all-layers") ? G4_VISION_MASK_ALL_LAYERS
-                                          : G4_VISION_MASK_DEFAULT;
-    return 0;
 }

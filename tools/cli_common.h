@@ -23,10 +23,6 @@ int cli_open_model(const char *path, int threads, g4_backend **be, g4_model **mo
 int cli_open_model_on(const char *path, const char *device, int threads, g4_backend **be, g4_model **model);
 void cli_close_model(g4_backend *be, g4_model *model);
 
-/* --vision-mask: "default" (the model family's rule), "all-layers"
- * (transformers 5.17's plain forward for the 12B) or "causal". */
-int cli_parse_vision_mask(const char *text, g4_vision_mask *mask);
-
 /* --precision exact|fast (see g4_precision): returns 1 and sets *precision
  * when argv[*i] is that option, -1 after an error message, 0 otherwise. */
 int cli_precision_option(int argc, char **argv, int *i, g4_precision *precision);

@@ -1,15 +1,9 @@
 #include "cli_generate.h"
 
-#include "base/file.h"
-#include "cli_common.h"
-#include "constrain/token_mask.h"
-#include "runtime/constraints.h"
-
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "cli_draft.h"
 
 void cli_sampling_usage(FILE *f) {
     fprintf(f, "  -n N              at most N new tokens (default 512)\n"
@@ -55,7 +49,7 @@ static int float_option(int argc, char **argv, int *i, const char *name, float *
 int cli_sampling_option(int argc, char **argv, int *i, cli_generate_options *o) {
     const char *v;
     int r;
-    g4_sampler_params *p = &o->sampling;
+    g4_params *p = &o->sampling;
     if ((r = cli_option(argc, argv, i, "-n", &v))) {
         long n = r > 0 ? cli_parse_count(v, "-n") : -1;
         if (n <= 0) return -1;
@@ -90,11 +84,11 @@ int cli_sampling_option(int argc, char **argv, int *i, cli_generate_options *o) 
     return 0;
 }
 
-void cli_sampling_resolve(cli_generate_options *o, const g4_generation_config *gc) {
-    const g4_sampler_params user = o->sampling;
+void cli_sampling_resolve(cli_generate_options *o, const g4_handle *h) {
+    const g4_params user = o->sampling;
     const unsigned given = o->sampling_given;
-    g4_sampler_params *p = &o->sampling;
-    g4_sampler_params_from_generation_config(p, gc);
+    g4_params *p = &o->sampling;
+    g4_params_model_default(h, p);
     if (given & GIVEN_TEMP) p->temperature = user.temperature;
     if (given & GIVEN_TOP_P) p->top_p = user.top_p;
     if (given & GIVEN_MIN_P) p->min_p = user.min_p;
@@ -135,153 +129,126 @@ static void route_text(text_router *tr, const char *text, size_t len) {
     }
 }
 
-g4_status cli_generate(g4_context *c, g4_session *s, const g4_prompt *p, int from, const cli_generate_options *o,
-                       volatile sig_atomic_t *interrupt, cli_generate_result *r) {
-    memset(r, 0, sizeof *r);
-    const int V = c->model->config.text.vocab_size;
-    float *logits = malloc((size_t)V * sizeof *logits);
-    r->ids = malloc((size_t)(o->max_tokens + 1) * sizeof *r->ids);
-    int32_t *rows = malloc((size_t)(p->media.n + 1) * sizeof *rows);
-    g4_sampler *sampler = NULL;
-    g4_detokenizer *detok = NULL;
-    g4_status st = (logits && r->ids && rows) ? G4_OK : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    if (st == G4_OK) st = g4_sampler_create(V, &o->sampling, &sampler);
-    if (st == G4_OK) st = g4_sampler_add_prompt(sampler, p->ids, (size_t)p->n_ids);
-    if (st == G4_OK) st = g4_detokenizer_new(c->tokenizer, 1, &detok);
-    /* soft tokens of the part still to evaluate, rows relative to `from` */
-    g4_soft_tokens soft = {0};
-    int first = 0;
-    while (first < p->media.n && p->media.rows[first] < from) first++;
-    for (int k = first; k < p->media.n; k++) rows[k - first] = p->media.rows[k] - from;
-    soft.n = p->media.n - first;
-    soft.rows = rows;
-    soft.embeds = p->media.n ? p->media.embeds + (size_t)first * c->model->config.text.hidden_size : NULL;
-    g4_speculative *spec = NULL;
-    if (o->draft && o->constraint) fprintf(stderr, "gemma4: drafting is off for a constrained reply\n");
-    if (st == G4_OK && o->draft && !o->constraint) st = g4_speculative_create(s, o->draft, o->draft_max, &spec);
-    int none = 0; /* the constraint allows no token: the reply is complete */
-    double t0 = g4_now_seconds();
-    r->n_prompt = p->n_ids - from;
-    /* each evaluation chooses its next token: from the row's largest logits
-     * (copied back alone) where the sampling parameters allow, else the row */
-    g4_sample sample;
-    if (st == G4_OK && r->n_prompt <= 0)
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "nothing to evaluate: the prompt is already in the session");
-    if (st == G4_OK && spec)
-        st = g4_speculative_prefill(spec, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, sampler, &sample.token);
-    else if (st == G4_OK)
-        st = g4_session_eval_sample_constrained(s, p->ids + from, r->n_prompt, soft.n ? &soft : NULL, sampler, logits,
-                                                o->constraint, o->max_tokens, &sample, &none);
-    r->prefill_seconds = g4_now_seconds() - t0;
-    /* the cache length plain decoding would have now: speculation runs ahead */
-    const int base_length = g4_session_length(s);
-    /* speculation: the tokens of the last round still to emit; all but its
-     * last were accepted by the sampler in the round */
-    int32_t queue[G4_DRAFT_MAX + 1];
-    int queued = 0, next_in_queue = 0, accepted_already = 0;
-    text_router tr = {.in_reasoning = p->starts_in_reasoning, .show_reasoning = o->show_reasoning};
-    const int32_t open_id = g4_tokenizer_token_id(c->tokenizer, "<|channel>");
-    const int32_t close_id = g4_tokenizer_token_id(c->tokenizer, "<channel|>");
-    t0 = g4_now_seconds();
-    while (st == G4_OK && r->n_generated < o->max_tokens && !(interrupt && *interrupt)) {
-        if (none) {
-            r->hit_stop = 1;
-            break;
+/* The id of a special token written as text, or -1 when the tokenizer has none. */
+static int32_t special_id(const g4_tokenizer *t, const char *text) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int32_t id = -1;
+    if (g4_tokenize(t, text, strlen(text), 0, &ids, &n) == G4_OK && n == 1) id = ids[0];
+    g4_free(ids);
+    return id;
+}
+
+/* g4_sequence_generate's callback: each token kept, decoded and routed. */
+typedef struct {
+    text_router tr;
+    g4_detokenizer *detok;
+    int32_t open_id, close_id; /* <|channel> and <channel|> */
+    int32_t *ids;
+    int n, cap;
+    int out_of_memory;
+    volatile sig_atomic_t *interrupt;
+} reply_printer;
+
+static int print_token(void *user, int32_t tok) {
+    reply_printer *rp = user;
+    if (rp->n == rp->cap) {
+        int cap = rp->cap ? 2 * rp->cap : 256;
+        int32_t *grown = realloc(rp->ids, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            rp->out_of_memory = 1;
+            return 1;
         }
-        if (!accepted_already) st = g4_sampler_accept(sampler, sample.token);
-        if (st == G4_OK && o->constraint) st = g4_token_matcher_accept(o->constraint, sample.token);
-        if (st != G4_OK) break;
-        int32_t tok = sample.token;
-        int stop = 0;
-        for (int k = 0; k < c->n_stop; k++) stop |= tok == c->stop_ids[k];
-        if (stop) {
-            r->hit_stop = 1;
-            break;
-        }
-        r->ids[r->n_generated++] = tok;
-        const char *text;
-        size_t len;
-        if (tok == open_id || tok == close_id) {
-            if (g4_detokenizer_flush(detok, &text, &len) == G4_OK) route_text(&tr, text, len);
-            tr.in_reasoning = tok == open_id;
-            tr.label_left = tok == open_id ? 8 : 0;
-            if (tok == close_id && o->show_reasoning) fputc('\n', stderr);
-        } else if (g4_detokenizer_push(detok, tok, &text, &len) == G4_OK) {
-            route_text(&tr, text, len);
-        }
-        if (r->n_generated == o->max_tokens || base_length + r->n_generated >= s->opt.n_ctx) break;
-        if (!spec) {
-            st = g4_session_eval_sample_constrained(s, &tok, 1, NULL, sampler, logits, o->constraint,
-                                                    o->max_tokens - r->n_generated, &sample, &none);
-            continue;
-        }
-        if (next_in_queue == queued) {
-            st = g4_speculative_step(spec, tok, sampler, o->max_tokens - r->n_generated, queue, &queued);
-            next_in_queue = 0;
-        }
-        if (st == G4_OK) {
-            sample.token = queue[next_in_queue++];
-            accepted_already = next_in_queue < queued;
-        }
+        rp->ids = grown;
+        rp->cap = cap;
     }
+    rp->ids[rp->n++] = tok;
     const char *text;
     size_t len;
-    if (detok && g4_detokenizer_flush(detok, &text, &len) == G4_OK) route_text(&tr, text, len);
-    r->decode_seconds = g4_now_seconds() - t0;
-    r->interrupted = interrupt && *interrupt;
-    fputc('\n', stdout);
-    fflush(stdout);
-    if (spec) {
-        r->drafted = 1;
-        r->draft_max = o->draft_max;
-        r->draft_stats = *g4_speculative_get_stats(spec);
-        g4_speculative_free(spec);
+    if (tok == rp->open_id || tok == rp->close_id) {
+        if (g4_detokenizer_flush(rp->detok, &text, &len) == G4_OK) route_text(&rp->tr, text, len);
+        rp->tr.in_reasoning = tok == rp->open_id;
+        rp->tr.label_left = tok == rp->open_id ? 8 : 0;
+        if (tok == rp->close_id && rp->tr.show_reasoning) fputc('\n', stderr);
+    } else if (g4_detokenizer_push(rp->detok, tok, &text, &len) == G4_OK) {
+        route_text(&rp->tr, text, len);
     }
-    g4_detokenizer_free(detok);
-    g4_sampler_free(sampler);
-    free(rows);
-    free(logits);
+    return rp->interrupt && *rp->interrupt;
+}
+
+g4_status cli_generate(g4_handle *h, g4_sequence *s, const g4_input *in, const cli_generate_options *o,
+                       const cli_constraint *constraint, volatile sig_atomic_t *interrupt, cli_generate_result *r) {
+    memset(r, 0, sizeof *r);
+    const g4_tokenizer *t = g4_model_tokenizer(h);
+    g4_input_info info;
+    g4_input_get_info(in, &info);
+    reply_printer rp = {.tr = {.in_reasoning = info.starts_in_reasoning, .show_reasoning = o->show_reasoning},
+                        .open_id = special_id(t, "<|channel>"),
+                        .close_id = special_id(t, "<channel|>"),
+                        .interrupt = interrupt};
+    g4_generate_options go = {.params = o->sampling};
+    go.params.max_tokens = o->max_tokens;
+    go.params.json_object = constraint->json_object;
+    go.params.json_schema = constraint->json_schema;
+    go.params.grammar = constraint->grammar;
+    go.params.regex = constraint->regex;
+    g4_status st = g4_detokenizer_new(t, 1, &rp.detok);
+    if (st == G4_OK) st = g4_sequence_generate(s, in, &go, print_token, &rp, &r->gen);
+    if (st == G4_OK && rp.out_of_memory) st = cli_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    const char *text;
+    size_t len;
+    if (rp.detok && g4_detokenizer_flush(rp.detok, &text, &len) == G4_OK) route_text(&rp.tr, text, len);
+    r->interrupted = interrupt && *interrupt;
+    if (st == G4_OK || rp.n > 0) fputc('\n', stdout); /* nothing printed when the reply could not start */
+    fflush(stdout);
+    g4_detokenizer_free(rp.detok);
+    r->ids = rp.ids;
+    r->n_ids = rp.n;
     return st;
 }
 
 void cli_print_stats(const cli_generate_result *r) {
+    const g4_generate_result *g = &r->gen;
     char draft[256] = "";
-    if (r->drafted) cli_format_draft_stats(&r->draft_stats, r->draft_max, draft, sizeof draft);
-    fprintf(stderr, "[prompt %d tokens, %.1f tok/s | %d tokens, %.1f tok/s%s%s]\n", r->n_prompt,
-            r->prefill_seconds > 0 ? r->n_prompt / r->prefill_seconds : 0.0, r->n_generated,
-            r->decode_seconds > 0 ? r->n_generated / r->decode_seconds : 0.0, draft,
+    if (g->drafted) cli_format_draft_stats(&g->draft, g->draft_max, draft, sizeof draft);
+    fprintf(stderr, "[prompt %d tokens, %.1f tok/s | %d tokens, %.1f tok/s%s%s]\n", g->n_prompt,
+            g->prefill_seconds > 0 ? g->n_prompt / g->prefill_seconds : 0.0, g->n_generated,
+            g->decode_seconds > 0 ? g->n_generated / g->decode_seconds : 0.0, draft,
             r->interrupted ? ", interrupted" : "");
 }
 
-int cli_constraint_option(int argc, char **argv, int *i, g4_constraint_spec *spec) {
-    static const struct {
-        const char *flag;
-        g4_constraint_kind kind;
-        int is_file;
-    } opts[] = {{"--json-schema", G4_CONSTRAINT_JSON_SCHEMA, 1},
-                {"--grammar", G4_CONSTRAINT_GBNF, 1},
-                {"--regex", G4_CONSTRAINT_REGEX, 0}};
+void cli_constraint_free(cli_constraint *c) {
+    free(c->json_schema);
+    free(c->grammar);
+    free(c->regex);
+    *c = (cli_constraint){0};
+}
+
+int cli_constraint_given(const cli_constraint *c) {
+    return c->json_object || c->json_schema || c->grammar || c->regex;
+}
+
+int cli_constraint_option(int argc, char **argv, int *i, cli_constraint *c) {
     if (cli_flag(argv, *i, "--json")) {
-        g4_constraint_spec_free(spec);
-        spec->kind = G4_CONSTRAINT_JSON_OBJECT;
+        cli_constraint_free(c);
+        c->json_object = 1;
         return 1;
     }
-    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
-        const char *value;
-        int r = cli_option(argc, argv, i, opts[k].flag, &value);
-        if (r <= 0) {
-            if (r < 0) return -1;
-            continue;
-        }
-        g4_constraint_spec_free(spec);
-        spec->kind = opts[k].kind;
-        if (opts[k].is_file) {
-            size_t n;
-            if (g4_read_file(value, 64u << 20, &spec->text, &n) != G4_OK) {
-                fprintf(stderr, "gemma4: %s\n", g4_error_message());
-                return -1;
-            }
-        } else spec->text = strdup(value);
+    const char *value;
+    int r;
+    char *text = NULL;
+    size_t n;
+    if ((r = cli_option(argc, argv, i, "--json-schema", &value)) || (r = cli_option(argc, argv, i, "--grammar", &value))) {
+        if (r < 0 || cli_read_file(value, 64u << 20, &text, &n) != 0) return -1;
+        const int schema = !strcmp(argv[*i - 1], "--json-schema");
+        cli_constraint_free(c);
+        *(schema ? &c->json_schema : &c->grammar) = text;
+        return 1;
+    }
+    if ((r = cli_option(argc, argv, i, "--regex", &value))) {
+        if (r < 0) return -1;
+        cli_constraint_free(c);
+        c->regex = strdup(value);
         return 1;
     }
     return 0;
@@ -294,19 +261,29 @@ void cli_constraint_usage(FILE *f) {
                "  --json              the reply is a JSON object\n");
 }
 
-int cli_constraint_matcher(g4_context *c, const g4_constraint_spec *spec, int think, int starts_in_reasoning,
-                           struct g4_token_matcher **out) {
-    *out = NULL;
-    if (spec->kind == G4_CONSTRAINT_NONE) return 0;
-    if (!c->constraints) {
-        fprintf(stderr, "gemma4: constrained decoding needs the model's tokenizer.json\n");
-        return 1;
+g4_status cli_open_with_tokenizer(const char *model, const g4_open_options *o, g4_handle **h) {
+    g4_status st = g4_open(model, o, h);
+    if (st == G4_OK && !g4_model_tokenizer(*h)) {
+        g4_close(*h);
+        *h = NULL;
+        st = cli_fail(G4_ERR_NOT_FOUND, "%s has no tokenizer.json (get the full model with `gemma4 pull ORG/NAME`)",
+                      model);
     }
-    g4_constraint_use use = {.stop_ids = c->stop_ids, .n_stop = c->n_stop, .thinking = think,
-                             .starts_in_thought = starts_in_reasoning};
-    if (g4_constraints_matcher(c->constraints, spec, &use, out) != G4_OK) {
-        fprintf(stderr, "gemma4: %s\n", g4_error_message());
-        return 1;
+    return st;
+}
+
+void cli_add_user_message(void *messages, const g4_media_file *files, int n, const char *text) {
+    cJSON *user = cJSON_CreateObject(), *content = cJSON_CreateArray();
+    cJSON_AddStringToObject(user, "role", "user");
+    for (int k = 0; k < n; k++) {
+        cJSON *part = cJSON_CreateObject();
+        cJSON_AddStringToObject(part, "type", files[k].audio ? "audio" : "image");
+        cJSON_AddItemToArray(content, part);
     }
-    return 0;
+    cJSON *part = cJSON_CreateObject();
+    cJSON_AddStringToObject(part, "type", "text");
+    cJSON_AddStringToObject(part, "text", text);
+    cJSON_AddItemToArray(content, part);
+    cJSON_AddItemToObject(user, "content", content);
+    cJSON_AddItemToArray(messages, user);
 }

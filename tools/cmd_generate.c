@@ -1,17 +1,13 @@
 /* gemma4 generate: greedy continuation of a token sequence, printed as one
  * line of comma-separated ids.
  *
- * Internal headers remain (runtime/session.h, cli_generate.h, cli_draft.h): greedy decoding through
- * the engine's token choice and an MTP drafter, which gemma4.h's g4_sequence does not offer yet (left
- * while drafting changes in the engine).
+ * On the public API alone (gemma4.h through cli_args.h): g4_open, g4_input_ids,
+ * g4_sequence_generate with greedy parameters; the drafter is g4_open's.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cli_common.h"
-#include "cli_draft.h"
-#include "runtime/session.h"
+#include "cli_args.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: gemma4 generate -m DIR --ids 2,17,33,... -n N [--ignore-eos] [--threads N]\n"
@@ -21,41 +17,34 @@ static void usage(FILE *f) {
     cli_draft_usage(f);
 }
 
-static int is_eos(const g4_model *m, int32_t id) {
-    for (int k = 0; k < m->config.tokens.n_eos; k++)
-        if (id == m->config.tokens.eos_ids[k]) return 1;
+/* The ids as they come; the reply ends after config.json's eos (reported) unless --ignore-eos. */
+typedef struct {
+    int32_t *out;
+    int n_out;
+    const g4_model_info *info;
+    int ignore_eos;
+} collected;
+
+static int collect(void *user, int32_t tok) {
+    collected *c = user;
+    c->out[c->n_out++] = tok;
+    for (int k = 0; k < c->info->n_eos && !c->ignore_eos; k++)
+        if (tok == c->info->eos_ids[k]) return 1;
     return 0;
 }
 
-/* The same greedy ids through speculative decoding (argmax rows: a greedy
- * sampler without processors); the drafts' acceptance to stderr. */
-static g4_status generate_drafted(g4_session *s, const g4_assistant *drafter, int draft_max, const int32_t *ids,
-                                  int n, int n_new, int ignore_eos, int32_t *out, int *n_out) {
-    const g4_model *m = s->model;
-    g4_speculative_stats stats;
-    g4_status st = g4_speculative_greedy(s, drafter, draft_max, -1, ids, n, n_new, m->config.tokens.eos_ids,
-                                         ignore_eos ? 0 : m->config.tokens.n_eos, out, n_out, &stats, NULL);
-    if (st == G4_OK && n_new > 0) {
-        char line[256];
-        cli_format_draft_stats(&stats, draft_max, line, sizeof line);
-        fprintf(stderr, "[%d tokens%s]\n", *n_out, line);
-    }
-    return st;
-}
-
 int cmd_generate(int argc, char **argv) {
-    const char *model_path = NULL, *ids_text = NULL, *count_text = "16", *threads_text = NULL, *device = NULL;
-    int ignore_eos = 0;
-    g4_precision precision = G4_PRECISION_EXACT;
-    g4_kv_type kv_type = G4_KV_AUTO;
+    const char *model_path = NULL, *ids_text = NULL, *count_text = "16", *threads_text = NULL, *device = NULL,
+               *kv_type = NULL;
+    int ignore_eos = 0, exact = 1;
     cli_draft_options draft = {.draft_max = CLI_DRAFT_MAX_DEFAULT};
     for (int i = 1; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "-m", &model_path)) || (r = cli_option(argc, argv, &i, "--ids", &ids_text)) ||
             (r = cli_option(argc, argv, &i, "-n", &count_text)) ||
             (r = cli_option(argc, argv, &i, "--threads", &threads_text)) ||
-            (r = cli_option(argc, argv, &i, "--device", &device)) ||
-            (r = cli_precision_option(argc, argv, &i, &precision)) || (r = cli_kv_type_option(argc, argv, &i, &kv_type)) || (r = cli_draft_option(argc, argv, &i, &draft))) {
+            (r = cli_option(argc, argv, &i, "--device", &device)) || (r = cli_exact_option(argc, argv, &i, &exact)) ||
+            (r = cli_kv_type_name_option(argc, argv, &i, &kv_type)) || (r = cli_draft_option(argc, argv, &i, &draft))) {
             if (r < 0) return 2;
         } else if (cli_flag(argv, i, "--ignore-eos")) {
             ignore_eos = 1;
@@ -83,53 +72,47 @@ int cmd_generate(int argc, char **argv) {
         free(ids);
         return 2;
     }
-    g4_backend *be;
-    g4_model *model;
-    if (cli_open_model_on(model_path, device, (int)threads, &be, &model) != 0) {
+    g4_handle *h;
+    g4_open_options oo = {.device = device, .threads = (int)threads, .exact = exact, .kv_type = kv_type,
+                          .sequences_only = 1, .draft = draft.dir, .draft_max = draft.draft_max};
+    if (g4_open(model_path, &oo, &h) != G4_OK) {
+        fprintf(stderr, "gemma4: cannot load model: %s\n", g4_error_message());
         free(ids);
         return 1;
     }
-    be->ops->set_precision(be, precision);
-    g4_assistant *drafter = NULL;
-    if (draft.dir && cli_open_draft(&draft, model, &drafter) != 0) {
-        free(ids);
-        cli_close_model(be, model);
-        return 1;
-    }
-    g4_session_options opt = {.n_ctx = n + (int)n_new + 1, .kv_type = g4_kv_type_resolve(kv_type, precision, model)};
-    g4_session *s = NULL;
-    int32_t *out = malloc((size_t)(n_new + 1) * sizeof *out);
-    int n_out = 0, rc = 1;
-    /* the argmax (first of equal logits) comes back alone, not the row */
-    int32_t next = 0;
-    float top_value;
-    double lse;
-    g4_status st = out ? g4_session_create(model, &opt, &s) : g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
-    if (st == G4_OK && drafter) {
-        st = generate_drafted(s, drafter, draft.draft_max, ids, n, (int)n_new, ignore_eos, out, &n_out);
-    } else {
-        if (st == G4_OK && n_new > 0) st = g4_session_eval_top(s, ids, n, NULL, 1, &next, &top_value, &lse);
-        while (st == G4_OK && n_out < n_new) {
-            if (isnan(lse)) {
-                st = g4_fail(G4_ERR_INTERNAL, "the logits hold NaN");
-                break;
-            }
-            out[n_out++] = next;
-            if ((is_eos(model, next) && !ignore_eos) || n_out == n_new) break;
-            st = g4_session_eval_top(s, &next, 1, NULL, 1, &next, &top_value, &lse);
-        }
+    cli_report_auto_drafter(&draft, h);
+    g4_model_info info;
+    g4_get_model_info(h, &info);
+    g4_sequence_options so = {.n_ctx = n + (int)n_new + 1};
+    g4_sequence *s = NULL;
+    g4_input *in = NULL;
+    collected got = {.out = malloc((size_t)(n_new + 1) * sizeof *got.out), .info = &info, .ignore_eos = ignore_eos};
+    /* greedy (the first of equal logits), no processors; no stop ids: the eos ends it in collect(), reported */
+    static const int32_t no_stop_ids[1] = {0};
+    g4_generate_options go = {.stop_ids = no_stop_ids, .n_stop = 0};
+    g4_params_default(&go.params);
+    go.params.max_tokens = (int)n_new;
+    g4_generate_result res;
+    int rc = 1;
+    g4_status st = got.out ? g4_sequence_open(h, &so, &s) : cli_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == G4_OK && n_new > 0) st = g4_input_ids(h, ids, n, NULL, 0, &in);
+    if (st == G4_OK && n_new > 0) st = g4_sequence_generate(s, in, &go, collect, &got, &res);
+    if (st == G4_OK && n_new > 0 && res.drafted) {
+        char line[256];
+        cli_format_draft_stats(&res.draft, res.draft_max, line, sizeof line);
+        fprintf(stderr, "[%d tokens%s]\n", got.n_out, line);
     }
     if (st == G4_OK) {
-        for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", out[i]);
+        for (int i = 0; i < got.n_out; i++) printf("%s%d", i ? "," : "", got.out[i]);
         printf("\n");
         rc = 0;
     } else {
         cli_report_error("generate", st);
     }
-    g4_session_destroy(s);
-    free(out);
+    g4_input_free(in);
+    g4_sequence_close(s);
+    free(got.out);
     free(ids);
-    g4_assistant_release(drafter);
-    cli_close_model(be, model);
+    g4_close(h);
     return rc;
 }

@@ -19,7 +19,7 @@
 #include "text/json_strict.h"
 
 /* The drafter g4_open_options.draft names, loaded beside the target and attached. */
-static g4_status open_drafter(const char *draft, const g4_model *target, g4_assistant **out) {
+static g4_status open_drafter(const char *draft, const g4_model *target, g4_assistant **out, char **dir_out) {
     char *dir = NULL;
     g4_status st = !strcmp(draft, "auto") ? g4_assistant_find(target->path, &dir) : g4_resolve_model_path(draft, &dir);
     if (st == G4_OK) st = g4_assistant_load_dir(dir, target->backend, out);
@@ -29,7 +29,8 @@ static g4_status open_drafter(const char *draft, const g4_model *target, g4_assi
         *out = NULL;
         st = g4_fail_context(st, "drafter %s", dir ? dir : draft);
     }
-    free(dir);
+    if (st == G4_OK) *dir_out = dir;
+    else free(dir);
     return st;
 }
 
@@ -58,7 +59,10 @@ g4_status g4_open(const char *model, const g4_open_options *opt, g4_handle **out
     g4_engine_options eo = {.max_seqs = o.max_seqs, .n_ctx = o.n_ctx, .max_queue = o.max_queue, .threads = o.threads,
                             .kv_type = G4_KV_AUTO};
     if (st == G4_OK) eo.kv_type = h->kv_type = g4_kv_type_resolve((g4_kv_type)kv_type, co.precision, h->ctx->model);
-    if (st == G4_OK && o.draft && !o.sequences_only) st = open_drafter(o.draft, h->ctx->model, &h->drafter);
+    if (st == G4_OK && o.draft) st = open_drafter(o.draft, h->ctx->model, &h->drafter, &h->draft_dir);
+    if (st == G4_OK && (o.draft_max < 0 || o.draft_max > G4_MAX_DRAFTS))
+        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "draft_max %d outside 1..%d", o.draft_max, G4_MAX_DRAFTS);
+    h->draft_max = o.draft_max > 0 ? o.draft_max : 1;
     eo.drafter = h->drafter;
     eo.draft_max = o.draft_max;
     eo.draft_min_p = o.draft_min_p;
@@ -80,9 +84,12 @@ void g4_close(g4_handle *h) {
         g4_engine_destroy(h->engine);
     }
     g4_assistant_release(h->drafter);
+    free(h->draft_dir);
     g4_context_close(h->ctx);
     free(h);
 }
+
+const char *g4_draft_dir(const g4_handle *h) { return h ? h->draft_dir : NULL; }
 
 void g4_params_default(g4_params *p) {
     memset(p, 0, sizeof *p);
@@ -99,6 +106,43 @@ void g4_params_model_default(const g4_handle *h, g4_params *p) {
     p->top_p = sp.top_p;
     p->min_p = sp.min_p;
     p->repetition_penalty = sp.repetition_penalty;
+    p->suppress = sp.suppress;
+    p->n_suppress = (int)sp.n_suppress;
+}
+
+void g4_sampler_params_from_api(const g4_params *p, g4_sampler_params *out) {
+    g4_sampler_params_default(out);
+    out->temperature = p->temperature;
+    out->top_k = p->top_k;
+    out->top_p = p->top_p > 0 ? p->top_p : 1.0f;
+    out->min_p = p->min_p;
+    out->repetition_penalty = p->repetition_penalty > 0 ? p->repetition_penalty : 1.0f;
+    out->presence_penalty = p->presence_penalty;
+    out->frequency_penalty = p->frequency_penalty;
+    out->suppress = p->n_suppress > 0 ? p->suppress : NULL;
+    out->n_suppress = p->n_suppress > 0 ? (size_t)p->n_suppress : 0;
+    out->seed = p->seed;
+}
+
+g4_status g4_params_constraint(const g4_handle *h, const g4_params *p, int thinking, int starts_in_reasoning,
+                               g4_token_matcher **out) {
+    *out = NULL;
+    const int given = !!p->json_schema + !!p->grammar + !!p->regex + !!p->json_object;
+    if (given > 1) return g4_fail(G4_ERR_INVALID_ARGUMENT, "give at most one of json_schema, grammar, regex and json_object");
+    if (!given) return G4_OK;
+    g4_constraint_spec spec = {p->json_object   ? G4_CONSTRAINT_JSON_OBJECT
+                               : p->json_schema ? G4_CONSTRAINT_JSON_SCHEMA
+                               : p->grammar     ? G4_CONSTRAINT_GBNF
+                                                : G4_CONSTRAINT_REGEX,
+                               (char *)(p->json_object   ? NULL
+                                        : p->json_schema ? p->json_schema
+                                        : p->grammar     ? p->grammar
+                                                         : p->regex),
+                               0};
+    g4_constraint_use use = {.stop_ids = h->ctx->stop_ids, .n_stop = h->ctx->n_stop, .thinking = thinking,
+                             .starts_in_thought = starts_in_reasoning};
+    return h->ctx->constraints ? g4_constraints_matcher(h->ctx->constraints, &spec, &use, out)
+                               : g4_fail(G4_ERR_INVALID_ARGUMENT, "constrained decoding needs a tokenizer");
 }
 
 static void deliver(api_request *r, const g4_token_event *ev, const char *text, size_t len, g4_text_kind kind,
@@ -227,19 +271,7 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
         return st;
     }
     g4_token_matcher *matcher = NULL;
-    if (!!p->json_schema + !!p->grammar + !!p->regex > 1)
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "give at most one of json_schema, grammar and regex");
-    else if (p->json_schema || p->grammar || p->regex) {
-        g4_constraint_spec spec = {p->json_schema ? G4_CONSTRAINT_JSON_SCHEMA
-                                   : p->grammar   ? G4_CONSTRAINT_GBNF
-                                                  : G4_CONSTRAINT_REGEX,
-                                   (char *)(p->json_schema ? p->json_schema : p->grammar ? p->grammar : p->regex), 0};
-        g4_constraint_use use = {.stop_ids = h->ctx->stop_ids, .n_stop = h->ctx->n_stop,
-                                 .thinking = chat && p->enable_thinking,
-                                 .starts_in_thought = pr->starts_in_reasoning};
-        st = h->ctx->constraints ? g4_constraints_matcher(h->ctx->constraints, &spec, &use, &matcher)
-                                 : g4_fail(G4_ERR_INVALID_ARGUMENT, "constrained decoding needs a tokenizer");
-    }
+    st = g4_params_constraint(h, p, chat && p->enable_thinking, pr->starts_in_reasoning, &matcher);
     if (st != G4_OK) {
         g4_reply_stream_free(r->reply);
         free(r);
@@ -255,15 +287,7 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
                       .user = r,
                       .constraint = matcher,
                       .no_speculative = p->no_speculative};
-    g4_sampler_params_default(&req.sampling);
-    req.sampling.temperature = p->temperature;
-    req.sampling.top_k = p->top_k;
-    req.sampling.top_p = p->top_p > 0 ? p->top_p : 1.0f;
-    req.sampling.min_p = p->min_p;
-    req.sampling.repetition_penalty = p->repetition_penalty > 0 ? p->repetition_penalty : 1.0f;
-    req.sampling.presence_penalty = p->presence_penalty;
-    req.sampling.frequency_penalty = p->frequency_penalty;
-    req.sampling.seed = p->seed;
+    g4_sampler_params_from_api(p, &req.sampling);
     uint64_t id = 0;
     st = g4_engine_submit(h->engine, &req, &id);
     if (st != G4_OK) {
@@ -277,10 +301,8 @@ static g4_status submit(g4_handle *h, g4_prompt *pr, int chat, const g4_params *
     return G4_OK;
 }
 
-g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *tools_json, const g4_params *p,
-                         g4_event_callback cb, void *user, uint64_t *request_id) {
-    if (!h || !messages_json || !cb) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: missing argument");
-    if (!h->engine) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: the model was opened sequences_only");
+g4_status g4_chat_json_parse(const char *messages_json, const char *tools_json, cJSON **messages, cJSON **tools) {
+    *messages = *tools = NULL;
     /* the server's strict reading: cJSON alone would cut a string at an escaped NUL */
     size_t pos = 0;
     const char *why = NULL;
@@ -288,20 +310,27 @@ g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *to
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not valid JSON (%s at byte %zu)", why, pos);
     if (tools_json && g4_json_check(tools_json, strlen(tools_json), (size_t)-1, &pos, &why))
         return g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not valid JSON (%s at byte %zu)", why, pos);
-    cJSON *messages = cJSON_Parse(messages_json);
-    cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
-    g4_status st = G4_OK;
+    *messages = cJSON_Parse(messages_json);
+    *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
     char where[48];
-    if (!cJSON_IsArray(messages)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not a JSON array");
-    else if (tools_json && !cJSON_IsArray(tools)) st = g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not a JSON array");
-    else if (g4_chat_check_messages(messages, where, sizeof where) != G4_OK)
-        st = g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: %s", where, g4_error_message());
+    if (!cJSON_IsArray(*messages)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "messages: not a JSON array");
+    if (tools_json && !cJSON_IsArray(*tools)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "tools: not a JSON array");
+    if (g4_chat_check_messages(*messages, where, sizeof where) != G4_OK)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s: %s", where, g4_error_message());
+    return g4_chat_normalize_tool_arguments(*messages);
+}
+
+g4_status g4_submit_chat(g4_handle *h, const char *messages_json, const char *tools_json, const g4_params *p,
+                         g4_event_callback cb, void *user, uint64_t *request_id) {
+    if (!h || !messages_json || !cb) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: missing argument");
+    if (!h->engine) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_submit_chat: the model was opened sequences_only");
+    cJSON *messages = NULL, *tools = NULL;
+    g4_status st = g4_chat_json_parse(messages_json, tools_json, &messages, &tools);
     g4_media_list media = {0};
     if (st == G4_OK) {
         g4_media_limits ml = {.max_images = 64, .max_audio = 64, .max_bytes = (size_t)256 << 20};
         st = g4_chat_collect_media(messages, &ml, &media);
     }
-    if (st == G4_OK) st = g4_chat_normalize_tool_arguments(messages);
     g4_prompt pr = {0};
     if (st == G4_OK) {
         /* a prompt over the context is refused once tokenizing passes it */

@@ -46,18 +46,14 @@ void g4_get_model_info(const g4_handle *h, g4_model_info *out) {
         .bos_id = m->config.tokens.bos_id,
         .pad_id = m->config.tokens.pad_id,
     };
+    for (int k = 0; k < m->config.tokens.n_eos && k < (int)(sizeof out->eos_ids / sizeof out->eos_ids[0]); k++)
+        out->eos_ids[out->n_eos++] = m->config.tokens.eos_ids[k];
 }
 
 char *g4_model_summary(const g4_handle *h) { return g4_model_describe(h->ctx->model); }
 
-struct g4_sequence {
-    g4_handle *h;
-    g4_session *session;
-    g4_hidden_sink sink;
-    void *sink_user;
-};
-
-static g4_status parse_vision_mask(const char *name, g4_vision_mask *out) {
+g4_status g4_vision_mask_parse(const char *name, const char *what, g4_vision_mask *out) {
+    if (!out) return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_vision_mask_parse: missing argument");
     if (!name || !strcmp(name, "default"))
         *out = G4_VISION_MASK_DEFAULT;
     else if (!strcmp(name, "causal"))
@@ -65,7 +61,8 @@ static g4_status parse_vision_mask(const char *name, g4_vision_mask *out) {
     else if (!strcmp(name, "all-layers"))
         *out = G4_VISION_MASK_ALL_LAYERS;
     else
-        return g4_fail(G4_ERR_INVALID_ARGUMENT, "vision_mask must be default, all-layers or causal, got '%s'", name);
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "%s must be default, all-layers or causal, got '%s'",
+                       what ? what : "vision_mask", name);
     return G4_OK;
 }
 
@@ -76,7 +73,7 @@ g4_status g4_sequence_open(g4_handle *h, const g4_sequence_options *opt, g4_sequ
     if (opt) o = *opt;
     if (o.n_ctx < 0) return g4_fail(G4_ERR_INVALID_ARGUMENT, "n_ctx %d: positions are counted from 0 up", o.n_ctx);
     g4_session_options so = {.n_ctx = o.n_ctx, .kv_type = h->kv_type};
-    g4_status st = parse_vision_mask(o.vision_mask, &so.vision_mask);
+    g4_status st = g4_vision_mask_parse(o.vision_mask, "vision_mask", &so.vision_mask);
     if (st != G4_OK) return st;
     g4_sequence *s = calloc(1, sizeof *s);
     if (!s) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
@@ -132,13 +129,10 @@ g4_status g4_sequence_append(g4_sequence *s, const int32_t *ids, int n, g4_rows 
     return g4_session_eval(s->session, ids, n, NULL, logits_mode(rows), logits);
 }
 
-g4_status g4_sequence_append_media(g4_sequence *s, const int32_t *ids, int n, const g4_media_file *media,
-                                   int n_media, g4_rows rows, float *logits) {
-    if (!s || !ids || (n_media > 0 && !media) || n_media < 0)
-        return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_sequence_append_media: missing argument");
-    g4_status st = check_rows(rows, logits, n);
-    if (st != G4_OK) return st;
-    if (n_media == 0) return g4_session_eval(s->session, ids, n, NULL, logits_mode(rows), logits);
+g4_status g4_media_inputs_from_files(const g4_media_file *media, int n_media, g4_media_input **out) {
+    *out = NULL;
+    if (n_media < 0 || (n_media > 0 && !media)) return g4_fail(G4_ERR_INVALID_ARGUMENT, "media: missing argument");
+    if (n_media == 0) return G4_OK;
     g4_media_input *items = calloc((size_t)n_media, sizeof *items);
     if (!items) return g4_fail(G4_ERR_OUT_OF_MEMORY, "out of memory");
     for (int k = 0; k < n_media; k++)
@@ -147,6 +141,20 @@ g4_status g4_sequence_append_media(g4_sequence *s, const int32_t *ids, int n, co
                                     .size = media[k].size,
                                     .label = media[k].label,
                                     .max_soft_tokens = media[k].max_soft_tokens};
+    *out = items;
+    return G4_OK;
+}
+
+g4_status g4_sequence_append_media(g4_sequence *s, const int32_t *ids, int n, const g4_media_file *media,
+                                   int n_media, g4_rows rows, float *logits) {
+    if (!s || !ids || (n_media > 0 && !media) || n_media < 0)
+        return g4_fail(G4_ERR_INVALID_ARGUMENT, "g4_sequence_append_media: missing argument");
+    g4_status st = check_rows(rows, logits, n);
+    if (st != G4_OK) return st;
+    if (n_media == 0) return g4_session_eval(s->session, ids, n, NULL, logits_mode(rows), logits);
+    g4_media_input *items = NULL;
+    st = g4_media_inputs_from_files(media, n_media, &items);
+    if (st != G4_OK) return st;
     g4_prompt prompt = {0};
     st = g4_prompt_from_ids(s->h->ctx, ids, n, items, n_media, &prompt);
     if (st == G4_OK) {

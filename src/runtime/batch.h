@@ -8,16 +8,9 @@
 
 #include <stdint.h>
 
+#include "gemma4.h" /* g4_vision_mask (SPEC §5 / unified A7) */
 #include "model/kv_cache.h"
 #include "model/text_decoder.h"
-
-/* How image tokens attend to each other on models with
- * use_bidirectional_attention = "vision" (SPEC §5 / unified A7). */
-typedef enum {
-    G4_VISION_MASK_DEFAULT = 0, /* the model family's rule (gemma4: sliding layers, windowed) */
-    G4_VISION_MASK_CAUSAL,      /* plain causal, as models without the flag */
-    G4_VISION_MASK_ALL_LAYERS,  /* image block bidirectional on every layer, not windowed */
-} g4_vision_mask;
 
 /* The g4_text_kv_ranges mode for a model and a g4_vision_mask: 0 none,
  * 1 the gemma4 rule, 2 all layers. */

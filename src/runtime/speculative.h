@@ -28,13 +28,9 @@
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
-typedef struct {
-    long rounds;                  /* target verification passes */
-    long drafted, accepted;       /* drafts proposed and accepted */
-    long drafted_at[G4_DRAFT_MAX];  /* drafts proposed at position i of a round */
-    long accepted_at[G4_DRAFT_MAX]; /* of them accepted */
-    double draft_seconds, verify_seconds;
-} g4_speculative_stats;
+/* The public counts (gemma4.h), indexed by position up to G4_MAX_DRAFTS. */
+typedef g4_draft_stats g4_speculative_stats;
+_Static_assert(G4_MAX_DRAFTS == G4_DRAFT_MAX, "gemma4.h's G4_MAX_DRAFTS is draft_rule.h's G4_DRAFT_MAX");
 
 typedef struct g4_speculative g4_speculative;
 

@@ -97,20 +97,11 @@ int g4_tokenizer_token_byte(const g4_tokenizer *t, int32_t id);
 /* 1 if the id's token is an added token flagged special. */
 int g4_tokenizer_is_special(const g4_tokenizer *t, int32_t id);
 
-/* Streaming detokenizer: push ids one at a time and get back the text they
- * complete. The concatenated output equals g4_tokenizer_decode of all ids,
- * and every returned piece is valid UTF-8. A run of byte-fallback tokens
- * (<0xNN>) is held until the next other token or flush, because `tokenizers`
- * decides on the whole run (valid UTF-8 -> its text, otherwise one U+FFFD per
- * byte). Decoders whose output cannot be cut at token boundaries are
- * handled by holding everything until flush. */
-typedef struct g4_detokenizer g4_detokenizer;
-
-g4_status g4_detokenizer_new(const g4_tokenizer *t, int skip_special, g4_detokenizer **out);
-/* *text (not NUL-terminated, *len bytes) stays valid until the next call. */
-g4_status g4_detokenizer_push(g4_detokenizer *d, int32_t id, const char **text, size_t *len);
-/* Emits whatever is held; the detokenizer may then be reused from scratch. */
-g4_status g4_detokenizer_flush(g4_detokenizer *d, const char **text, size_t *len);
-void g4_detokenizer_free(g4_detokenizer *d);
+/* The streaming detokenizer (g4_detokenizer_new/push/flush/free) is
+ * declared in gemma4.h. A run of byte-fallback tokens (<0xNN>) is held
+ * until the next other token or flush, because `tokenizers` decides on the
+ * whole run (valid UTF-8 -> its text, otherwise one U+FFFD per byte).
+ * Decoders whose output cannot be cut at token boundaries are handled by
+ * holding everything until flush. */
 
 #endif

@@ -6,12 +6,12 @@ and sampled constrained replies checked with json + jsonschema.
 import concurrent.futures
 import json
 import os
-import re
 import shutil
-import subprocess
 import tempfile
 import urllib.error
 import urllib.request
+
+from serve_process import ServeProcess
 
 try:
     import jsonschema  # the tests always have it; bench/constrain_acceptance.py --save runs where it may not
@@ -44,19 +44,10 @@ def models():
     return [("trained", os.path.join(SOURCE, "models", "tiny")), ("random", random_model_dir())]
 
 
-class Server:
+class Server(ServeProcess):
     def __init__(self, model, *args, name="constrain"):
-        self.log = open(os.path.join(TMP, "test_server_constrain.%s.log" % name), "w+")
-        cmd = [BIN, "serve", "-m", model, "--port", "0", "--threads", "2", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"http://[^:]+:(\d+)", line)
-        if not m:
-            self.proc.wait(10)
-            self.log.seek(0)
-            raise RuntimeError("server did not start: %r %s" % (line, self.log.read()[-2000:]))
-        self.port = int(m.group(1))
-        self.url = "http://127.0.0.1:%d" % self.port
+        super().__init__(BIN, model, ["--threads", "2", *args],
+                         os.path.join(TMP, "test_server_constrain.%s.log" % name))
 
     def post(self, path, body, timeout=600):
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
@@ -68,15 +59,7 @@ class Server:
             return e.code, json.loads(e.read())
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            rc = self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.log.seek(0)
-        text = self.log.read()
-        self.log.close()
+        rc, text, _ = super().stop()
         return rc, text
 
 

@@ -26,9 +26,6 @@ import base64
 import http.client
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
 import tempfile
 
@@ -39,6 +36,7 @@ import openai
 from tokenizers import Tokenizer
 
 from checks import check, summary
+from serve_process import CRASH_REPORTS, ServeProcess
 
 BIN = os.environ.get("G4_BIN", "build/gemma4")
 FIXTURES = os.environ.get("G4_FIXTURES", "build/fixtures")
@@ -67,26 +65,15 @@ def ref_ids(messages, **kw):
     return HF.encode(render(messages, **kw), add_special_tokens=False).ids
 
 
-class Server:
+class Server(ServeProcess):
     def __init__(self, *args, name):
-        self.log = open(os.path.join(TMP, "test_server_agent_apis.%s.log" % name), "w+")
-        cmd = [BIN, "serve", "-m", MODEL, "--port", "0", "--threads", "1", "--api-key", KEY, "--device", "cpu",
-               "--max-tokens", "1200", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        m = re.search(r"http://[^:]+:(\d+)", self.proc.stdout.readline())
-        if not m:
-            self.proc.kill()
-            raise SystemExit("server did not start")
-        self.port = int(m.group(1))
-        self.url = "http://127.0.0.1:%d" % self.port
+        super().__init__(BIN, MODEL, ["--threads", "1", "--api-key", KEY, "--device", "cpu", "--max-tokens", "1200",
+                                      *args], os.path.join(TMP, "test_server_agent_apis.%s.log" % name))
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(60)
-        self.log.seek(0)
-        text = self.log.read()
+        rc, text, _ = super().stop()
         check(rc == 0, "server exit status %s" % rc, text[-2000:])
-        for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:", "Segmentation", "Aborted"):
+        for bad in CRASH_REPORTS:
             check(bad not in text, "server stderr reports %s" % bad, text[text.find(bad) - 200:][:3000])
 
 

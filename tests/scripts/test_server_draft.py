@@ -17,9 +17,6 @@ Checked with the official `openai` client:
 Needs (PyPI): openai.
 """
 import os
-import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,6 +26,7 @@ import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, summary  # noqa: E402
+from serve_process import SANITIZER_REPORTS, ServeProcess  # noqa: E402
 
 BIN = os.environ.get("G4_BIN", "build/gemma4")
 SOURCE = os.environ.get("G4_SOURCE", ".")
@@ -58,19 +56,10 @@ QUESTIONS = [
 ]
 
 
-class Server:
+class Server(ServeProcess):
     def __init__(self, *args):
-        self.log = open(os.path.join(TMP, "test_server_draft.log"), "w+")
-        cmd = [BIN, "serve", "-m", MODEL, "--port", "0", "--threads", "2", "--precision", "exact", "--quiet",
-               "--max-seqs", str(N), *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"http://[^:]+:(\d+)", line)
-        if not m:
-            self.proc.wait(10)
-            self.log.seek(0)
-            raise RuntimeError("server did not start: %r %s" % (line, self.log.read()[-2000:]))
-        self.url = "http://127.0.0.1:%s" % m.group(1)
+        super().__init__(BIN, MODEL, ["--threads", "2", "--precision", "exact", "--quiet", "--max-seqs", str(N), *args],
+                         os.path.join(TMP, "test_server_draft.log"))
         self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=300)
 
     def metrics(self):
@@ -83,13 +72,9 @@ class Server:
         return values
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(60)
-        self.log.seek(0)
-        text = self.log.read()
-        self.log.close()
+        rc, text, _ = super().stop()
         check(rc == 0, "server exit status %s" % rc, text[-2000:])
-        for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+        for bad in SANITIZER_REPORTS:
             check(bad not in text, "server stderr reports " + bad, text[-3000:])
 
 

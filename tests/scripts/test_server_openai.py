@@ -48,6 +48,8 @@ import openai
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from serve_process import CRASH_REPORTS, ServeProcess
+
 BIN = os.environ.get("G4_BIN", "build/gemma4")
 FIXTURES = os.environ.get("G4_FIXTURES", "build/fixtures")
 DATA = os.environ.get("G4_TEST_DATA", "tests/data")
@@ -91,37 +93,20 @@ def model_dir(root, fixture):
 RUNNING = []
 
 
-class Server:
+class Server(ServeProcess):
     def __init__(self, model, *args, name="server"):
-        self.log = open(os.path.join(TMP, "test_server_openai.%s.log" % name), "w+")
         # a float32 KV cache: the references (transformers, `gemma4 generate`, one request alone) are
         # float32, and bf16's rounding flips the random fixtures' greedy ids (test_kv_types.c)
-        cmd = [BIN, "serve", "-m", model, "--port", "0", "--threads", "1", "--kv-type", "f32", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"http://[^:]+:(\d+)", line)
-        if not m:
-            self.proc.wait(10)
-            self.log.seek(0)
-            raise RuntimeError("server did not start: %r %s" % (line, self.log.read()[-2000:]))
-        self.port = int(m.group(1))
-        self.url = "http://127.0.0.1:%d" % self.port
+        super().__init__(BIN, model, ["--threads", "1", "--kv-type", "f32", *args],
+                         os.path.join(TMP, "test_server_openai.%s.log" % name))
         RUNNING.append(self)
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
+        rc, text, killed = super().stop(sig, timeout)
+        if killed:
             check(False, "server did not stop within %d s" % timeout)
-        self.log.seek(0)
-        text = self.log.read()
-        self.log.close()
         check(rc == 0, "server exit status %s" % rc)
-        for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:", "Segmentation", "Aborted"):
+        for bad in CRASH_REPORTS:
             check(bad not in text, "server stderr reports %s: %s" % (bad, text[text.find(bad) - 200:][:3000]))
         return rc, text
 
