@@ -68,6 +68,89 @@ ALWAYS_INLINE __m256 load_params8(const unsigned char *p, g4_dtype dt, int64_t g
     return _mm256_cvtph_ps(h);
 }
 
+/* One run of 64 columns of the R rows (at p) against the T tokens (at xq)
+ * into isum: set on the group's first run, added to after. */
+ALWAYS_INLINE void split_run(const unsigned char *const *p, const int8_t *xq, int64_t cols, int64_t ahead,
+                             __m256i *isum, const int T, const int R, const int first, const int prefetch) {
+    if (prefetch)
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) _mm_prefetch((const char *)p[i] + ahead, _MM_HINT_T0);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const __m256i xe = _mm256_loadu_si256((const __m256i *)(xq + t * cols));
+        const __m256i xo = _mm256_loadu_si256((const __m256i *)(xq + t * cols + 32));
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const __m256i d = dot64_split(p[i], xe, xo);
+            isum[i * T + t] = first ? d : _mm256_add_epi32(isum[i * T + t], d);
+        }
+    }
+}
+
+/* The code pass of q8_rows_at over groups [g0, g0 + n) of R rows, 4-bit
+ * codes against x in split order: per group, the int32 sums of its runs of
+ * 64 codes, then one convert and one FMA with sd per (row, token) -- in
+ * group order, so the float sums are the same whatever the group size.
+ * one_run: groups of exactly 64 (MLX's default), one run each, so that the
+ * loop is the bare products: no inner loop, no division for the byte offset
+ * (from cache, one thread, 256 x 1536: 32.9 -> 37.2 Gweights/s for one
+ * token, 4 tokens 11.4 -> 15.3; the same bits out). */
+ALWAYS_INLINE void split_groups(const cpu_q8_gemv_args *a, const unsigned char *const *row, int64_t g0, int64_t n,
+                                float sd[][PARAM_SEGMENT], __m256 *total, int64_t ahead, const int T, const int R,
+                                const int one_run) {
+    const int64_t gs = a->w->group_size, cols = a->x.cols;
+    const unsigned char *p[MAX_R];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) p[i] = row[i] + g0 * gs / 2;
+    const int8_t *xq = a->x.q + g0 * gs;
+    for (int64_t g = 0; g < n; g++) {
+        __m256i isum[4];
+        split_run(p, xq, cols, ahead, isum, T, R, 1, 1);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) p[i] += 32;
+        xq += 64;
+        for (int64_t j = 1; !one_run && j < gs / 64; j++) {
+            split_run(p, xq, cols, ahead, isum, T, R, 0, 1);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) p[i] += 32;
+            xq += 64;
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < R * T; k++)
+            total[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_broadcast_ss(&sd[k][g]), total[k]);
+    }
+}
+
+/* The same for codes in order (8-bit, or 4-bit in groups of 32). */
+ALWAYS_INLINE void plain_groups(const cpu_q8_gemv_args *a, const unsigned char *const *row, int64_t g0, int64_t n,
+                                float sd[][PARAM_SEGMENT], __m256 *total, int64_t ahead, const int bits, const int T,
+                                const int R) {
+    const int64_t gs = a->w->group_size;
+    for (int64_t g = g0; g < g0 + n; g++) {
+        __m256i isum[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < R * T; k++) isum[k] = _mm256_setzero_si256();
+        for (int64_t c = g * gs; c < (g + 1) * gs; c += 32) {
+            __m256i wv[MAX_R];
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                wv[i] = load_codes(row[i], c, bits);
+                _mm_prefetch((const char *)row[i] + c * bits / 8 + ahead, _MM_HINT_T0);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(a->x.q + t * a->x.cols + c));
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++)
+                    isum[i * T + t] = _mm256_add_epi32(isum[i * T + t], dot32(wv[i], xv, bits));
+            }
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < R * T; k++)
+            total[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_broadcast_ss(&sd[k][g - g0]), total[k]);
+    }
+}
+
 /* R rows against T tokens (R * T <= 4). Per run of up to PARAM_SEGMENT
  * groups, first each (row, token)'s scale products s * d into sd and its
  * bias term b * xsum summed, eight groups at a time; then the codes, whose
@@ -122,46 +205,9 @@ ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bi
                 }
             }
         }
-        for (int64_t g = g0; g < g0 + n; g++) {
-            __m256i isum[4];
-#pragma GCC unroll 4
-            for (int k = 0; k < R * T; k++) isum[k] = _mm256_setzero_si256();
-            if (split) {
-                for (int64_t c = g * gs; c < (g + 1) * gs; c += 64) {
-#pragma GCC unroll 4
-                    for (int i = 0; i < R; i++)
-                        _mm_prefetch((const char *)row[i] + c / 2 + ahead, _MM_HINT_T0);
-#pragma GCC unroll 4
-                    for (int t = 0; t < T; t++) {
-                        const int8_t *xt = a->x.q + t * a->x.cols + c;
-                        const __m256i xe = _mm256_loadu_si256((const __m256i *)xt);
-                        const __m256i xo = _mm256_loadu_si256((const __m256i *)(xt + 32));
-#pragma GCC unroll 4
-                        for (int i = 0; i < R; i++)
-                            isum[i * T + t] = _mm256_add_epi32(isum[i * T + t], dot64_split(row[i] + c / 2, xe, xo));
-                    }
-                }
-            } else {
-                for (int64_t c = g * gs; c < (g + 1) * gs; c += 32) {
-                    __m256i wv[MAX_R];
-#pragma GCC unroll 4
-                    for (int i = 0; i < R; i++) {
-                        wv[i] = load_codes(row[i], c, bits);
-                        _mm_prefetch((const char *)row[i] + c * bits / 8 + ahead, _MM_HINT_T0);
-                    }
-#pragma GCC unroll 4
-                    for (int t = 0; t < T; t++) {
-                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(a->x.q + t * a->x.cols + c));
-#pragma GCC unroll 4
-                        for (int i = 0; i < R; i++)
-                            isum[i * T + t] = _mm256_add_epi32(isum[i * T + t], dot32(wv[i], xv, bits));
-                    }
-                }
-            }
-#pragma GCC unroll 4
-            for (int k = 0; k < R * T; k++)
-                total[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_broadcast_ss(&sd[k][g - g0]), total[k]);
-        }
+        if (split && gs == 64) split_groups(a, row, g0, n, sd, total, ahead, T, R, 1);
+        else if (split) split_groups(a, row, g0, n, sd, total, ahead, T, R, 0);
+        else plain_groups(a, row, g0, n, sd, total, ahead, bits, T, R);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
