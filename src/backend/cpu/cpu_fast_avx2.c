@@ -71,10 +71,9 @@ ALWAYS_INLINE __m256 load_params8(const unsigned char *p, g4_dtype dt, int64_t g
 /* One run of 64 columns of the R rows (at p) against the T tokens (at xq)
  * into isum: set on the group's first run, added to after. */
 ALWAYS_INLINE void split_run(const unsigned char *const *p, const int8_t *xq, int64_t cols, int64_t ahead,
-                             __m256i *isum, const int T, const int R, const int first, const int prefetch) {
-    if (prefetch)
+                             __m256i *isum, const int T, const int R, const int first) {
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++) _mm_prefetch((const char *)p[i] + ahead, _MM_HINT_T0);
+    for (int i = 0; i < R; i++) _mm_prefetch((const char *)p[i] + ahead, _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) {
         const __m256i xe = _mm256_loadu_si256((const __m256i *)(xq + t * cols));
@@ -105,12 +104,12 @@ ALWAYS_INLINE void split_groups(const cpu_q8_gemv_args *a, const unsigned char *
     const int8_t *xq = a->x.q + g0 * gs;
     for (int64_t g = 0; g < n; g++) {
         __m256i isum[4];
-        split_run(p, xq, cols, ahead, isum, T, R, 1, 1);
+        split_run(p, xq, cols, ahead, isum, T, R, 1);
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) p[i] += 32;
         xq += 64;
         for (int64_t j = 1; !one_run && j < gs / 64; j++) {
-            split_run(p, xq, cols, ahead, isum, T, R, 0, 1);
+            split_run(p, xq, cols, ahead, isum, T, R, 0);
 #pragma GCC unroll 4
             for (int i = 0; i < R; i++) p[i] += 32;
             xq += 64;
