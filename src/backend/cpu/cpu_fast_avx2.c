@@ -120,33 +120,53 @@ ALWAYS_INLINE void split_groups(const cpu_q8_gemv_args *a, const unsigned char *
     }
 }
 
-/* The same for codes in order (8-bit, or 4-bit in groups of 32). */
+/* One run of 32 codes in order (8-bit, or 4-bit in groups of 32 or 96) of
+ * the R rows against the T tokens, as split_run. */
+ALWAYS_INLINE void plain_run(const unsigned char *const *p, const int8_t *xq, int64_t cols, int64_t ahead,
+                             __m256i *isum, const int bits, const int T, const int R, const int first) {
+    __m256i wv[MAX_R];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        wv[i] = load_codes(p[i], 0, bits);
+        _mm_prefetch((const char *)p[i] + ahead, _MM_HINT_T0);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + t * cols));
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const __m256i d = dot32(wv[i], xv, bits);
+            isum[i * T + t] = first ? d : _mm256_add_epi32(isum[i * T + t], d);
+        }
+    }
+}
+
+/* The same as split_groups for codes in order; runs: the group's runs of
+ * 32 when fixed at compile time (2: 8-bit in groups of 64), else 0. */
 ALWAYS_INLINE void plain_groups(const cpu_q8_gemv_args *a, const unsigned char *const *row, int64_t g0, int64_t n,
                                 float sd[][PARAM_SEGMENT], __m256 *total, int64_t ahead, const int bits, const int T,
-                                const int R) {
-    const int64_t gs = a->w->group_size;
-    for (int64_t g = g0; g < g0 + n; g++) {
+                                const int R, const int runs) {
+    const int64_t gs = a->w->group_size, cols = a->x.cols, n_runs = runs ? runs : gs / 32, step = 32 * bits / 8;
+    const unsigned char *p[MAX_R];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) p[i] = row[i] + g0 * gs * bits / 8;
+    const int8_t *xq = a->x.q + g0 * gs;
+    for (int64_t g = 0; g < n; g++) {
         __m256i isum[4];
+        plain_run(p, xq, cols, ahead, isum, bits, T, R, 1);
 #pragma GCC unroll 4
-        for (int k = 0; k < R * T; k++) isum[k] = _mm256_setzero_si256();
-        for (int64_t c = g * gs; c < (g + 1) * gs; c += 32) {
-            __m256i wv[MAX_R];
+        for (int i = 0; i < R; i++) p[i] += step;
+        xq += 32;
+#pragma GCC unroll 2
+        for (int64_t j = 1; j < n_runs; j++) {
+            plain_run(p, xq, cols, ahead, isum, bits, T, R, 0);
 #pragma GCC unroll 4
-            for (int i = 0; i < R; i++) {
-                wv[i] = load_codes(row[i], c, bits);
-                _mm_prefetch((const char *)row[i] + c * bits / 8 + ahead, _MM_HINT_T0);
-            }
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const __m256i xv = _mm256_loadu_si256((const __m256i *)(a->x.q + t * a->x.cols + c));
-#pragma GCC unroll 4
-                for (int i = 0; i < R; i++)
-                    isum[i * T + t] = _mm256_add_epi32(isum[i * T + t], dot32(wv[i], xv, bits));
-            }
+            for (int i = 0; i < R; i++) p[i] += step;
+            xq += 32;
         }
 #pragma GCC unroll 4
         for (int k = 0; k < R * T; k++)
-            total[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_broadcast_ss(&sd[k][g - g0]), total[k]);
+            total[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_broadcast_ss(&sd[k][g]), total[k]);
     }
 }
 
@@ -206,7 +226,8 @@ ALWAYS_INLINE void q8_rows_at(const cpu_q8_gemv_args *a, int64_t r, const int bi
         }
         if (split && gs == 64) split_groups(a, row, g0, n, sd, total, ahead, T, R, 1);
         else if (split) split_groups(a, row, g0, n, sd, total, ahead, T, R, 0);
-        else plain_groups(a, row, g0, n, sd, total, ahead, bits, T, R);
+        else if (bits == 8 && gs == 64) plain_groups(a, row, g0, n, sd, total, ahead, 8, T, R, 2);
+        else plain_groups(a, row, g0, n, sd, total, ahead, bits, T, R, 0);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
