@@ -1,9 +1,9 @@
 #!/bin/bash
 # Issue 25, quantised prefill: pp512 of synthetic models under G4_CUDA_TUNE
 # settings in one call on the GPU machine, with the prebuilt binaries:
-#   . bench/cuda_prebuilt_env.sh .gpu/pre.tar.xz && bash bench/issue25_prefill.sh "31b:mlx4:dequant=wide 31b:mlx4:-"
-# Each item NAME:FORMAT:SETTINGS (SETTINGS "-": the defaults; dequant=wide
-# the grid-stride dequantising kernel, which measured slower), REPS benches of -r 2 each (default 1),
+#   . bench/cuda_prebuilt_env.sh .gpu/pre.tar.xz && bash bench/issue25_prefill.sh "31b:mlx4:wgmma=0 31b:mlx4:-"
+# Each item NAME:FORMAT:SETTINGS (SETTINGS "-": the defaults; wgmma=0 the
+# dequantising pass + cuBLAS instead of the warpgroup GEMM), REPS benches of -r 2 each (default 1),
 # PRECISION=exact for the split path. Prints the table last; logs under $OUT.
 set -u
 OUT=${OUT:-$PWD/out}

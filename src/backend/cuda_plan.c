@@ -168,17 +168,28 @@ static g4_gemv_plan plan_float_moe_down(const g4_gemv_shape *s) {
     return p;
 }
 
-static g4_gemv_plan plan_gemm(const g4_matrix *w) {
+int g4_plan_wgmma_q4(const g4_cuda_caps *caps, const g4_cuda_tuning *t, const g4_matrix *w, int exact) {
+    if (!caps->wgmma || !t->wgmma || exact) return 0;
+    if (w->format != G4_WEIGHT_AFFINE || w->bits != 4) return 0;
+    if (w->cols <= 0 || w->cols % 64 || w->row_bytes != (size_t)w->cols / 2 || !aligned16(w->data)) return 0;
+    if (w->rows > INT32_MAX) return 0;
+    const int gs = w->group_size;
+    return gs == 16 || gs == 32 || (gs >= 64 && gs % 64 == 0);
+}
+
+static g4_gemv_plan plan_gemm(const g4_cuda_caps *caps, const g4_cuda_tuning *t, const g4_gemv_shape *s) {
     g4_gemv_plan p = {G4_KERNEL_GEMM_DEQUANT, 0, 0, 0, 0, 0, 0, 1, 1};
+    const g4_matrix *w = s->w;
     if (w->format == G4_WEIGHT_F32 && w->row_bytes % 4 == 0) p.kernel = G4_KERNEL_GEMM_F32;
     else if (w->format == G4_WEIGHT_BF16 && w->row_bytes % 2 == 0) p.kernel = G4_KERNEL_GEMM_BF16;
+    else if (t->wgmma == 2 && g4_plan_wgmma_q4(caps, t, w, s->exact)) p.kernel = G4_KERNEL_GEMM_WGMMA4;
     return p;
 }
 
 g4_gemv_plan g4_plan_gemv(const g4_cuda_caps *caps, const g4_cuda_tuning *t, const g4_gemv_shape *s) {
     g4_gemv_plan skip = {G4_KERNEL_SKIP, 0, 0, 0, 0, 0, 0, 1, 1};
     if (s->w->rows <= 0 || (s->has_ids ? s->n_slots <= 0 : s->n_tokens <= 0)) return skip;
-    if (!s->has_ids && s->n_tokens > 8) return plan_gemm(s->w);
+    if (!s->has_ids && s->n_tokens > 8) return plan_gemm(caps, t, s);
     const g4_gemv_plan tc = plan_tensor_cores(caps, t, s);
     if (tc.kernel != G4_KERNEL_DECLINE) return tc;
     if (s->combine_k > 0) return plan_float_moe_down(s);
@@ -189,6 +200,6 @@ const char *g4_kernel_name(g4_kernel k) {
     static const char *const names[G4_KERNEL_COUNT] = {
         "decline",        "skip",           "gemv_generic",   "gemv_float",     "gemv_fp16",
         "gemv_fp16_tokens", "gemv_int8",    "moe_down_float", "moe_down_fp16",  "moe_down_int8",
-        "gemm_f32",       "gemm_bf16",      "gemm_dequant"};
+        "gemm_f32",       "gemm_bf16",      "gemm_dequant",   "gemm_wgmma4"};
     return k >= 0 && k < G4_KERNEL_COUNT ? names[k] : "?";
 }

@@ -32,6 +32,8 @@ typedef enum {
     G4_KERNEL_GEMM_F32,     /* cuBLAS float32 GEMM */
     G4_KERNEL_GEMM_BF16,    /* activations split into bf16 parts, cuBLAS bf16 GEMMs */
     G4_KERNEL_GEMM_DEQUANT, /* weights dequantised to bf16 in row chunks, then as GEMM_BF16 */
+    G4_KERNEL_GEMM_WGMMA4,  /* wgmma_q4_kernel: 4-bit affine codes decoded in the warpgroup GEMM's main loop
+                               (dense: only with wgmma=2, measured slower than GEMM_DEQUANT; the MoE experts' default) */
     G4_KERNEL_COUNT
 } g4_kernel;
 
@@ -46,6 +48,7 @@ typedef struct {
     int x_aligned;      /* the activations are 16-byte aligned, their stride a multiple of 4 floats */
     int64_t pair;       /* > 0: gated pairs, up rows this many rows past the gate rows */
     int combine_k;      /* > 0: the MoE down projection with the tokens' sums over k slots each */
+    int exact;          /* prefill in the exact precision (split bf16 products) */
 } g4_gemv_shape;
 
 typedef struct {
@@ -61,6 +64,15 @@ typedef struct {
 } g4_gemv_plan;
 
 g4_gemv_plan g4_plan_gemv(const g4_cuda_caps *caps, const g4_cuda_tuning *t, const g4_gemv_shape *s);
+
+/* Whether the warpgroup GEMM of 4-bit weights (G4_KERNEL_GEMM_WGMMA4) takes
+ * prefill products of w: the device runs this build's sm_90a code, the
+ * tuning allows it, the fast precision (not exact), and w's layout suits it
+ * (4-bit affine codes in whole rows of 64-column tiles, 16-byte aligned,
+ * groups of 16, 32 or a multiple of 64 columns). The MoE experts' grouped
+ * product asks it; the dense plan only with wgmma=2. */
+int g4_plan_wgmma_q4(const g4_cuda_caps *caps, const g4_cuda_tuning *t, const g4_matrix *w, int exact);
+
 
 /* The kernel's name as above ("gemv_float", ...). */
 const char *g4_kernel_name(g4_kernel k);

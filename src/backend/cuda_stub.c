@@ -28,6 +28,16 @@ g4_status g4_cuda_status(g4_backend *be) {
     return g4_fail(G4_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }
 
+int g4_cuda_compute_capability(const g4_backend *be) {
+    (void)be;
+    return 0;
+}
+
+int g4_cuda_has_wgmma(const g4_backend *be) {
+    (void)be;
+    return 0;
+}
+
 long g4_cuda_graph_launches(const g4_backend *be) {
     (void)be;
     return 0;

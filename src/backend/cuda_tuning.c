@@ -19,7 +19,7 @@ g4_cuda_tuning g4_cuda_tuning_defaults(const g4_cuda_caps *caps) {
     t.attn_tc_split = -1;
     t.moe_cublas = 64; /* below, the pipelined grouped kernel is faster */
     t.q_chunk = 64;    /* Mi weights: at 512 tokens cuBLAS keeps its large tiles on every chunk of a 31B matrix */
-    t.q_pipeline = 0; /* not yet measured against the serial pass on the H200 (bench/issue25_prefill.sh) */
+    t.wgmma = 1;       /* the 4-bit experts: 26B-A4B pp512 +10% (bench/RESULTS.md, issue 25); dense: slower */
     t.gemv = G4_CUDA_GEMV_AUTO;
     t.attn = G4_CUDA_ATTN_AUTO;
     t.moe = G4_CUDA_MOE_AUTO;
@@ -30,7 +30,6 @@ g4_cuda_tuning g4_cuda_tuning_defaults(const g4_cuda_caps *caps) {
 static const char *const gemv_names[] = {"auto", "float32", "fp16", NULL};
 static const char *const attn_names[] = {"auto", "cores", "tc", NULL};
 static const char *const moe_names[] = {"auto", "mma", NULL};
-static const char *const dequant_names[] = {"auto", "wide", NULL};
 
 typedef struct {
     const char *key;
@@ -51,11 +50,10 @@ static const tune_key keys[] = {
     TUNE_INT(attn_tc_split, -1, 1 << 20),
     TUNE_INT(moe_cublas, 0, 1 << 30),
     TUNE_INT(q_chunk, 1, 1024),
-    TUNE_INT(q_pipeline, 0, 2),
+    TUNE_INT(wgmma, 0, 2),
     {"gemv", offsetof(g4_cuda_tuning, gemv), 0, 0, 0, gemv_names},
     {"attn", offsetof(g4_cuda_tuning, attn), 0, 0, 0, attn_names},
     {"moe", offsetof(g4_cuda_tuning, moe), 0, 0, 0, moe_names},
-    {"dequant", offsetof(g4_cuda_tuning, dequant), 0, 0, 0, dequant_names},
 };
 #undef TUNE_INT
 enum { N_KEYS = sizeof keys / sizeof keys[0] };

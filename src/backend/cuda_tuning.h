@@ -20,6 +20,7 @@ typedef struct {
     int sm_count;      /* multiprocessors */
     int major, minor;  /* compute capability */
     size_t smem_optin; /* shared memory per block with the opt-in, bytes */
+    int wgmma;         /* this build's sm_90a code runs on the device (the warpgroup GEMM) */
 } g4_cuda_caps;
 
 /* Test hooks: run a fallback kernel at shapes the default gives to a faster one. */
@@ -34,12 +35,6 @@ typedef enum {
     G4_CUDA_ATTN_CORES, /* prefill attention on CUDA cores (the decode kernel) */
     G4_CUDA_ATTN_TC,    /* prefill attention by the older tensor-core kernel instead of the flash one */
 } g4_cuda_attn_force;
-
-typedef enum {
-    G4_CUDA_DEQUANT_AUTO = 0,
-    G4_CUDA_DEQUANT_WIDE, /* prefill's dequantising pass by the grid-stride kernel with eight loads in flight a
-                             thread (H200, pp512: 9-12% slower than the default one-load-per-thread kernel) */
-} g4_cuda_dequant_force;
 
 typedef enum {
     G4_CUDA_MOE_AUTO = 0,
@@ -58,13 +53,13 @@ typedef struct {
     int attn_tc_split;  /* keys per piece of split prefill attention: -1 by shape, 0 never */
     int moe_cublas;     /* bf16 experts' prefill by cuBLAS from this many tokens on (0: never) */
     int q_chunk;        /* quantised prefill: Mi weights dequantised to bf16 per cuBLAS product */
-    int q_pipeline;     /* dequantise the next chunk on a second stream while cuBLAS multiplies this one:
-                           0 no, 1 yes, 2 yes with that stream at the highest priority */
+    int wgmma;          /* quantised prefill of 4-bit weights by the warpgroup GEMM that decodes them in its main
+                           loop (fast precision, where caps.wgmma): 0 never, 1 the MoE experts, 2 dense products
+                           too (a test hook: measured slower than dequantising + cuBLAS there) */
     /* test hooks */
     g4_cuda_gemv_force gemv;
     g4_cuda_attn_force attn;
     g4_cuda_moe_force moe;
-    g4_cuda_dequant_force dequant;
 } g4_cuda_tuning;
 
 /* The measured defaults for a device with these capabilities. */

@@ -17,10 +17,9 @@ static void check_ranges(const g4_cuda_tuning *t) {
     if (t->graphs < 0 || t->graphs > 1 || t->pdl < 0 || t->pdl > 1 || t->i8_min8 < 0) __builtin_trap();
     if (t->gemv_copies < 1 || t->gemv_copies > 64 || t->gemv_split < -1 || t->gemv_split > 1) __builtin_trap();
     if (t->attn_min_split < 0 || t->attn_tc_split < -1 || t->moe_cublas < 0) __builtin_trap();
-    if (t->q_chunk < 1 || t->q_chunk > 1024 || t->q_pipeline < 0 || t->q_pipeline > 2) __builtin_trap();
+    if (t->q_chunk < 1 || t->q_chunk > 1024 || t->wgmma < 0 || t->wgmma > 2) __builtin_trap();
     if (t->gemv < G4_CUDA_GEMV_AUTO || t->gemv > G4_CUDA_GEMV_FP16 || t->attn < G4_CUDA_ATTN_AUTO ||
-        t->attn > G4_CUDA_ATTN_TC || t->moe < G4_CUDA_MOE_AUTO || t->moe > G4_CUDA_MOE_MMA || t->dequant < G4_CUDA_DEQUANT_AUTO ||
-        t->dequant > G4_CUDA_DEQUANT_WIDE)
+        t->attn > G4_CUDA_ATTN_TC || t->moe < G4_CUDA_MOE_AUTO || t->moe > G4_CUDA_MOE_MMA)
         __builtin_trap();
 }
 
@@ -29,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!spec) return 0;
     memcpy(spec, data, size);
     spec[size] = '\0';
-    const g4_cuda_caps caps = {132, 9, 0, 232448};
+    const g4_cuda_caps caps = {132, 9, 0, 232448, 1};
     g4_cuda_tuning t = g4_cuda_tuning_defaults(&caps);
     const g4_cuda_tuning before = t;
     char err[256];
@@ -56,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             w.group_size = f == 0 ? 0 : f == 1 ? 64 : 32;
             w.row_bytes = f == 0 ? 4096 : f == 1 ? 2048 : 1024;
             w.data = (const void *)(uintptr_t)0x10000;
-            const g4_gemv_shape s = {&w, tokens, 0, 1, 1, 1, 0, 0};
+            const g4_gemv_shape s = {&w, tokens, 0, 1, 1, 1, 0, 0, 0};
             const g4_gemv_plan p = g4_plan_gemv(&caps, &t, &s);
             if (p.kernel <= G4_KERNEL_SKIP || p.kernel >= G4_KERNEL_COUNT || p.parts < 1 || p.copies < 1 ||
                 p.copies > 64)

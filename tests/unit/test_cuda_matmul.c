@@ -27,6 +27,7 @@ static const op_tolerance tolerances[] = {
     {"matmul/gemm", 1e-4, 1e-3},
     {"matmul/gemm-f32", 1e-5, 1e-4},
     {"matmul/gemm-bf16", 1e-2, 1e-1},
+    {"matmul/wgmma-vs-dequant", 5e-5, 3e-4}, /* reached 1.7e-5 / 1.1e-4 (21504 columns) */
     {"matmul_gated", 1e-5, 1e-4},
     {"matmul_gated/gemm", 1e-4, 1e-3},
     {"matmul_gelu_mul", 1e-5, 1e-4},
@@ -497,15 +498,83 @@ static void test_fast_prefill(void) {
     g4_backend_destroy(fast);
 }
 
+/* The warpgroup GEMM of 4-bit weights (cuda_wgmma.cu; the default prefill
+ * of 4-bit affine weights in the fast precision on Hopper) against the
+ * float64 reference, and against the dequantising path (wgmma=0) that
+ * rounds the same weights and activations to bf16: the two differ only in
+ * the order of the float32 sums. Groups of 16, 32, 64 and 128 columns with
+ * bf16/f16/f32 scales; rows and tokens that are not whole tiles (256 rows,
+ * 128 tokens); a row view; the 31B's widest columns. */
+static void test_wgmma_prefill(void) {
+    g4_backend *plain = knob_backend("wgmma=0"), *wg = knob_backend("wgmma=2"); /* 2: small shapes too */
+    if (!plain || !wg) {
+        if (plain) g4_backend_destroy(plain);
+        if (wg) g4_backend_destroy(wg);
+        return;
+    }
+    /* on Hopper this build must run the kernel (else the comparison below is of one path with itself) */
+    const int cc = gpu_is_cpu ? 0 : g4_cuda_compute_capability(wg);
+    printf("compute capability %d, warpgroup GEMM %s\n", cc, g4_cuda_has_wgmma(wg) ? "on" : "off");
+    CHECK(cc != 90 || g4_cuda_has_wgmma(wg), "a 9.0 device without the sm_90a warpgroup GEMM");
+    plain->ops->set_precision(plain, G4_PRECISION_FAST);
+    wg->ops->set_precision(wg, G4_PRECISION_FAST);
+    const struct {
+        int group;
+        g4_dtype sdt;
+        int64_t rows, cols;
+        int reference; /* also against float64 (small enough for the host) */
+    } cases[] = {
+        {64, G4_DTYPE_BF16, 2048, 1536, 1}, {32, G4_DTYPE_F16, 1000, 1536, 1}, {128, G4_DTYPE_F32, 300, 2560, 1},
+        {16, G4_DTYPE_BF16, 77, 64, 1},     {64, G4_DTYPE_BF16, 4096, 5376, 0}, {64, G4_DTYPE_BF16, 5376, 21504, 0},
+    };
+    const int ns[] = {9, 64, 128, 200, 512};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        test_matrix t;
+        make_matrix(&t, G4_WEIGHT_AFFINE, 4, cases[k].group, cases[k].sdt, cases[k].rows, cases[k].cols);
+        if (cases[k].reference) check_matmul_set(wg, "wgmma ", &t.host, &t.dev, t.name, ns, 4, 1);
+        const int64_t rows = cases[k].rows, cols = cases[k].cols;
+        for (int i = 0; i < 5; i++) {
+            const int n = ns[i];
+            if (!cases[k].reference && n < 200) continue;
+            float *x = rand_floats((size_t)n * cols, 0.05f, 2.0f);
+            float *dx = up(x, (size_t)n * cols * 4), *da = poisoned((size_t)n * rows), *db = poisoned((size_t)n * rows);
+            gpu->ops->synchronize(gpu);
+            plain->ops->matmul(plain, da, dx, n, &t.dev);
+            plain->ops->synchronize(plain);
+            wg->ops->matmul(wg, db, dx, n, &t.dev);
+            wg->ops->synchronize(wg);
+            float *a = down(da, (size_t)n * rows), *b = down(db, (size_t)n * rows);
+            double *want = doubles((size_t)n * rows);
+            for (size_t j = 0; j < (size_t)n * rows; j++) want[j] = a[j];
+            char what[128];
+            snprintf(what, sizeof what, "%s %lldx%lld n=%d", t.name, (long long)rows, (long long)cols, n);
+            op_check("matmul/wgmma-vs-dequant", what, b, want, (size_t)n, (size_t)rows);
+            release(dx), release(da), release(db);
+            free(x), free(a), free(b), free(want);
+        }
+        free_matrix(&t);
+    }
+    /* a row view: rows [37, 337) of the first matrix */
+    {
+        test_matrix t;
+        make_matrix(&t, G4_WEIGHT_AFFINE, 4, 64, G4_DTYPE_BF16, 2048, 1536);
+        g4_matrix hv = g4_matrix_rows(&t.host, 37, 300), dv = g4_matrix_rows(&t.dev, 37, 300);
+        const int n[] = {33, 130};
+        check_matmul_set(wg, "wgmma rows[37,337) ", &hv, &dv, t.name, n, 2, 1);
+        free_matrix(&t);
+    }
+    CHECK(backend_status(wg) == G4_OK, "wgmma backend status: %s", g4_error_message());
+    g4_backend_destroy(plain);
+    g4_backend_destroy(wg);
+}
+
 /* The quantised prefill's dequantising pass in row chunks (q_chunk=1: 1 Mi
  * weights a chunk, so 640 rows of 1536 columns, 1024 of 1024): several
- * chunks, the last one short, rows not a multiple of 128; the next chunk
- * dequantised on the side stream while cuBLAS multiplies this one
- * (q_pipeline=1: two buffers, reused from the third chunk on), the same
- * serially (q_pipeline=0, the default), with the side stream at the highest
- * priority (q_pipeline=2), and on the grid-stride kernel (dequant=wide);
- * exact (split) and fast (one bf16 product) precisions; then the pipeline
- * inside a recorded step (run_step: eager, captured, replayed). */
+ * chunks, the last one short, rows not a multiple of 128; exact (split) and
+ * fast (one bf16 product) precisions, the fast one with the warpgroup GEMM
+ * off (wgmma=0) so that 4-bit weights go through the chunks too; then
+ * inside a recorded step (run_step: eager, captured, replayed), where the
+ * fast precision's 4-bit product is the warpgroup GEMM on Hopper. */
 typedef struct {
     g4_backend *be;
     float *out;
@@ -521,8 +590,7 @@ static g4_status issue_matmul(void *ctx) {
 }
 
 static void test_prefill_chunks(void) {
-    const char *knobs[] = {"q_chunk=1,q_pipeline=1", "q_chunk=1,q_pipeline=0", "q_chunk=1,q_pipeline=2",
-                           "q_chunk=1,dequant=wide"};
+    const char *knobs[] = {"q_chunk=1", "q_chunk=1,wgmma=0"};
     enum { N_KNOBS = sizeof knobs / sizeof knobs[0] };
     g4_backend *be[N_KNOBS];
     for (int v = 0; v < N_KNOBS; v++) be[v] = knob_backend(knobs[v]);
@@ -668,6 +736,7 @@ int main(void) {
     test_gemv_tc();
     test_gemv_variants();
     test_fast_prefill();
+    test_wgmma_prefill();
     test_prefill_chunks();
     op_report();
     return harness_close();

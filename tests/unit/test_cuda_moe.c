@@ -25,6 +25,7 @@
 static const op_tolerance tolerances[] = {
     {"moe_route weights", 1e-6, 1e-5}, {"moe/gemv", 1e-5, 1e-4},          {"moe/grouped", 1e-4, 1e-3},
     {"moe/grouped-bf16", 1e-2, 1e-1},  {"moe_route_experts", 1e-5, 1e-4}, {"moe_route_experts/grouped", 1e-4, 1e-3},
+    {"moe/wgmma-vs-pipelined", 1e-5, 1e-4},
 };
 
 /* n tokens' top-k of E router logits against the reference: the same experts in
@@ -298,8 +299,60 @@ static void test_moe_fast_prefill(void) {
     const int ns[] = {40, 150};
     check_moe(fast, "bf16-mode HF", 1, G4_WEIGHT_BF16, 0, 0, 32, 704, 2816, 8, ns, 2, 1);
     check_moe(fast, "bf16-mode MLX", 0, G4_WEIGHT_AFFINE, 4, 64, 32, 704, 2816, 8, ns, 2, 1);
+    check_moe(fast, "bf16-mode MLX g32", 0, G4_WEIGHT_AFFINE, 4, 32, 16, 192, 512, 4, ns, 2, 1);
     CHECK(backend_status(fast) == G4_OK, "bf16-mode backend status: %s", g4_error_message());
     g4_backend_destroy(fast);
+}
+
+/* The 4-bit experts' grouped product by the warpgroup GEMM (cuda_wgmma.cu,
+ * the fast precision's default on Hopper) against the pipelined grouped
+ * kernel (wgmma=0), which rounds the same weights and activations to bf16:
+ * only the order of the float32 sums differs. 26B-A4B widths (128 experts,
+ * top 8, 704 x 2816), a tile of slots cut short (odd token counts), groups of
+ * 32 and 128 at other widths. */
+static void test_moe_wgmma(void) {
+    g4_backend *plain = knob_backend("wgmma=0"), *wg = knob_backend("wgmma=2");
+    if (!plain || !wg) {
+        if (plain) g4_backend_destroy(plain);
+        if (wg) g4_backend_destroy(wg);
+        return;
+    }
+    plain->ops->set_precision(plain, G4_PRECISION_FAST);
+    wg->ops->set_precision(wg, G4_PRECISION_FAST);
+    const struct {
+        int group, E, width, d, k;
+    } cases[] = {{64, 128, 704, 2816, 8}, {32, 16, 192, 512, 4}, {128, 8, 384, 256, 2}};
+    const int ns[] = {9, 77, 512};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        moe_weights m;
+        moe_weights_make(&m, 0, G4_WEIGHT_AFFINE, 4, cases[c].group, cases[c].E, cases[c].width, cases[c].d);
+        const int k = cases[c].k, d = cases[c].d;
+        for (int i = 0; i < 3; i++) {
+            const int n = ns[i];
+            float *x = rand_floats((size_t)n * d, 0.05f, 2.0f), *w = rand_floats((size_t)n * k, 0.05f, 0.5f);
+            int32_t *ids = moe_random_ids(n, k, cases[c].E);
+            float *dx = up(x, (size_t)n * d * 4), *dw = up(w, (size_t)n * k * 4);
+            float *da = poisoned((size_t)n * d), *db = poisoned((size_t)n * d);
+            int32_t *dids = up(ids, (size_t)n * k * 4);
+            gpu->ops->synchronize(gpu);
+            plain->ops->moe_experts(plain, da, dx, n, dids, dw, k, &m.dg, &m.du, &m.dd);
+            plain->ops->synchronize(plain);
+            wg->ops->moe_experts(wg, db, dx, n, dids, dw, k, &m.dg, &m.du, &m.dd);
+            wg->ops->synchronize(wg);
+            float *a = down(da, (size_t)n * d), *b = down(db, (size_t)n * d);
+            double *want = doubles((size_t)n * d);
+            for (size_t j = 0; j < (size_t)n * d; j++) want[j] = a[j];
+            char what[160];
+            snprintf(what, sizeof what, "%s E=%d k=%d %dx%d n=%d", m.dm.name, cases[c].E, k, cases[c].width, d, n);
+            op_check("moe/wgmma-vs-pipelined", what, b, want, (size_t)n, (size_t)d);
+            release(dx), release(dw), release(da), release(db), release(dids);
+            free(x), free(w), free(ids), free(a), free(b), free(want);
+        }
+        moe_weights_free(&m);
+    }
+    CHECK(backend_status(wg) == G4_OK, "wgmma backend status: %s", g4_error_message());
+    g4_backend_destroy(plain);
+    g4_backend_destroy(wg);
 }
 
 int main(void) {
@@ -311,6 +364,7 @@ int main(void) {
     test_moe_experts();
     test_moe_gemv_variants();
     test_moe_fast_prefill();
+    test_moe_wgmma();
     op_report();
     return harness_close();
 }

@@ -132,7 +132,15 @@ static const plan_case cases[] = {
     {"bf16 pp", G4_WEIGHT_BF16, 0, 0, 2048, 1536, 0, 1, DENSE(512), 0, 0, NULL, 0, G4_KERNEL_GEMM_BF16, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
     {"f32 pp", G4_WEIGHT_F32, 0, 0, 100, 64, 0, 1, DENSE(9), 0, 0, NULL, 0, G4_KERNEL_GEMM_F32, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
     {"f16 pp", G4_WEIGHT_F16, 0, 0, 100, 64, 0, 1, DENSE(9), 0, 0, NULL, 0, G4_KERNEL_GEMM_DEQUANT, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
+    /* 4 bits: the warpgroup GEMM where the build's sm_90a code runs (these caps say it does), whole 64-column k tiles, groups of 16, 32 or a multiple of 64 */
+    /*     dense 4 bits: the dequantising pass by default (the warpgroup GEMM measured slower there: 31B pp512 4,074 vs 5,092 t/s), the warpgroup GEMM with wgmma=2 where it fits (whole 64-column tiles, aligned) */
+    {"aff4 pp 31B gate|up", G4_WEIGHT_AFFINE, 4, 64, 43008, 5376, 0, 1, DENSE(512), 0, 0, NULL, 0, G4_KERNEL_GEMM_DEQUANT, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
     {"aff4 pp", G4_WEIGHT_AFFINE, 4, 64, 2048, 1536, 0, 1, DENSE(64), 0, 0, NULL, 0, G4_KERNEL_GEMM_DEQUANT, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
+    {"aff4 pp wgmma=2", G4_WEIGHT_AFFINE, 4, 64, 2048, 1536, 0, 1, DENSE(64), 0, 0, "wgmma=2", 0, G4_KERNEL_GEMM_WGMMA4, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
+    {"aff4 g128 pp wgmma=2", G4_WEIGHT_AFFINE, 4, 128, 21504, 5376, 0, 1, DENSE(512), 0, 0, "wgmma=2", 0, G4_KERNEL_GEMM_WGMMA4, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
+    {"aff4 pp 96 cols wgmma=2", G4_WEIGHT_AFFINE, 4, 32, 100, 96, 0, 1, DENSE(9), 0, 0, "wgmma=2", 0, G4_KERNEL_GEMM_DEQUANT, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
+    {"aff4 pp unaligned wgmma=2", G4_WEIGHT_AFFINE, 4, 64, 2048, 1536, 1, 1, DENSE(64), 0, 0, "wgmma=2", 0, G4_KERNEL_GEMM_DEQUANT, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
+    {"aff8 pp", G4_WEIGHT_AFFINE, 8, 64, 2048, 1536, 0, 1, DENSE(64), 0, 0, NULL, 0, G4_KERNEL_GEMM_DEQUANT, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
     {"mxfp4 pp", G4_WEIGHT_MXFP4, 4, 32, 2048, 1536, 0, 1, DENSE(300), 0, 0, NULL, 0, G4_KERNEL_GEMM_DEQUANT, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
     /* ---- nothing to do ---- */
     {"no rows", G4_WEIGHT_BF16, 0, 0, 0, 1536, 0, 1, DENSE(1), 0, 0, NULL, 0, G4_KERNEL_SKIP, ANY, ANY, ANY, ANY, ANY, ANY, ANY, ANY},
@@ -179,11 +187,11 @@ static void check_case(const plan_case *c) {
     w.row_bytes = (size_t)row_bytes_of(c->f, w.bits, c->cols);
     w.data = (const void *)(uintptr_t)(c->misaligned ? 0x10008 : 0x10000); /* never read */
     w.scale_dtype = c->f == G4_WEIGHT_MXFP4 ? G4_DTYPE_U8 : G4_DTYPE_BF16;
-    const g4_cuda_caps caps = {c->sm_count ? c->sm_count : 132, 9, 0, 232448};
+    const g4_cuda_caps caps = {c->sm_count ? c->sm_count : 132, 9, 0, 232448, 1};
     g4_cuda_tuning t = g4_cuda_tuning_defaults(&caps);
     char err[256];
     CHECK(g4_cuda_tuning_parse(&t, c->tune, err, sizeof err), "%s: %s", c->what, err);
-    g4_gemv_shape s = {&w, c->n_tokens, c->has_ids, c->n_slots, c->x_div, c->x_aligned, c->pair, c->combine_k};
+    g4_gemv_shape s = {&w, c->n_tokens, c->has_ids, c->n_slots, c->x_div, c->x_aligned, c->pair, c->combine_k, 0};
     const g4_gemv_plan p = g4_plan_gemv(&caps, &t, &s);
     CHECK(p.kernel == c->kernel, "%s: kernel %s, expected %s", c->what, g4_kernel_name(p.kernel),
           g4_kernel_name(c->kernel));
@@ -224,8 +232,49 @@ static void test_float_variants(void) {
           "kernel names");
 }
 
+/* the warpgroup GEMM is planned only in the fast precision, where the device
+ * runs this build's sm_90a code, for the experts by default and for dense
+ * products only with wgmma=2 */
+static void test_wgmma_conditions(void) {
+    g4_matrix w;
+    memset(&w, 0, sizeof w);
+    w.format = G4_WEIGHT_AFFINE;
+    w.bits = 4;
+    w.group_size = 64;
+    w.rows = 43008;
+    w.cols = 5376;
+    w.row_bytes = 2688;
+    w.data = (const void *)(uintptr_t)0x10000;
+    w.scale_dtype = G4_DTYPE_BF16;
+    g4_cuda_caps caps = {132, 9, 0, 232448, 1};
+    g4_cuda_tuning t = g4_cuda_tuning_defaults(&caps);
+    /* the MoE experts' question: yes by default in the fast precision, no when exact, without sm_90a or wgmma=0 */
+    CHECK(g4_plan_wgmma_q4(&caps, &t, &w, 0), "experts, fast precision, sm_90a: the warpgroup GEMM");
+    CHECK(!g4_plan_wgmma_q4(&caps, &t, &w, 1), "experts, exact precision: not the warpgroup GEMM");
+    /* dense: only with wgmma=2 */
+    g4_gemv_shape s = {&w, 512, 0, 1, 1, 1, 0, 0, 0};
+    CHECK(g4_plan_gemv(&caps, &t, &s).kernel == G4_KERNEL_GEMM_DEQUANT, "dense by default: the dequantising path");
+    t.wgmma = 2;
+    CHECK(g4_plan_gemv(&caps, &t, &s).kernel == G4_KERNEL_GEMM_WGMMA4, "dense, wgmma=2: the warpgroup GEMM");
+    s.exact = 1;
+    CHECK(g4_plan_gemv(&caps, &t, &s).kernel == G4_KERNEL_GEMM_DEQUANT, "exact precision: the dequantising path");
+    s.exact = 0;
+    caps.wgmma = 0;
+    CHECK(g4_plan_gemv(&caps, &t, &s).kernel == G4_KERNEL_GEMM_DEQUANT, "no sm_90a code: the dequantising path");
+    CHECK(!g4_plan_wgmma_q4(&caps, &t, &w, 0), "experts without sm_90a code: not the warpgroup GEMM");
+    caps.wgmma = 1;
+    t.wgmma = 0;
+    CHECK(!g4_plan_wgmma_q4(&caps, &t, &w, 0), "experts, wgmma=0: not the warpgroup GEMM");
+    w.group_size = 48;
+    t.wgmma = 1;
+    CHECK(!g4_plan_wgmma_q4(&caps, &t, &w, 0), "groups of 48 columns: not the warpgroup GEMM");
+    CHECK(!strcmp(g4_kernel_name(G4_KERNEL_GEMM_WGMMA4), "gemm_wgmma4"), "kernel name %s",
+          g4_kernel_name(G4_KERNEL_GEMM_WGMMA4));
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
     test_float_variants();
+    test_wgmma_conditions();
     return test_finish();
 }

@@ -8,8 +8,8 @@
 #include "backend/cuda_tuning.h"
 #include "test_util.h"
 
-static const g4_cuda_caps h200 = {132, 9, 0, 232448};
-static const g4_cuda_caps a100 = {108, 8, 0, 166912};
+static const g4_cuda_caps h200 = {132, 9, 0, 232448, 1};
+static const g4_cuda_caps a100 = {108, 8, 0, 166912, 0};
 
 static void test_defaults(void) {
     const g4_cuda_tuning t = g4_cuda_tuning_defaults(&h200);
@@ -18,10 +18,9 @@ static void test_defaults(void) {
     CHECK(t.gemv_copies == 4 && t.gemv_split == -1, "copies %d split %d", t.gemv_copies, t.gemv_split);
     CHECK(t.attn_min_split == 0 && t.attn_tc_split == -1, "attn %d %d", t.attn_min_split, t.attn_tc_split);
     CHECK(t.moe_cublas == 64, "moe_cublas %d", t.moe_cublas);
-    CHECK(t.q_chunk == 64 && t.q_pipeline == 0, "q_chunk %d q_pipeline %d", t.q_chunk, t.q_pipeline);
-    CHECK(t.gemv == G4_CUDA_GEMV_AUTO && t.attn == G4_CUDA_ATTN_AUTO && t.moe == G4_CUDA_MOE_AUTO &&
-              t.dequant == G4_CUDA_DEQUANT_AUTO,
-          "hooks off");
+    CHECK(t.q_chunk == 64, "q_chunk %d", t.q_chunk);
+    CHECK(t.wgmma == 1, "wgmma %d (on by default)", t.wgmma);
+    CHECK(t.gemv == G4_CUDA_GEMV_AUTO && t.attn == G4_CUDA_ATTN_AUTO && t.moe == G4_CUDA_MOE_AUTO, "hooks off");
     /* no programmatic dependent launch before compute capability 9 */
     const g4_cuda_tuning old = g4_cuda_tuning_defaults(&a100);
     CHECK(old.pdl == 0 && old.graphs == 1, "sm80: pdl %d", old.pdl);
@@ -32,14 +31,14 @@ static void test_keys(void) {
     char err[512];
     CHECK(g4_cuda_tuning_parse(&t,
                                "graphs=0,pdl=0,i8_min8=0,gemv_copies=64,gemv_split=1,attn_min_split=128,"
-                               "attn_tc_split=256,moe_cublas=0,q_chunk=1,q_pipeline=2,gemv=float32,attn=cores,"
-                               "moe=mma,dequant=wide",
+                               "attn_tc_split=256,moe_cublas=0,q_chunk=1,wgmma=0,gemv=float32,attn=cores,"
+                               "moe=mma",
                                err, sizeof err),
           "every key: %s", err);
     CHECK(t.graphs == 0 && t.pdl == 0 && t.i8_min8 == 0 && t.gemv_copies == 64 && t.gemv_split == 1,
           "switches and GEMV thresholds set");
     CHECK(t.attn_min_split == 128 && t.attn_tc_split == 256 && t.moe_cublas == 0, "attention and MoE thresholds set");
-    CHECK(t.q_chunk == 1 && t.q_pipeline == 2 && t.dequant == G4_CUDA_DEQUANT_WIDE, "quantised prefill set");
+    CHECK(t.q_chunk == 1 && t.wgmma == 0, "quantised prefill set");
     CHECK(t.gemv == G4_CUDA_GEMV_FLOAT32 && t.attn == G4_CUDA_ATTN_CORES && t.moe == G4_CUDA_MOE_MMA, "hooks set");
     CHECK(g4_cuda_tuning_parse(&t, "gemv=fp16,attn=tc,gemv_split=-1,attn_tc_split=-1", err, sizeof err), "%s", err);
     CHECK(t.gemv == G4_CUDA_GEMV_FP16 && t.attn == G4_CUDA_ATTN_TC && t.gemv_split == -1 && t.attn_tc_split == -1,

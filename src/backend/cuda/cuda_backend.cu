@@ -9,6 +9,7 @@
 #include <unistd.h> /* environ */
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
 
 extern "C" {
 #include "base/log.h"
@@ -100,12 +101,6 @@ static void cuda_destroy(g4_backend *be) {
     if (c->blas_workspace) cudaFree(c->blas_workspace);
     if (c->gemv_counters) cudaFree(c->gemv_counters);
     if (c->blas) c->blas_api->destroy(c->blas);
-    if (c->side_fork) cudaEventDestroy(c->side_fork);
-    for (int i = 0; i < 2; i++) {
-        if (c->chunk_ready[i]) cudaEventDestroy(c->chunk_ready[i]);
-        if (c->chunk_free[i]) cudaEventDestroy(c->chunk_free[i]);
-    }
-    if (c->side_stream) cudaStreamDestroy(c->side_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
     free(be);
@@ -406,6 +401,7 @@ extern "C" g4_status g4_backend_cuda_create_tuned(int device, const char *tune, 
     caps.major = prop.major;
     caps.minor = prop.minor;
     caps.smem_optin = prop.sharedMemPerBlockOptin;
+    caps.wgmma = prop.major == 9 && prop.minor == 0 && cuda_wgmma_available();
     /* the measured defaults for this device, then the environment's override, then the caller's */
     g4_cuda_tuning tuning = g4_cuda_tuning_defaults(&caps);
     char tune_error[512];
@@ -446,19 +442,6 @@ extern "C" g4_status g4_backend_cuda_create_tuned(int device, const char *tune, 
              cuda_check(c, cudaEventRecord(c->pinned_free[i], c->stream), "cudaEventRecord");
     }
     ok = ok && cuda_check(c, cudaMalloc(&c->blas_workspace, c->blas_workspace_bytes), "cudaMalloc");
-    if (ok && c->tune.q_pipeline) {
-        int least = 0, greatest = 0; /* greatest is the most negative */
-        if (c->tune.q_pipeline == 2)
-            ok = cuda_check(c, cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-        ok = ok &&
-             cuda_check(c, cudaStreamCreateWithPriority(&c->side_stream, cudaStreamNonBlocking,
-                                                        c->tune.q_pipeline == 2 ? greatest : 0),
-                        "cudaStreamCreate") &&
-             cuda_check(c, cudaEventCreateWithFlags(&c->side_fork, cudaEventDisableTiming), "cudaEventCreate");
-        for (int i = 0; ok && i < 2; i++)
-            ok = cuda_check(c, cudaEventCreateWithFlags(&c->chunk_ready[i], cudaEventDisableTiming), "cudaEventCreate") &&
-                 cuda_check(c, cudaEventCreateWithFlags(&c->chunk_free[i], cudaEventDisableTiming), "cudaEventCreate");
-    }
     /* zeroed once here (never while a graph is being recorded); each use leaves them zero */
     ok = ok && cuda_check(c, cudaMalloc(&c->gemv_counters, TC_MAX_COUNTERS * sizeof(int)), "cudaMalloc") &&
          cuda_check(c, cudaMemset(c->gemv_counters, 0, TC_MAX_COUNTERS * sizeof(int)), "cudaMemset");
@@ -495,6 +478,16 @@ extern "C" g4_status g4_cuda_status(g4_backend *be) {
     cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
     if (c->failed != G4_OK) return g4_fail(c->failed, "a CUDA operation failed earlier: %s", c->failure);
     return G4_OK;
+}
+
+extern "C" int g4_cuda_compute_capability(const g4_backend *be) {
+    if (!g4_backend_is_cuda(be)) return 0;
+    const cuda_ctx *c = (const cuda_ctx *)be->impl;
+    return 10 * c->caps.major + c->caps.minor;
+}
+
+extern "C" int g4_cuda_has_wgmma(const g4_backend *be) {
+    return g4_backend_is_cuda(be) ? ((const cuda_ctx *)be->impl)->caps.wgmma : 0;
 }
 
 extern "C" long g4_cuda_graph_launches(const g4_backend *be) {

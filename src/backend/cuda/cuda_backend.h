@@ -28,6 +28,11 @@ const char *g4_cuda_device_name(const g4_backend *be);
 /* G4_OK, or the first failure of a CUDA call since creation (its message
  * becomes the current error). Ops cannot return errors themselves. */
 g4_status g4_cuda_status(g4_backend *be);
+/* The device's compute capability as 10 major + minor (90 for Hopper), and
+ * whether this build's sm_90a kernels (the warpgroup GEMM) run on it; 0
+ * when not CUDA. */
+int g4_cuda_compute_capability(const g4_backend *be);
+int g4_cuda_has_wgmma(const g4_backend *be);
 /* How many recorded steps (CUDA graphs) this backend has launched. */
 long g4_cuda_graph_launches(const g4_backend *be);
 /* Device memory in use, in bytes (all processes). */

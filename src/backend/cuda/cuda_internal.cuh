@@ -1,9 +1,8 @@
 /* Shared by the CUDA backend's translation units: the backend state, error
  * bookkeeping, growable scratch buffers and device-side weight decoding.
  *
- * Every op runs asynchronously on the backend's one stream (a quantised
- * prefill product may fork work to side_stream, joined back before it
- * returns); only to_host, release and synchronize wait. A failing CUDA call cannot be returned
+ * Every op runs asynchronously on the backend's one stream; only to_host,
+ * release and synchronize wait. A failing CUDA call cannot be returned
  * through the void ops, so the first failure is logged and made sticky:
  * later to_host copies are filled with NaN so nothing downstream mistakes
  * garbage for results (g4_cuda_status reports it). */
@@ -64,11 +63,6 @@ struct cuda_ctx {
     int device;
     char name[256];
     cudaStream_t stream;
-    /* quantised prefill's dequantising pass runs here, a chunk ahead of
-     * cuBLAS on stream (c->tune.q_pipeline; cuda_matmul), joined back into
-     * stream before cuda_matmul returns */
-    cudaStream_t side_stream;
-    cudaEvent_t side_fork, chunk_ready[2], chunk_free[2];
     const cuda_blas_api *blas_api; /* loaded at creation */
     cublasHandle_t blas;
     void *blas_workspace;

@@ -16,6 +16,8 @@
  *    The dequantising pass costs about 2-4 bytes written and read per weight
  *    per call, amortised over the prompt's tokens (dequantising inside the
  *    tiles of the mma kernel below, which the MoE experts use, was slower).
+ *    (The warpgroup GEMM of cuda_wgmma.cu, which decodes 4-bit codes in its
+ *    main loop, is slower here for now: only the wgmma=2 test hook picks it.)
  * Which kernel runs is planned first (g4_plan_gemv, cuda_plan.h), then the
  * planned one is launched.
  * Precision: float32 activations and accumulation everywhere; the split
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_formats.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 
 /* columns held by 16 bytes of a row */
@@ -510,6 +513,7 @@ static g4_gemv_plan plan_of(const cuda_ctx *c, const cuda_gemv_req *r) {
     sh.x_aligned = aligned16(r->x) && r->x_stride % 4 == 0;
     sh.pair = r->pair;
     sh.combine_k = r->combine_k;
+    sh.exact = c->prefill_split;
     return g4_plan_gemv(&c->caps, &c->tune, &sh);
 }
 
@@ -730,106 +734,9 @@ __global__ void dequant_bf16_generic_kernel(dev_matrix m, int64_t r0, int64_t nr
     }
 }
 
-/* The quantised formats' dequantising pass for the prefill GEMMs: runs of 8
- * values numbered along the rows (run i: row i / per_row), DQ_UNROLL runs a
- * thread, their loads issued before any value is computed. One load per
- * thread (dequant_bf16_kernel) left a few bytes in flight per thread and
- * ran at about 60% of the bandwidth (bench/RESULTS.md, issue 25); this keeps
- * the blocks resident (a grid-stride loop) and eight loads in flight each.
- * A warp's loads and 16-byte stores stay coalesced: its lanes take adjacent
- * runs. The arithmetic is dequant_bf16_kernel's, so both give the same bits.
- * Measured on the H200 (pp512, same call): 31b mlx4 4,580 t/s against 5,063
- * with dequant_bf16_kernel, e2b mlx4 32,770 against 37,152 — slower, so it is
- * only the `dequant=wide` test hook until a profile says why. */
-enum { DQ_THREADS = 256, DQ_UNROLL = 8 };
-
-template <int F>
-__global__ void __launch_bounds__(DQ_THREADS) dequant_wide_kernel(dev_matrix m, int64_t r0, uint32_t per_row,
-                                                                  uint32_t runs, __nv_bfloat16 *dst,
-                                                                  __nv_bfloat16 *lo) {
-    __shared__ float lut[16];
-    if constexpr (F == FF_MXFP4) {
-        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
-        __syncthreads();
-    }
-    const float magic = 8388608.0f;
-    constexpr uint32_t TILE = DQ_THREADS * DQ_UNROLL;
-    for (uint32_t t0 = blockIdx.x * TILE; t0 < runs; t0 += gridDim.x * TILE) {
-        uint2 q[DQ_UNROLL];
-        float s[DQ_UNROLL], b[DQ_UNROLL];
-        uint32_t run[DQ_UNROLL];
-#pragma unroll
-        for (int k = 0; k < DQ_UNROLL; k++) {
-            run[k] = t0 + (uint32_t)k * DQ_THREADS + threadIdx.x;
-            q[k] = make_uint2(0, 0);
-            s[k] = b[k] = 0.0f;
-            if (run[k] >= runs) continue;
-            const uint32_t r = run[k] / per_row, j = run[k] - r * per_row;
-            const int64_t c0 = (int64_t)j * 8, row = r0 + r;
-            const uint8_t *codes = m.data + (size_t)row * m.row_bytes;
-            const uint8_t *sr = m.scales + (size_t)row * m.scale_row_bytes;
-            const int64_t g = c0 / m.group_size;
-            if constexpr (F == FF_AFF8) q[k] = __ldg(reinterpret_cast<const uint2 *>(codes + c0));
-            else if constexpr (F == FF_AFF4 || F == FF_MXFP4) q[k].x = __ldg(reinterpret_cast<const uint32_t *>(codes + c0 / 2));
-            else q[k].x = __ldg(reinterpret_cast<const uint16_t *>(codes + c0 / 4));
-            if constexpr (F == FF_MXFP4) {
-                s[k] = e8m0_value(__ldg(sr + g));
-            } else {
-                s[k] = load_group_param(sr, m.scale_dtype, g);
-                b[k] = load_group_param(m.biases + (size_t)row * m.scale_row_bytes, m.scale_dtype, g);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < DQ_UNROLL; k++) {
-            if (run[k] >= runs) continue;
-            float v[8];
-            if constexpr (F == FF_AFF8) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    v[i] = fmaf(s[k], __uint_as_float(__byte_perm(q[k].x, 0x4B000000u, 0x7440u | (uint32_t)i)) - magic, b[k]);
-                    v[4 + i] = fmaf(s[k], __uint_as_float(__byte_perm(q[k].y, 0x4B000000u, 0x7440u | (uint32_t)i)) - magic, b[k]);
-                }
-            } else if constexpr (F == FF_AFF4 || F == FF_AFF2) {
-                constexpr int bits = F == FF_AFF4 ? 4 : 2;
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    v[i] = fmaf(s[k], __uint_as_float(((q[k].x >> (bits * i)) & ((1u << bits) - 1u)) | 0x4B000000u) - magic,
-                                b[k]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = lut[(q[k].x >> (4 * i)) & 15u] * s[k];
-            }
-            uint32_t hi[4], lw[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) split_pack(v[2 * i], v[2 * i + 1], hi[i], lw[i]);
-            const size_t o = (size_t)run[k] * 8; /* the chunk's rows are contiguous: run i starts at value 8 i */
-            *reinterpret_cast<uint4 *>(dst + o) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            if (lo) *reinterpret_cast<uint4 *>(lo + o) = make_uint4(lw[0], lw[1], lw[2], lw[3]);
-        }
-    }
-}
-
-/* One resident wave of blocks (what fits with the kernel's registers), each
- * looping over its tiles: more would wait for the first wave to finish. */
-template <int F>
-static void launch_dequant_wide(cuda_ctx *c, cudaStream_t stream, const dev_matrix &m, int64_t r0, uint32_t per_row,
-                                uint32_t runs, __nv_bfloat16 *dst, __nv_bfloat16 *lo) {
-    static int per_sm; /* the same on every device of one build's architecture */
-    if (per_sm <= 0) {
-        int n = 0;
-        if (!cuda_check(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, dequant_wide_kernel<F>, DQ_THREADS, 0),
-                        "cudaOccupancyMaxActiveBlocksPerMultiprocessor"))
-            return;
-        per_sm = n > 0 ? n : 1;
-    }
-    const unsigned tiles = cuda_blocks(runs, DQ_THREADS * DQ_UNROLL);
-    const unsigned most = (unsigned)c->caps.sm_count * (unsigned)per_sm;
-    dequant_wide_kernel<F><<<tiles < most ? tiles : most, DQ_THREADS, 0, stream>>>(m, r0, per_row, runs, dst, lo);
-    cuda_launched(c, "dequantise to bf16 (wide)");
-}
-
-static void dequant_rows_bf16(cuda_ctx *c, cudaStream_t stream, const g4_matrix *w, int64_t r0, int64_t nr,
-                              __nv_bfloat16 *dst, __nv_bfloat16 *lo) {
+static void dequant_rows_bf16(cuda_ctx *c, const g4_matrix *w, int64_t r0, int64_t nr, __nv_bfloat16 *dst,
+                              __nv_bfloat16 *lo) {
+    cudaStream_t stream = c->stream;
     dev_matrix m = dev_matrix_of(w);
     int f = fast_format_of(w);
     const int C = f == FF_NONE ? 0 : chunk_cols_of(f);
@@ -839,18 +746,6 @@ static void dequant_rows_bf16(cuda_ctx *c, cudaStream_t stream, const g4_matrix 
     if (fast && (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4))
         fast = w->group_size > 0 && w->group_size % 8 == 0 && (f != FF_MXFP4 || w->group_size == 32);
     const size_t work = (size_t)nr * (size_t)w->cols;
-    const int wide = fast && c->tune.dequant == G4_CUDA_DEQUANT_WIDE && work / 8 <= (size_t)INT32_MAX &&
-                     (f == FF_AFF2 || f == FF_AFF4 || f == FF_AFF8 || f == FF_MXFP4);
-    if (wide) {
-        const uint32_t runs = (uint32_t)(work / 8), per_row = (uint32_t)(w->cols / 8);
-        switch (f) {
-        case FF_AFF2: launch_dequant_wide<FF_AFF2>(c, stream, m, r0, per_row, runs, dst, lo); break;
-        case FF_AFF4: launch_dequant_wide<FF_AFF4>(c, stream, m, r0, per_row, runs, dst, lo); break;
-        case FF_AFF8: launch_dequant_wide<FF_AFF8>(c, stream, m, r0, per_row, runs, dst, lo); break;
-        default: launch_dequant_wide<FF_MXFP4>(c, stream, m, r0, per_row, runs, dst, lo); break;
-        }
-        return;
-    }
     unsigned grid1 = cuda_blocks(work, 256);
     if (grid1 > 65536u) grid1 = 65536u;
     const dim3 grid(cuda_blocks((size_t)(w->cols / 8), 256), (unsigned)(nr < 65535 ? nr : 65535));
@@ -893,7 +788,8 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
         cuda_fail_op(c, "matmul: %lld x %lld is too large for cuBLAS", (long long)w->rows, (long long)w->cols);
         return;
     }
-    g4_gemv_shape sh = {w, n_tokens, 0, 1, 1, 1, 0, 0};
+    const int split = c->prefill_split;
+    g4_gemv_shape sh = {w, n_tokens, 0, 1, 1, 1, 0, 0, split};
     const g4_gemv_plan p = g4_plan_gemv(&c->caps, &c->tune, &sh);
     if (p.kernel == G4_KERNEL_GEMM_F32) {
         const float alpha = 1.0f, beta = 0.0f;
@@ -904,13 +800,16 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
                         "cublasSgemm");
         return;
     }
-    const int split = c->prefill_split;
     const size_t nx = (size_t)n_tokens * (size_t)w->cols;
     const size_t nx_pad = (nx + 7) / 8 * 8; /* lo starts 16-byte aligned (the vector conversion, cuBLAS) */
     __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, nx_pad * 2 * (split ? 2 : 1));
     if (!xb) return;
     __nv_bfloat16 *x_lo = split ? xb + nx_pad : NULL;
     if (!cuda_split_bf16(c, xb, x_lo, x, nx)) return;
+    if (p.kernel == G4_KERNEL_GEMM_WGMMA4) {
+        cuda_wgmma_q4_gemm(c, out, (size_t)w->rows, xb, n_tokens, w);
+        return;
+    }
     if (p.kernel == G4_KERNEL_GEMM_BF16) {
         gemm_bf16(c, out, (size_t)w->rows, xb, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 0.0f);
         if (split) gemm_bf16(c, out, (size_t)w->rows, x_lo, n_tokens, w->data, w->row_bytes / 2, w->rows, w->cols, 1.0f);
@@ -927,43 +826,17 @@ void cuda_matmul(g4_backend *be, float *out, const float *x, int n_tokens, const
     /* weights whose every value is a bf16 (MXFP4) need no lo part: two products */
     const int w_split = split && !weights_exact_in_bf16(w);
     const size_t buf_elems = chunk_elems * (w_split ? 2 : 1);
-    /* two chunks or more: the next chunk's dequantising pass (memory-bound)
-     * on the side stream while cuBLAS (compute-bound) multiplies this one,
-     * into alternate buffers */
-    const int pipe = c->side_stream && w->rows > rows_per;
-    __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, buf_elems * 2 * (pipe ? 2 : 1));
+    __nv_bfloat16 *wb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_W_BF16, buf_elems * 2);
     if (!wb) return;
-    if (pipe) {
-        /* the side stream starts after everything before on the stream (the
-         * buffers' last readers included) */
-        if (!cuda_check(c, cudaEventRecord(c->side_fork, c->stream), "cudaEventRecord") ||
-            !cuda_check(c, cudaStreamWaitEvent(c->side_stream, c->side_fork, 0), "cudaStreamWaitEvent"))
-            return;
-    }
-    for (int64_t r0 = 0, i = 0; r0 < w->rows; r0 += rows_per, i++) {
+    __nv_bfloat16 *hi = wb, *w_lo = w_split ? wb + chunk_elems : NULL;
+    for (int64_t r0 = 0; r0 < w->rows; r0 += rows_per) {
         const int64_t nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
-        const int b = pipe ? (int)(i & 1) : 0;
-        __nv_bfloat16 *hi = wb + (size_t)b * buf_elems, *w_lo = w_split ? hi + chunk_elems : NULL;
-        if (pipe) {
-            /* buffer b is free once the products of chunk i - 2 are done */
-            if (i >= 2 && !cuda_check(c, cudaStreamWaitEvent(c->side_stream, c->chunk_free[b], 0), "cudaStreamWaitEvent"))
-                return;
-            dequant_rows_bf16(c, c->side_stream, w, r0, nr, hi, w_lo);
-            if (!cuda_check(c, cudaEventRecord(c->chunk_ready[b], c->side_stream), "cudaEventRecord") ||
-                !cuda_check(c, cudaStreamWaitEvent(c->stream, c->chunk_ready[b], 0), "cudaStreamWaitEvent"))
-                return;
-        } else {
-            dequant_rows_bf16(c, c->stream, w, r0, nr, hi, w_lo);
-        }
+        dequant_rows_bf16(c, w, r0, nr, hi, w_lo);
         gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, hi, (size_t)w->cols, nr, w->cols, 0.0f);
         if (split) {
             gemm_bf16(c, out + r0, (size_t)w->rows, x_lo, n_tokens, hi, (size_t)w->cols, nr, w->cols, 1.0f);
             if (w_lo) gemm_bf16(c, out + r0, (size_t)w->rows, xb, n_tokens, w_lo, (size_t)w->cols, nr, w->cols, 1.0f);
         }
-        /* (the last chunk's wait above joined the side stream back) */
-        if (pipe && r0 + rows_per < w->rows &&
-            !cuda_check(c, cudaEventRecord(c->chunk_free[b], c->stream), "cudaEventRecord"))
-            return;
     }
 }
 

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_moe_route.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
 
 /* ---- routing ---- */
 
@@ -200,14 +201,26 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
         __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, (nx > ng ? nx : ng) * parts * 2);
         if (!xb) return;
         if (!cuda_split_bf16(c, xb, parts > 1 ? xb + nx : NULL, x, nx)) return;
-        cuda_moe_gemm(c, g, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wg, width, gate->expert_stride,
-                           gate->row_offset, &groups);
-        cuda_moe_gemm(c, u, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wu, width, up->expert_stride,
-                           up->row_offset, &groups);
+        /* 4-bit experts in the fast precision on Hopper: the warpgroup GEMM decoding their codes (cuda_wgmma.cu) */
+        const int exact = c->prefill_split;
+        if (g4_plan_wgmma_q4(&c->caps, &c->tune, &wg, exact) && g4_plan_wgmma_q4(&c->caps, &c->tune, &wu, exact)) {
+            cuda_wgmma_q4_grouped(c, g, (size_t)width, xb, k, &wg, width, gate->expert_stride, gate->row_offset,
+                                  &groups);
+            cuda_wgmma_q4_grouped(c, u, (size_t)width, xb, k, &wu, width, up->expert_stride, up->row_offset,
+                                  &groups);
+        } else {
+            cuda_moe_gemm(c, g, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wg, width, gate->expert_stride,
+                          gate->row_offset, &groups);
+            cuda_moe_gemm(c, u, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wu, width, up->expert_stride,
+                          up->row_offset, &groups);
+        }
         cuda_launch_gelu_mul(c, g, g, u, ng);
         if (!cuda_split_bf16(c, xb, parts > 1 ? xb + ng : NULL, g, ng)) return;
-        cuda_moe_gemm(c, y, (size_t)d, xb, parts > 1 ? xb + ng : NULL, 1, &wd, d, down->expert_stride,
-                           down->row_offset, &groups);
+        if (g4_plan_wgmma_q4(&c->caps, &c->tune, &wd, exact))
+            cuda_wgmma_q4_grouped(c, y, (size_t)d, xb, 1, &wd, d, down->expert_stride, down->row_offset, &groups);
+        else
+            cuda_moe_gemm(c, y, (size_t)d, xb, parts > 1 ? xb + ng : NULL, 1, &wd, d, down->expert_stride,
+                          down->row_offset, &groups);
     } else if (grouped) {
         cuda_mma_gemm(c, g, (size_t)width, x, (size_t)d_in, k, &wg, width, gate->expert_stride,
                       gate->row_offset, &groups);
