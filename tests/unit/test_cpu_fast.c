@@ -40,6 +40,7 @@
 #define BF16_RMS_TOL 4.5e-3  /* true product, bf16 activations: ||out - ref|| / ||ref|| */
 #define Q8_RMS_TOL 4.5e-2   /* true product, int8 activations */
 #define GELU_TOL 2e-6      /* fast GELU, relative */
+#define SOFTCAP_TOL 6e-7   /* fast logit softcap, relative */
 #define ATTENTION_TOL 3e-6  /* fast attention against the exact one, absolute (outputs within [-1, 1]) */
 #define KV_BF16_TOL 1e-2    /* attention over a bf16 cache against float32 K and V, absolute */
 #define KV_FP8_TOL 6e-2     /* the same over fp8 e4m3 with row scales */
@@ -319,7 +320,7 @@ static void test_other_formats_exact(void) {
  * layers, a window of 40 in sliding ones. Group sizes 8 (E2B), 2, 12 (more
  * than the kernels take at once) and 3; head sizes that the SIMD kernels take
  * (multiples of 16) and one they do not (24). */
-static double worst_attention_seen, worst_gelu_seen, worst_kv_type_seen[4];
+static double worst_attention_seen, worst_gelu_seen, worst_softcap_seen, worst_kv_type_seen[4];
 static void test_attention(void) {
     enum { N = 97, BS = 16, BLOCKS = 8, WINDOW = 40 };
     const int shapes[][3] = {{8, 1, 256}, {4, 2, 32}, {12, 1, 64}, {3, 1, 24}, {2, 2, 512}}; /* heads, kv heads, D */
@@ -426,6 +427,48 @@ static void test_gelu(void) {
     free(gate), free(up), free(out);
 }
 
+/* The fast softcap (cap * tanh(x / cap), float32) against float64's tanh:
+ * logits from tiny to far past the cap, both branches of its tanh and the
+ * switch between them, a tail after the vectors; NaN stays NaN, infinities
+ * give +-cap. */
+static void test_softcap(void) {
+    enum { N = 5003 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    const float caps[] = {30.0f, 50.0f, 0.5f};
+    int tested = 0;
+    for (int level = CPU_ISA_SCALAR; level <= (int)cpu_isa_supported(); level++) {
+        const cpu_fast_table *f = cpu_fast_for((cpu_isa)level);
+        if (!f->softcap) continue;
+        tested++;
+        for (int c = 0; c < 3; c++) {
+            const float cap = caps[c];
+            for (int i = 0; i < N; i++) x[i] = cap * (-12.0f + 24.0f * (float)i / (N - 1));
+            for (int i = 0; i < 40; i++) x[100 + i] = cap * 0.4f * (1.0f + (float)(i - 20) * 1e-3f); /* the switch */
+            for (int i = 0; i < 40; i++) x[200 + i] = cap * ldexpf(1.0f, -i) * (i % 2 ? -1.0f : 1.0f); /* tiny */
+            x[7] = 0.0f, x[8] = -0.0f, x[9] = 1e-30f, x[10] = 1e30f, x[11] = -1e30f;
+            memcpy(y, x, N * sizeof *x);
+            f->softcap(y, N, cap);
+            double worst = 0;
+            for (int i = 0; i < N; i++) {
+                const double e = cap * tanh((double)x[i] / cap);
+                const double err = e == 0.0 ? fabs(y[i]) : fabs(y[i] - e) / fabs(e);
+                if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+            }
+            if (worst > worst_softcap_seen) worst_softcap_seen = worst;
+            CHECK(worst <= SOFTCAP_TOL, "softcap %s cap %g: relative error %.3g", cpu_isa_level_name((cpu_isa)level),
+                  cap, worst);
+        }
+        float special[11] = {NAN, INFINITY, -INFINITY, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f};
+        f->softcap(special, 11, 30.0f);
+        CHECK(isnan(special[0]) && special[1] == 30.0f && special[2] == -30.0f,
+              "softcap %s: NaN -> %g, inf -> %g, -inf -> %g", cpu_isa_level_name((cpu_isa)level), special[0],
+              special[1], special[2]);
+    }
+    const int simd_levels = cpu_isa_supported() >= CPU_ISA_AVX2 ? (int)cpu_isa_supported() - CPU_ISA_AVX2 + 1 : 0;
+    CHECK(tested == simd_levels, "fast softcap at %d levels, want %d", tested, simd_levels);
+    free(x), free(y);
+}
+
 /* Each level's bf16 rounding gives g4_f32_to_bf16's bits: ties, NaN,
  * infinities, subnormals. */
 static void test_to_bf16_levels(void) {
@@ -502,6 +545,7 @@ int main(int argc, char **argv) {
     test_quantize_levels();
     test_attention();
     test_gelu();
+    test_softcap();
     test_to_bf16_levels();
     test_other_formats_exact();
     test_bf16();
@@ -509,7 +553,8 @@ int main(int argc, char **argv) {
     const char *verbose = getenv("G4_TEST_VERBOSE");
     if (verbose && *verbose == '1')
         printf("worst same-input error %.3g of |w||x|; rms error against float64: bf16 %.3g, int8 %.3g; attention "
-               "%.3g, gelu %.3g\n",
-               worst_same_seen, worst_bf16_rms_seen, worst_q8_rms_seen, worst_attention_seen, worst_gelu_seen);
+               "%.3g, gelu %.3g, softcap %.3g\n",
+               worst_same_seen, worst_bf16_rms_seen, worst_q8_rms_seen, worst_attention_seen, worst_gelu_seen,
+               worst_softcap_seen);
     return test_finish();
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "tensor/dtype.h"
 #include "tensor/matrix.h"
@@ -531,6 +532,36 @@ static void test_precise_many_tokens(void) {
     free_matrix(&t);
 }
 
+/* Each level's prefill store puts acc[i * ldc + t] at out[t * ldo + i]
+ * bit for bit, for edges of every size against its 8 x 8 blocks, and writes
+ * nothing outside the n_rows x n_tok it is given. */
+static void test_store_transposed(void) {
+    const int64_t row_counts_st[] = {1, 7, 8, 9, 64, 67}, tok_counts[] = {1, 7, 8, 16, 19, 128};
+    for (int level = CPU_ISA_SCALAR; level <= (int)cpu_isa_supported(); level++) {
+        const cpu_kernel_table *k = cpu_kernels_for((cpu_isa)level);
+        int bad = 0, outside = 0;
+        for (size_t a = 0; a < sizeof row_counts_st / sizeof row_counts_st[0]; a++)
+            for (size_t b = 0; b < sizeof tok_counts / sizeof tok_counts[0]; b++) {
+                const int64_t n_rows = row_counts_st[a], n_tok = tok_counts[b];
+                const int64_t ldc = n_tok + 5, ldo = n_rows + 3;
+                float *acc = malloc((size_t)(n_rows * ldc) * sizeof *acc);
+                float *out = malloc((size_t)(n_tok * ldo) * sizeof *out);
+                for (int64_t i = 0; i < n_rows * ldc; i++) acc[i] = rng_uniform(-1.0f, 1.0f);
+                for (int64_t i = 0; i < n_tok * ldo; i++) out[i] = NAN;
+                k->store_transposed(out, ldo, acc, ldc, n_rows, n_tok);
+                for (int64_t t = 0; t < n_tok; t++)
+                    for (int64_t i = 0; i < ldo; i++) {
+                        const float o = out[t * ldo + i];
+                        if (i < n_rows) bad += memcmp(&o, &acc[i * ldc + t], sizeof o) != 0;
+                        else outside += !isnan(o);
+                    }
+                free(acc), free(out);
+            }
+        CHECK(bad == 0 && outside == 0, "store_transposed at %s: %d values wrong, %d written outside",
+              cpu_isa_level_name((cpu_isa)level), bad, outside);
+    }
+}
+
 int main(int argc, char **argv) {
     /* Hundreds of small matmuls with serial reference work between them:
      * libgomp's idle threads would spin through all of it, which on a shared
@@ -541,6 +572,7 @@ int main(int argc, char **argv) {
         execv("/proc/self/exe", argv);
     }
     printf("cpu_matmul: supported level %s\n", cpu_isa_level_name(cpu_isa_supported()));
+    test_store_transposed();
     test_float_formats();
     test_mxfp4();
     test_mxfp4_extreme_scales();

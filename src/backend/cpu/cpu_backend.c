@@ -164,7 +164,17 @@ static void cpu_mul(g4_backend *be, float *out, const float *a, const float *b, 
 }
 
 static void cpu_softcap(g4_backend *be, float *x, size_t n, float cap) {
-    (void)be;
+    const cpu_fast_table *f = cpu_fast_for(cpu_isa_active());
+    if (cpu_backend_precision(be) == G4_PRECISION_FAST && f->softcap) {
+        enum { PIECE = 16384 };
+        const int64_t pieces = ((int64_t)n + PIECE - 1) / PIECE;
+#pragma omp parallel for schedule(static) if (pieces > 2)
+        for (int64_t p = 0; p < pieces; p++) {
+            const int64_t i = p * PIECE;
+            f->softcap(x + i, (int64_t)n - i < PIECE ? (int64_t)n - i : PIECE, cap);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }

@@ -117,6 +117,10 @@ typedef struct {
     /* out[i] = gelu_tanh(gate[i]) * up[i] in float32, i < n (NULL: the exact
      * path's float64 version) */
     void (*gelu_mul)(float *out, const float *gate, const float *up, int64_t n);
+    /* x[i] = cap * tanh(x[i] / cap) in float32, i < n (NULL: the exact
+     * path's tanhf; the LM head's 262,144 logits a token cost 3% of an E2B
+     * mlx4 decode through it) */
+    void (*softcap)(float *x, int64_t n, float cap);
 } cpu_fast_table;
 
 extern const cpu_fast_table cpu_fast_scalar;
@@ -155,6 +159,9 @@ void cpu_attn_scores_e4m3_avx2(const float *q, int nq, int64_t q_stride, const u
                                float scale, float *scores);
 void cpu_attn_mix_e4m3_avx2(const float *p, int nq, const uint8_t *const *rows, int n, int D, float *out,
                             int64_t out_stride);
+
+/* AVX2's softcap (the AVX-512 level's too). */
+void cpu_softcap_avx2(float *x, int64_t n, float cap);
 
 /* The fast kernels of a level (NULL entries where it has none). */
 const cpu_fast_table *cpu_fast_for(cpu_isa level);

@@ -442,4 +442,5 @@ const cpu_fast_table cpu_fast_avx512vnni = {
     .attn_scores_e4m3 = cpu_attn_scores_e4m3_avx2,
     .attn_mix_e4m3 = cpu_attn_mix_e4m3_avx2,
     .gelu_mul = gelu_mul,
+    .softcap = cpu_softcap_avx2,
 };

@@ -62,6 +62,10 @@ typedef struct {
     /* Codes per 32-bit word for which gemv wants interleaved x, or 0. */
     int (*x_interleave)(const g4_matrix *w);
     int lanes; /* floats per vector */
+    /* Prefill's store: out[t * ldo + i] = acc[i * ldc + t] for i < n_rows,
+     * t < n_tok (the accumulators, row-major over tokens, into the output's
+     * token-major rows). Data movement only: every level gives the same bits. */
+    void (*store_transposed)(float *out, int64_t ldo, const float *acc, int64_t ldc, int64_t n_rows, int64_t n_tok);
     /* Machine probes: sum of n floats (a streaming read), and n_iter rounds
      * of independent FMAs returning the flop count done. */
     float (*read_sum)(const float *p, int64_t n);
@@ -71,6 +75,11 @@ typedef struct {
 extern const cpu_kernel_table cpu_kernels_scalar;
 extern const cpu_kernel_table cpu_kernels_avx2;
 extern const cpu_kernel_table cpu_kernels_avx512;
+
+/* The portable store_transposed (the scalar level's), and AVX2's (the
+ * AVX-512 level's too). */
+void cpu_store_transposed_ref(float *out, int64_t ldo, const float *acc, int64_t ldc, int64_t n_rows, int64_t n_tok);
+void cpu_store_transposed_avx2(float *out, int64_t ldo, const float *acc, int64_t ldc, int64_t n_rows, int64_t n_tok);
 
 /* The table for a level (falls back to scalar on non-x86 builds). */
 const cpu_kernel_table *cpu_kernels_for(cpu_isa level);

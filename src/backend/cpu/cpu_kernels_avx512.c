@@ -573,6 +573,7 @@ const cpu_kernel_table cpu_kernels_avx512 = {
     .max_tok = CPU_DECODE_TOKENS,
     .x_interleave = x_interleave,
     .lanes = 16,
+    .store_transposed = cpu_store_transposed_avx2,
     .read_sum = read_sum,
     .fma_burn = fma_burn,
 };

@@ -167,6 +167,11 @@ static double fma_burn(int64_t n_iter, float *sink) {
     return 2.0 * 8.0 * (double)n_iter;
 }
 
+void cpu_store_transposed_ref(float *out, int64_t ldo, const float *acc, int64_t ldc, int64_t n_rows, int64_t n_tok) {
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n_rows; i++) out[t * ldo + i] = acc[i * ldc + t];
+}
+
 static int x_interleave(const g4_matrix *w) {
     (void)w;
     return 0;
@@ -187,6 +192,7 @@ const cpu_kernel_table cpu_kernels_scalar = {
     .max_tok = CPU_DECODE_TOKENS,
     .x_interleave = x_interleave,
     .lanes = 1,
+    .store_transposed = cpu_store_transposed_ref,
     .read_sum = read_sum,
     .fma_burn = fma_burn,
 };

@@ -342,9 +342,12 @@ static void matmul_prefill(const cpu_kernel_table *k, float *out, const float *x
                 }
             }
             const int64_t t0 = b0 * nr, t1 = t0 + nb * nr < n_tokens ? t0 + nb * nr : n_tokens;
+            if (!precise) {
+                k->store_transposed(out + t0 * rows + r0, rows, acc, ldc, n_rows, t1 - t0);
+                continue;
+            }
             for (int64_t t = t0; t < t1; t++)
-                for (int64_t i = 0; i < n_rows; i++)
-                    out[t * rows + r0 + i] = precise ? (float)dacc[i * ldc + (t - t0)] : acc[i * ldc + (t - t0)];
+                for (int64_t i = 0; i < n_rows; i++) out[t * rows + r0 + i] = (float)dacc[i * ldc + (t - t0)];
         }
     }
     free(scratch);

@@ -193,8 +193,7 @@ static void item_range(const prefill_shape *s, int64_t item, int64_t *r0, int64_
 static void store_item(const prefill_shape *s, float *out, const float *acc, int64_t r0, int64_t b0, int64_t n_rows,
                        int64_t nb) {
     const int64_t t0 = b0 * s->nr, t1 = t0 + nb * s->nr < s->n_tokens ? t0 + nb * s->nr : s->n_tokens;
-    for (int64_t t = t0; t < t1; t++)
-        for (int64_t i = 0; i < n_rows; i++) out[t * s->rows + r0 + i] = acc[i * s->ldc + (t - t0)];
+    cpu_kernels_for(cpu_isa_active())->store_transposed(out + t0 * s->rows + r0, s->rows, acc, s->ldc, n_rows, t1 - t0);
 }
 
 /* Block b of x as bf16 pairs along k: dst[(k/2)*2*wb + 2*j + k%2] =
