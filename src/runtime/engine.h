@@ -127,12 +127,13 @@ typedef struct {
  * drafting sequence adds k verified rows; measured with the drafter still
  * run one sequence after another, before it was batched);
  * bench/RESULTS.md, "Speculative decoding in the engine". On CUDA a step's
- * cost grows little with its rows: the H200 measured drafted/plain 1.97x at
- * 1 sequence, 1.56x at 4, 0.66x at 16 (e2b, 3 of 3 drafts kept; bench/
- * RESULTS.md, "Session of 2026-12-01 20:30 UTC"; also before the drafter
- * was batched: re-measure at 4/8/16 streams). */
+ * cost grows little with its rows, and the drafter runs once for all
+ * drafting sequences: the H200 measured drafted/plain at 1/4/8/16 streams
+ * 1.96/2.07/2.14/1.24x with 3 of 3 drafts kept and 1.48/1.70/1.90/1.03x
+ * with 2 of 3 (e2b bf16; bench/RESULTS.md, "Session of 2026-12-02 00:00
+ * UTC"): it still pays at 16. */
 #define G4_ENGINE_DRAFT_MAX_BATCH 2
-#define G4_ENGINE_DRAFT_MAX_BATCH_CUDA 4
+#define G4_ENGINE_DRAFT_MAX_BATCH_CUDA 16
 
 typedef struct {
     int running, waiting;
