@@ -77,9 +77,13 @@ if want run; then
     for pair in "${pairs[@]}"; do
       set -- $pair
       echo "== round $round: gemma4.c $1" >&2
+      # each engine's file read into the page cache first: the two bf16 files (17 GB) and the others do not all
+      # fit in a 24 GiB machine's cache, and a half-cached file makes decode read the disk
+      cat "$WORK/e2b-$1"/*.safetensors > /dev/null
       rec=$("$G4" bench -m "$WORK/e2b-$1" -p 512 -n 128 -r 3 --threads "$THREADS" --json | tail -1)
       echo "{\"engine\":\"gemma4.c\",\"format\":\"$1\",\"round\":$round,\"load1\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"result\":$rec}" >> "$out"
       echo "== round $round: llama.cpp $2" >&2
+      cat "$WORK/e2b-$2.gguf" > /dev/null
       rec=$("$BIN/llama-bench" -m "$WORK/e2b-$2.gguf" -p 512 -n 128 -r 3 -t "$THREADS" -o json | tr -d '\n')
       echo "{\"engine\":\"llama.cpp\",\"format\":\"$2\",\"round\":$round,\"load1\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"result\":$rec}" >> "$out"
     done
