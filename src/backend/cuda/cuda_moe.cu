@@ -164,6 +164,18 @@ static int moe_groups(cuda_ctx *c, const int32_t *ids, int n_slots, int n_expert
     return cuda_launched(c, "moe_sort");
 }
 
+/* One grouped product of the experts' prefill with the activations already
+ * bf16: 4-bit experts in the fast precision on Hopper by the warpgroup GEMM
+ * decoding their codes (cuda_wgmma.cu), the others by the pipelined kernel. */
+static void experts_product(cuda_ctx *c, float *out, size_t ldo, const __nv_bfloat16 *x_hi, const __nv_bfloat16 *x_lo,
+                            int x_div, const g4_matrix *w, int64_t rows, int64_t stride, int64_t offset,
+                            const cuda_groups *groups) {
+    if (g4_plan_wgmma_q4(&c->caps, &c->tune, w, c->prefill_split))
+        cuda_wgmma_q4_grouped(c, out, ldo, x_hi, x_div, w, rows, stride, offset, groups);
+    else
+        cuda_moe_gemm(c, out, ldo, x_hi, x_lo, x_div, w, rows, stride, offset, groups);
+}
+
 void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const int32_t *ids, const float *weights,
                       int k, const g4_expert_matrix *gate, const g4_expert_matrix *up, const g4_expert_matrix *down) {
     cuda_ctx *c = cuda_of(be);
@@ -201,26 +213,14 @@ void cuda_moe_experts(g4_backend *be, float *out, const float *x, int n, const i
         __nv_bfloat16 *xb = (__nv_bfloat16 *)cuda_scratch(c, SCRATCH_X_BF16, (nx > ng ? nx : ng) * parts * 2);
         if (!xb) return;
         if (!cuda_split_bf16(c, xb, parts > 1 ? xb + nx : NULL, x, nx)) return;
-        /* 4-bit experts in the fast precision on Hopper: the warpgroup GEMM decoding their codes (cuda_wgmma.cu) */
-        const int exact = c->prefill_split;
-        if (g4_plan_wgmma_q4(&c->caps, &c->tune, &wg, exact) && g4_plan_wgmma_q4(&c->caps, &c->tune, &wu, exact)) {
-            cuda_wgmma_q4_grouped(c, g, (size_t)width, xb, k, &wg, width, gate->expert_stride, gate->row_offset,
-                                  &groups);
-            cuda_wgmma_q4_grouped(c, u, (size_t)width, xb, k, &wu, width, up->expert_stride, up->row_offset,
-                                  &groups);
-        } else {
-            cuda_moe_gemm(c, g, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wg, width, gate->expert_stride,
-                          gate->row_offset, &groups);
-            cuda_moe_gemm(c, u, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wu, width, up->expert_stride,
-                          up->row_offset, &groups);
-        }
+        experts_product(c, g, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wg, width, gate->expert_stride,
+                        gate->row_offset, &groups);
+        experts_product(c, u, (size_t)width, xb, parts > 1 ? xb + nx : NULL, k, &wu, width, up->expert_stride,
+                        up->row_offset, &groups);
         cuda_launch_gelu_mul(c, g, g, u, ng);
         if (!cuda_split_bf16(c, xb, parts > 1 ? xb + ng : NULL, g, ng)) return;
-        if (g4_plan_wgmma_q4(&c->caps, &c->tune, &wd, exact))
-            cuda_wgmma_q4_grouped(c, y, (size_t)d, xb, 1, &wd, d, down->expert_stride, down->row_offset, &groups);
-        else
-            cuda_moe_gemm(c, y, (size_t)d, xb, parts > 1 ? xb + ng : NULL, 1, &wd, d, down->expert_stride,
-                          down->row_offset, &groups);
+        experts_product(c, y, (size_t)d, xb, parts > 1 ? xb + ng : NULL, 1, &wd, d, down->expert_stride,
+                        down->row_offset, &groups);
     } else if (grouped) {
         cuda_mma_gemm(c, g, (size_t)width, x, (size_t)d_in, k, &wg, width, gate->expert_stride,
                       gate->row_offset, &groups);
